@@ -1,0 +1,461 @@
+// Package redistest runs real redis-server processes for tests: N independent
+// masters on free loopback ports, each in its own directory, started in the
+// foreground as children of the test so that every fault (kill, restart with or
+// without data, SIGSTOP pause, a moved or fast clock) is applied to a known PID
+// and nothing outlives Stop.
+//
+// It needs the redis-server binary in PATH and, for FakeTime, Debian's
+// libfaketime; scripts/install-deps.sh installs both.
+package redistest
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Options configures the servers of a Cluster. The zero value starts plain
+// in-memory masters.
+type Options struct {
+	Dir         string   // parent dir for node dirs; default os.MkdirTemp
+	Persistence bool     // appendonly yes, appendfsync always
+	FakeTime    bool     // start under libfaketime driven by a per-node timestamp file (see SetClockOffset)
+	ClockRate   float64  // with FakeTime: >1 runs the node's clock fast (e.g. 10); 0 means real speed
+	Args        []string // extra redis-server args, e.g. "--enable-debug-command", "yes"
+}
+
+// readyTimeout bounds how long a node may take to answer PING after start.
+// It is generous because the machine may be busy compiling and testing.
+const readyTimeout = 15 * time.Second
+
+// portAttempts is how many fresh ports Start tries for one node when another
+// process takes the chosen port between probing and binding.
+const portAttempts = 5
+
+// errPortTaken marks a start that failed only because the port was in use.
+var errPortTaken = errors.New("port already in use")
+
+// Cluster is a set of independent redis-server processes.
+type Cluster struct {
+	Servers []*Server
+
+	root     string // temp dir holding every node dir; removed by Stop
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Server is one redis-server process. Addr, Port and Dir stay the same across
+// restarts. Its methods are safe for concurrent use.
+type Server struct {
+	Addr string // "127.0.0.1:port"
+	Port int
+	Dir  string // node dir: redis.log, stdout.log, the faketime file, and data/ (Redis' working dir)
+
+	opts      Options
+	binary    string
+	clockFile string // FakeTime only
+	client    *redis.Client
+
+	mu     sync.Mutex
+	pid    int
+	exited chan struct{} // closed once the current process has been reaped
+}
+
+// Start starts n redis-server processes and waits until each answers PING.
+// On error nothing is left running.
+func Start(n int, opts Options) (*Cluster, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("redistest: node count %d: need at least 1", n)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	binary, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: redis-server binary not found (run scripts/install-deps.sh): %w", err)
+	}
+	root, err := os.MkdirTemp(opts.Dir, "redistest-")
+	if err != nil {
+		return nil, fmt.Errorf("redistest: creating temp dir under %q: %w", opts.Dir, err)
+	}
+	// Absolute, because redis-server resolves --logfile after moving into --dir.
+	if root, err = filepath.Abs(root); err != nil {
+		return nil, errors.Join(fmt.Errorf("redistest: %w", err), os.RemoveAll(root))
+	}
+	c := &Cluster{root: root}
+	for i := range n {
+		s, err := startServer(binary, filepath.Join(root, fmt.Sprintf("node%d", i)), opts)
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("redistest: node %d: %w", i, err), c.Stop())
+		}
+		c.Servers = append(c.Servers, s)
+	}
+	return c, nil
+}
+
+// StartT is Start for tests: it fails tb if the servers cannot start, and
+// stops them in tb.Cleanup.
+func StartT(tb testing.TB, n int, opts Options) *Cluster {
+	tb.Helper()
+	c, err := Start(n, opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			tb.Errorf("stopping redis servers: %v", err)
+		}
+	})
+	return c
+}
+
+func (o Options) validate() error {
+	if o.ClockRate != 0 && !o.FakeTime {
+		return fmt.Errorf("redistest: ClockRate %v needs FakeTime", o.ClockRate)
+	}
+	if o.ClockRate < 0 || math.IsNaN(o.ClockRate) || math.IsInf(o.ClockRate, 0) {
+		return fmt.Errorf("redistest: ClockRate %v: must be a positive finite number (or 0 for real speed)", o.ClockRate)
+	}
+	if o.FakeTime {
+		if _, err := os.Stat(fakeTimeLibrary); err != nil {
+			return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or scripts/install-deps.sh): %w", fakeTimeLibrary, err)
+		}
+	}
+	return nil
+}
+
+// Addrs returns "127.0.0.1:port" of every node, in order.
+func (c *Cluster) Addrs() []string {
+	addrs := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		addrs[i] = s.Addr
+	}
+	return addrs
+}
+
+// URLs returns "redis://127.0.0.1:port" of every node, in order.
+func (c *Cluster) URLs() []string {
+	urls := make([]string, len(c.Servers))
+	for i, s := range c.Servers {
+		urls[i] = "redis://" + s.Addr
+	}
+	return urls
+}
+
+// Clients returns the go-redis client of every node, in order (the same
+// clients as Server.Client). Stop closes them; callers must not.
+func (c *Cluster) Clients() []redis.UniversalClient {
+	clients := make([]redis.UniversalClient, len(c.Servers))
+	for i, s := range c.Servers {
+		clients[i] = s.client
+	}
+	return clients
+}
+
+// Stop kills every process with SIGKILL (which also ends a paused one, so Stop
+// never waits on a SIGSTOPped node), reaps it, closes the clients and removes
+// the temp dir. Data is thrown away, so there is no point in a graceful
+// shutdown. Calling Stop again returns the first call's result.
+func (c *Cluster) Stop() error {
+	c.stopOnce.Do(func() {
+		var errs []error
+		for _, s := range c.Servers {
+			errs = append(errs, s.Kill(), s.client.Close())
+		}
+		errs = append(errs, os.RemoveAll(c.root))
+		c.stopErr = errors.Join(errs...)
+	})
+	return c.stopErr
+}
+
+// startServer makes the node dir and starts the process, choosing another
+// free port when the first one was taken before redis-server could bind it.
+func startServer(binary, dir string, opts Options) (*Server, error) {
+	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
+		return nil, err
+	}
+	s := &Server{Dir: dir, opts: opts, binary: binary}
+	if opts.FakeTime {
+		s.clockFile = filepath.Join(dir, "faketime")
+		if err := s.SetClockOffset(0); err != nil {
+			return nil, err
+		}
+	}
+	var err error
+	for range portAttempts {
+		if s.Port, err = freePort(); err != nil {
+			return nil, err
+		}
+		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		s.client = newClient(s.Addr)
+		s.mu.Lock()
+		err = s.startLocked()
+		s.mu.Unlock()
+		if err == nil {
+			return s, nil
+		}
+		s.client.Close()
+		if !errors.Is(err, errPortTaken) {
+			return nil, err
+		}
+	}
+	return nil, fmt.Errorf("no free port after %d attempts: %w", portAttempts, err)
+}
+
+// freePort asks the kernel for an unused loopback port. Another process may
+// take it before redis-server binds it; startServer retries then.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("finding a free loopback port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// startLocked runs redis-server in the foreground on s.Port and waits until it
+// answers PING. s.mu must be held.
+func (s *Server) startLocked() error {
+	args := []string{
+		"--port", strconv.Itoa(s.Port),
+		"--bind", "127.0.0.1",
+		"--protected-mode", "no",
+		"--daemonize", "no",
+		"--dir", filepath.Join(s.Dir, "data"),
+		"--logfile", filepath.Join(s.Dir, "redis.log"),
+		// No RDB snapshots: they fork, and durability is AOF's job.
+		"--save", "",
+	}
+	if s.opts.Persistence {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	}
+	args = append(args, s.opts.Args...)
+
+	// Output written before the logfile is open (bad arguments) lands here.
+	// A file, not a pipe: a pipe would make Wait hang on any forked child.
+	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+	if err != nil {
+		return err
+	}
+	defer out.Close()
+
+	cmd := exec.Command(s.binary, args...)
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = childProcAttr()
+	if s.opts.FakeTime {
+		cmd.Env = fakeTimeEnv(os.Environ(), s.clockFile)
+	}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", s.binary, err)
+	}
+	exited := make(chan struct{})
+	go func() {
+		cmd.Wait() // the exit status is of no interest: we killed it, or the log says why
+		close(exited)
+	}()
+	s.pid, s.exited = cmd.Process.Pid, exited
+
+	if err := s.awaitReady(exited); err != nil {
+		s.killLocked()
+		return err
+	}
+	return nil
+}
+
+// awaitReady polls PING until the node answers, the process exits, or
+// readyTimeout passes.
+func (s *Server) awaitReady(exited <-chan struct{}) error {
+	deadline := time.Now().Add(readyTimeout)
+	for {
+		err := s.probe()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-exited:
+			tail := s.logTail()
+			if strings.Contains(tail, "Address already in use") {
+				return fmt.Errorf("redis-server on port %d: %w", s.Port, errPortTaken)
+			}
+			return fmt.Errorf("redis-server (pid %d, port %d) exited during start; log tail:\n%s", s.pid, s.Port, tail)
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server (pid %d, port %d) did not answer PING within %v (last error: %v); log tail:\n%s",
+				s.pid, s.Port, readyTimeout, err, s.logTail())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// probe sends one PING on a fresh connection. It bypasses go-redis, whose
+// dial retries and pool logging would slow and clutter the polling.
+func (s *Server) probe() error {
+	conn, err := net.DialTimeout("tcp", s.Addr, 500*time.Millisecond)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := conn.SetDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+		return err
+	}
+	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
+		return err
+	}
+	reply, err := bufio.NewReader(conn).ReadString('\n')
+	if err != nil {
+		return err
+	}
+	// A node still loading its AOF answers -LOADING: not ready yet. One
+	// started with --requirepass answers -NOAUTH: it is up.
+	if reply != "+PONG\r\n" && !strings.HasPrefix(reply, "-NOAUTH") {
+		return fmt.Errorf("PING answered %q", strings.TrimSpace(reply))
+	}
+	return nil
+}
+
+// logTail returns the last lines of the node's output and log, for errors.
+func (s *Server) logTail() string {
+	var b strings.Builder
+	for _, name := range []string{"stdout.log", "redis.log"} {
+		data, err := os.ReadFile(filepath.Join(s.Dir, name))
+		if err != nil || len(data) == 0 {
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(data), "\n"), "\n")
+		if len(lines) > 15 {
+			lines = lines[len(lines)-15:]
+		}
+		fmt.Fprintf(&b, "--- %s\n%s\n", name, strings.Join(lines, "\n"))
+	}
+	return b.String()
+}
+
+// PID returns the process id of the node's current (or, once it is down, its
+// last) redis-server process.
+func (s *Server) PID() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.pid
+}
+
+// Running reports whether the process is alive (a paused node is running).
+func (s *Server) Running() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.runningLocked()
+}
+
+func (s *Server) runningLocked() bool {
+	if s.exited == nil {
+		return false
+	}
+	select {
+	case <-s.exited:
+		return false
+	default:
+		return true
+	}
+}
+
+// Kill sends SIGKILL and waits until the process has been reaped. Killing a
+// node that is already down is not an error.
+func (s *Server) Kill() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.killLocked()
+}
+
+func (s *Server) killLocked() error {
+	if !s.runningLocked() {
+		return nil
+	}
+	// The process group holds redis-server and any child it forked (AOF
+	// rewrite); SIGKILL ends stopped processes too.
+	if err := syscall.Kill(-s.pid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return fmt.Errorf("redistest: killing redis-server pid %d: %w", s.pid, err)
+	}
+	<-s.exited
+	return nil
+}
+
+// Restart kills the node if it runs and starts it again on the same port and
+// dir, then waits until it answers PING. With keepData false the data dir is
+// wiped first, as if the machine had lost its disk; with keepData true what
+// survives depends on Persistence (without it, nothing does: RDB is off).
+func (s *Server) Restart(keepData bool) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.killLocked(); err != nil {
+		return err
+	}
+	if !keepData {
+		data := filepath.Join(s.Dir, "data")
+		if err := os.RemoveAll(data); err != nil {
+			return fmt.Errorf("redistest: wiping %s: %w", data, err)
+		}
+		if err := os.Mkdir(data, 0o755); err != nil {
+			return fmt.Errorf("redistest: recreating %s: %w", data, err)
+		}
+	}
+	if err := s.startLocked(); err != nil {
+		return fmt.Errorf("redistest: restarting %s: %w", s.Addr, err)
+	}
+	return nil
+}
+
+// Pause stops the node with SIGSTOP: connections stay open but nothing is
+// answered, like a long GC pause or a frozen VM.
+func (s *Server) Pause() error {
+	return s.signal(syscall.SIGSTOP)
+}
+
+// Resume continues a paused node with SIGCONT. Resuming a running node that
+// is not paused does nothing.
+func (s *Server) Resume() error {
+	return s.signal(syscall.SIGCONT)
+}
+
+func (s *Server) signal(sig syscall.Signal) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.runningLocked() {
+		return fmt.Errorf("redistest: %v to %s: node is not running", sig, s.Addr)
+	}
+	if err := syscall.Kill(-s.pid, sig); err != nil {
+		return fmt.Errorf("redistest: %v to redis-server pid %d: %w", sig, s.pid, err)
+	}
+	return nil
+}
+
+// Client returns the node's go-redis client. It reconnects by itself after a
+// restart; Cluster.Stop closes it. It shows faults rather than hiding them:
+// it honours context deadlines (a paused node fails at the caller's deadline,
+// not after ReadTimeout), dials once and does not retry commands. Build your
+// own client from Addr for other settings.
+func (s *Server) Client() *redis.Client {
+	return s.client
+}
+
+func newClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		DialerRetries:         1,
+		MaxRetries:            -1,
+		DisableIdentity:       true,
+	})
+}
