@@ -1,0 +1,44 @@
+package redlock_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// BenchmarkAcquireRelease measures the hot path: one Acquire and one
+// Release of an uncontended lock by one worker, on local nodes. The
+// side-by-side comparison with other libraries lives in bench/.
+func BenchmarkAcquireRelease(b *testing.B) {
+	for _, nodes := range []int{1, 3, 5} {
+		for _, fencing := range []bool{true, false} {
+			b.Run(fmt.Sprintf("nodes=%d/fencing=%v", nodes, fencing), func(b *testing.B) {
+				cl := redistest.StartT(b, nodes, redistest.Options{})
+				c, err := redlock.New(cl.Clients(), redlock.Options{
+					TTL:            10 * time.Second,
+					RestartGrace:   redlock.NoRestartGrace, // the nodes were started just now
+					DisableFencing: !fencing,
+				})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				ctx := context.Background()
+				b.ReportAllocs()
+				for b.Loop() {
+					l, err := c.Acquire(ctx, "bench")
+					if err != nil {
+						b.Fatal(err)
+					}
+					if err := l.Release(ctx); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
+		}
+	}
+}

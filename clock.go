@@ -1,0 +1,87 @@
+package redlock
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock tells the time. The default is the system clock, whose readings
+// carry Go's monotonic clock, so elapsed times and deadlines are immune to
+// wall-clock steps on the client. Tests inject a clock they can move.
+type Clock interface {
+	Now() time.Time
+}
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// clockResolution covers Redis' 1ms expiry resolution (DESIGN §1).
+const clockResolution = 2 * time.Millisecond
+
+// driftAllowance is the clock drift a lock of this TTL must allow for: the
+// nodes' clocks may run a little faster than ours and expire the key early.
+func driftAllowance(ttl time.Duration, factor float64) time.Duration {
+	return time.Duration(float64(ttl)*factor) + clockResolution
+}
+
+// validity is how long a lock taken with this TTL is surely still ours,
+// given the time elapsed between just before the first request and the
+// decision. Zero or less means the lock is worth nothing.
+func validity(ttl, elapsed time.Duration, factor float64) time.Duration {
+	return ttl - elapsed - driftAllowance(ttl, factor)
+}
+
+// Node clock supervision (DESIGN §3). Redis expires keys by its wall clock,
+// so a node whose clock jumps forward drops our key early and may hand the
+// lock to someone else. Every acquire and extend reply carries the node's
+// TIME; we compare it with our monotonic clock.
+
+// driftRate is how fast two healthy clocks may drift apart between samples
+// (500 ppm, far above what NTP-disciplined or even free-running quartz do),
+// so that samples hours apart do not raise false alarms.
+const driftRate = 500e-6
+
+// nodeClock remembers the last sample of a node's clock. A sample is the
+// interval of offsets (node time minus our clock) consistent with the reply:
+// the node read its clock somewhere between our send and our receive.
+type nodeClock struct {
+	mu       sync.Mutex
+	have     bool
+	at       time.Time     // our clock at the receive of the last sample
+	lo, hi   time.Duration // offset interval of the last sample
+	lastSeen time.Duration // best estimate of the offset, for reports
+}
+
+// observe records a sample and returns how far the node's clock moved
+// against ours beyond what the measurement can explain, if it moved more
+// than threshold. base anchors our monotonic readings to a wall time.
+func (nc *nodeClock) observe(nodeTime time.Time, sent, recv, base time.Time, threshold time.Duration) (jump time.Duration, jumped bool) {
+	// Our clock as wall time, advanced only by the monotonic clock.
+	sentWall := base.Add(sent.Sub(base))
+	recvWall := base.Add(recv.Sub(base))
+	lo := nodeTime.Sub(recvWall)
+	hi := nodeTime.Sub(sentWall)
+
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	if nc.have {
+		slack := threshold + time.Duration(float64(recv.Sub(nc.at))*driftRate)
+		switch {
+		case lo > nc.hi+slack:
+			jump, jumped = lo-nc.hi, true
+		case hi < nc.lo-slack:
+			jump, jumped = hi-nc.lo, true
+		}
+	}
+	nc.have, nc.at, nc.lo, nc.hi = true, recv, lo, hi
+	nc.lastSeen = (lo + hi) / 2
+	return jump, jumped
+}
+
+// offset is the last estimate of node time minus our clock.
+func (nc *nodeClock) offset() (time.Duration, bool) {
+	nc.mu.Lock()
+	defer nc.mu.Unlock()
+	return nc.lastSeen, nc.have
+}

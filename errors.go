@@ -1,0 +1,165 @@
+package redlock
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// Sentinel errors. Every error this package returns matches at least one of
+// them with errors.Is; the typed errors below carry the details.
+var (
+	// ErrLocked: another owner holds the lock. See *LockedError.
+	ErrLocked = errors.New("redlock: lock is held by another owner")
+	// ErrNoQuorum: too few nodes said yes, because some failed or sat out.
+	// See *QuorumError for every node's own error.
+	ErrNoQuorum = errors.New("redlock: no quorum")
+	// ErrValidityTooShort: a quorum said yes, but the time the round trip
+	// took plus the drift allowance used up the whole TTL.
+	ErrValidityTooShort = errors.New("redlock: validity too short")
+	// ErrLockLost: the lock is no longer ours: its validity passed, or an
+	// extend or release found another owner (or no key) on too many nodes.
+	ErrLockLost = errors.New("redlock: lock lost")
+	// ErrNotHeld: the handle was already released.
+	ErrNotHeld = errors.New("redlock: lock not held (already released)")
+	// ErrInvalidConfig: a bad option, lock name, TTL or node URL.
+	// See *ConfigError.
+	ErrInvalidConfig = errors.New("redlock: invalid configuration")
+	// ErrNotIndependent: a node is a replica, or two nodes are one server.
+	// Such a set of nodes cannot give Redlock's guarantee, so it is refused.
+	// It also matches ErrInvalidConfig.
+	ErrNotIndependent = errors.New("redlock: nodes are not independent masters")
+	// ErrNodeSittingOut: a node's vote is not counted for now: it restarted
+	// less than the restart grace ago, or its clock jumped.
+	ErrNodeSittingOut = errors.New("redlock: node is sitting out")
+	// ErrNodeDown: a node failed at the network level (or stayed silent past
+	// the node timeout) a moment ago, so it is counted as a no without
+	// being asked, for a short hold-off: a dead node would otherwise make
+	// every split decision wait for its timeout.
+	ErrNodeDown = errors.New("redlock: node is down")
+	// ErrStaleToken: a fenced resource refused a token lower than one it
+	// accepted before. See *StaleTokenError.
+	ErrStaleToken = errors.New("redlock: stale fencing token")
+)
+
+// LockedError reports that another owner holds the lock.
+type LockedError struct {
+	Name string
+	// Remaining is the shortest time to live among the refusing nodes'
+	// keys: the earliest the lock can free up unless its holder releases it.
+	Remaining time.Duration
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("redlock: lock %q is held by another owner (expires in %v at the latest)", e.Name, e.Remaining)
+}
+
+// Is makes errors.Is(err, ErrLocked) true.
+func (e *LockedError) Is(target error) bool { return target == ErrLocked }
+
+// QuorumError reports an operation that did not reach a quorum. Errors holds
+// one *NodeError for every node that failed, refused or sat out.
+type QuorumError struct {
+	Op     string // "acquire", "extend", "release", "fence"
+	Name   string
+	Won    int // nodes that said yes
+	Needed int // the quorum
+	Errors *multierror.Error
+}
+
+func (e *QuorumError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock: %s %q: no quorum (%d of %d needed)", e.Op, e.Name, e.Won, e.Needed)
+	if e.Errors != nil {
+		for _, err := range e.Errors.Errors {
+			b.WriteString("; ")
+			b.WriteString(err.Error())
+		}
+	}
+	return b.String()
+}
+
+// Unwrap gives ErrNoQuorum and every node's error, so errors.Is and
+// errors.As look into them (context.DeadlineExceeded of a slow node, say).
+func (e *QuorumError) Unwrap() []error {
+	errs := []error{ErrNoQuorum}
+	if e.Errors != nil {
+		errs = append(errs, e.Errors.Errors...)
+	}
+	return errs
+}
+
+// NodeError is one node's part of a failure.
+type NodeError struct {
+	Node string // redacted address
+	Err  error
+}
+
+func (e *NodeError) Error() string {
+	msg := e.Err.Error()
+	if strings.Contains(msg, e.Node) {
+		return msg // the cause names the node already
+	}
+	return e.Node + ": " + msg
+}
+
+// Unwrap gives the node's own error.
+func (e *NodeError) Unwrap() error { return e.Err }
+
+// ConfigError names a bad setting and the value given for it.
+type ConfigError struct {
+	Field  string // "TTL", "lock name", "node URL", ...
+	Value  string // the value given (passwords redacted)
+	Reason string
+	// Err is an underlying cause, such as ErrNotIndependent.
+	Err error
+}
+
+func (e *ConfigError) Error() string {
+	return fmt.Sprintf("redlock: invalid %s %s: %s", e.Field, e.Value, e.Reason)
+}
+
+// Is makes errors.Is(err, ErrInvalidConfig) true.
+func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig }
+
+// Unwrap gives the underlying cause, if any.
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// StaleTokenError reports a fencing token below the highest one accepted.
+type StaleTokenError struct {
+	Token   int64 // the token offered
+	Highest int64 // the highest token accepted before
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("redlock: stale fencing token %d (a holder with token %d came after it)", e.Token, e.Highest)
+}
+
+// Is makes errors.Is(err, ErrStaleToken) true.
+func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// lostError is a lock loss with its cause.
+type lostError struct{ cause error }
+
+func (e *lostError) Error() string {
+	return "redlock: lock lost: " + strings.TrimPrefix(e.cause.Error(), "redlock: ")
+}
+
+// Unwrap gives ErrLockLost and the cause.
+func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
+
+// configErr is shorthand for the common case.
+func configErr(field string, value any, reason string) error {
+	return &ConfigError{Field: field, Value: fmt.Sprintf("%v", value), Reason: reason}
+}
+
+// retryable tells whether another attempt may succeed where this one failed.
+func retryable(err error) bool {
+	if errors.Is(err, ErrInvalidConfig) {
+		return false
+	}
+	return errors.Is(err, ErrLocked) || errors.Is(err, ErrNoQuorum) || errors.Is(err, ErrValidityTooShort)
+}

@@ -1,0 +1,129 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// exampleNodes starts local masters for the examples. In production, give
+// the URLs of your own independent Redis masters.
+func exampleNodes(n int) (urls []string, stop func()) {
+	nodes, err := redistest.Start(n, redistest.Options{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	return nodes.URLs(), func() { _ = nodes.Stop() }
+}
+
+func Example() {
+	urls, stop := exampleNodes(5)
+	defer stop()
+
+	client, err := redlock.NewFromURLs(urls, redlock.Options{
+		TTL:          10 * time.Second,
+		RestartGrace: redlock.NoRestartGrace, // the example's nodes were started just now
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	lock, err := client.Acquire(ctx, "nightly-report", redlock.WithMaxWait(5*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
+	// Work until lock.Deadline(), passing lock.Token() to whatever you write.
+	fmt.Println("holding", lock.Name(), "with a token:", lock.Token() > 0)
+	if err := lock.Release(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output: holding nightly-report with a token: true
+}
+
+func ExampleClient_Do() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	// Do keeps the lock extended while the function runs, and cancels its
+	// context the moment the lock is lost.
+	err = client.Do(context.Background(), "cache-refill", func(ctx context.Context, lock *redlock.Lock) error {
+		select {
+		case <-time.After(1500 * time.Millisecond): // longer than the TTL
+			fmt.Println("refilled under token", lock.Token() > 0)
+			return nil
+		case <-ctx.Done():
+			return context.Cause(ctx) // matches redlock.ErrLockLost
+		}
+	})
+	fmt.Println("err:", err)
+	// Output:
+	// refilled under token true
+	// err: <nil>
+}
+
+func ExampleClient_TryAcquire() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.NewFromURLs(urls, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+
+	first, _ := client.TryAcquire(ctx, "cron:billing")
+	defer first.Release(ctx)
+
+	_, err = client.TryAcquire(ctx, "cron:billing")
+	var held *redlock.LockedError
+	if errors.As(err, &held) {
+		fmt.Println("another replica runs the job; skipping")
+	}
+	// Output: another replica runs the job; skipping
+}
+
+func ExampleFencedSet() {
+	urls, stop := exampleNodes(1)
+	defer stop()
+	resource, err := redlock.ParseURL(urls[0])
+	if err != nil {
+		log.Fatal(err)
+	}
+	rdb := redis.NewClient(resource)
+	defer rdb.Close()
+	ctx := context.Background()
+
+	// Token 42 wrote first; a holder with an older token, stalled past
+	// its lock's validity, wakes up and tries to write.
+	_ = redlock.FencedSet(ctx, rdb, "balance:alice", 42, "100")
+	err = redlock.FencedSet(ctx, rdb, "balance:alice", 41, "0")
+	fmt.Println(errors.Is(err, redlock.ErrStaleToken))
+	value, token, _ := redlock.FencedGet(ctx, rdb, "balance:alice")
+	fmt.Println(value, token)
+	// Output:
+	// true
+	// 100 42
+}
+
+func ExampleFence() {
+	var fence redlock.Fence // one per guarded resource, in the process that owns it
+	fmt.Println(fence.Admit(7))
+	fmt.Println(fence.Admit(5))
+	// Output:
+	// <nil>
+	// redlock: stale fencing token 5 (a holder with token 7 came after it)
+}

@@ -1,0 +1,228 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
+)
+
+// Status is a quorum view of a lock, as Inspect sees it.
+type Status struct {
+	Name      string
+	Held      bool          // a quorum of nodes hold the same owner value
+	Owner     string        // that owner value (opaque), "" if not held
+	Remaining time.Duration // how long Owner surely still holds it: the quorum-th longest PTTL, less drift
+	Fence     int64         // the highest fence register over the nodes
+	Nodes     []NodeStatus
+}
+
+// NodeStatus is one node's view of a lock.
+type NodeStatus struct {
+	Node  string        // the node's address
+	Owner string        // the owner value of the key, "" if none
+	TTL   time.Duration // the key's remaining time to live
+	Fence int64         // the fence register
+	Err   error         // why the node could not be read
+}
+
+// Inspect reads the lock on every node and tells who holds it, if anyone
+// holds it on a quorum. It reads only: it takes and changes nothing. When
+// fewer than a quorum of nodes answer, it returns the partial Status with a
+// *QuorumError: the verdict may be wrong.
+func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
+	if _, _, err := c.params(name, nil); err != nil {
+		return nil, err
+	}
+	st := &Status{Name: name, Nodes: make([]NodeStatus, len(c.nodes))}
+	lockKey, fenceKey := c.LockKey(name), c.FenceKey(name)
+	c.each(func(i int, n *node) {
+		ns := &st.Nodes[i]
+		ns.Node = n.name
+		if n.rdb == nil {
+			ns.Err = errors.New("no client")
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		owner := pipe.Get(ctx, lockKey)
+		ttl := pipe.PTTL(ctx, lockKey)
+		fence := pipe.Get(ctx, fenceKey)
+		_, err := pipe.Exec(ctx)
+		if err != nil && !errors.Is(err, redis.Nil) {
+			ns.Err = err
+			return
+		}
+		ns.Owner = owner.Val()
+		if ns.Owner != "" {
+			ns.TTL = ttl.Val()
+		}
+		ns.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
+	})
+	qe := &QuorumError{Op: "inspect", Name: name, Needed: c.quorum()}
+	holders := make(map[string][]time.Duration)
+	for _, ns := range st.Nodes {
+		if ns.Err != nil {
+			qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: ns.Node, Err: ns.Err})
+			continue
+		}
+		qe.Won++
+		st.Fence = max(st.Fence, ns.Fence)
+		if ns.Owner != "" {
+			holders[ns.Owner] = append(holders[ns.Owner], ns.TTL)
+		}
+	}
+	for owner, ttls := range holders {
+		if len(ttls) < c.quorum() {
+			continue
+		}
+		st.Held, st.Owner = true, owner
+		// The lock holds while a quorum of keys live: until the
+		// quorum-th longest TTL runs out.
+		longest := ttls
+		for i := range longest {
+			for j := i + 1; j < len(longest); j++ {
+				if longest[j] > longest[i] {
+					longest[i], longest[j] = longest[j], longest[i]
+				}
+			}
+		}
+		q := longest[c.quorum()-1]
+		st.Remaining = max(q-driftAllowance(q, c.opts.DriftFactor), 0)
+	}
+	if qe.Won < qe.Needed {
+		return st, qe
+	}
+	return st, nil
+}
+
+// ForceUnlock deletes the lock's key on every node, whoever holds it, and
+// wakes waiters. It is for operators clearing a lock whose holder is known
+// dead. It also raises the fence register by one, so that a holder still
+// alive cannot take the lock back with an extension (which repairs missing
+// keys only under a fence no newer than its token): its next extension
+// reports the lock lost. Tokens stay monotonic; one number is skipped. It
+// returns how many nodes had a key.
+func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
+	if _, _, err := c.params(name, nil); err != nil {
+		return 0, err
+	}
+	var (
+		mu      sync.Mutex
+		deleted int
+		errs    []error
+	)
+	key, fence := c.LockKey(name), c.FenceKey(name)
+	forced := strings.Repeat("-", ownerValueLen) // no real owner value looks like this
+	c.each(func(_ int, n *node) {
+		if n.rdb == nil {
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		del := pipe.Del(ctx, key)
+		pipe.Incr(ctx, fence)
+		pipe.Publish(ctx, c.channel, forced+key)
+		_, err := pipe.Exec(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			errs = append(errs, &NodeError{Node: n.name, Err: err})
+			return
+		}
+		deleted += int(del.Val())
+	})
+	if len(errs) > 0 {
+		return deleted, fmt.Errorf("redlock: force unlock %q: %w", name, errors.Join(errs...))
+	}
+	return deleted, nil
+}
+
+// NodeInfo is what Nodes learned of one node.
+type NodeInfo struct {
+	Node         string
+	Err          error // set when the node could not be probed
+	Role         string
+	RunID        string
+	Uptime       time.Duration
+	AppendOnly   bool
+	AppendFsync  string        // "always", "everysec", "no"; "" if CONFIG is not allowed
+	ClockOffset  time.Duration // the node's clock minus ours, at the middle of the round trip
+	RTT          time.Duration
+	Voting       bool   // whether its vote counts now
+	SitOutReason string // why not
+}
+
+// Nodes probes every node now and reports what the guards know of it.
+func (c *Client) Nodes(ctx context.Context) []NodeInfo {
+	infos := make([]NodeInfo, len(c.nodes))
+	c.each(func(i int, n *node) {
+		info := &infos[i]
+		info.Node = n.name
+		if n.rdb == nil {
+			info.Err = errors.New("no client")
+			return
+		}
+		res, err := probe(ctx, n.rdb, c.clock, true)
+		if err == nil {
+			_, err = c.refresh(ctx, n)
+		}
+		if err != nil {
+			info.Err = err
+			return
+		}
+		info.Role, info.RunID, info.Uptime = res.role, res.runID, res.uptime
+		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
+		info.RTT = res.recv.Sub(res.sent)
+		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
+		if err := c.ready(ctx, n); err != nil {
+			info.SitOutReason = strings.TrimPrefix(err.Error(), ErrNodeSittingOut.Error()+": ")
+		} else {
+			info.Voting = true
+		}
+	})
+	return infos
+}
+
+// Verify probes every node and returns an error matching ErrNotIndependent
+// if one is a replica or two are the same server, or a *QuorumError if too
+// few nodes answer to ever reach a quorum.
+func (c *Client) Verify(ctx context.Context) error {
+	var errs []error
+	reachable := 0
+	for _, info := range c.Nodes(ctx) {
+		if info.Err != nil {
+			errs = append(errs, &NodeError{Node: info.Node, Err: info.Err})
+			continue
+		}
+		reachable++
+	}
+	if err := c.independence(); err != nil {
+		return err
+	}
+	if reachable < c.quorum() {
+		qe := &QuorumError{Op: "verify", Won: reachable, Needed: c.quorum()}
+		for _, err := range errs {
+			qe.Errors = multierror.Append(qe.Errors, err)
+		}
+		return qe
+	}
+	return nil
+}
+
+// each runs fn for every node in parallel and waits for all.
+func (c *Client) each(fn func(i int, n *node)) {
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fn(i, n)
+		}()
+	}
+	wg.Wait()
+}

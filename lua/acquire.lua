@@ -1,0 +1,21 @@
+-- Take the lock on this node and, in the same round trip, read and raise
+-- the fence register (DESIGN §2).
+-- KEYS[1] lock key, KEYS[2] fence register (both share one hash tag)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] fencing proposal (0: fencing off)
+-- Returns {1, fence before, sec, usec} when the lock is ours here,
+--         {0, pttl of the holder, sec, usec} when another owner has it.
+-- The node's TIME rides along so the client can spot a clock jump for free.
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+-- A value equal to ours means a retried command already won here.
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or redis.call('GET', KEYS[1]) == ARGV[1] then
+  if ARGV[3] == '0' then
+    return {1, 0, sec, usec}
+  end
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tonumber(ARGV[3]) > fence then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+  return {1, fence, sec, usec}
+end
+return {0, redis.call('PTTL', KEYS[1]), sec, usec}

@@ -1,0 +1,29 @@
+-- Extend the lock if we still own it here. If the key is gone (the node lost
+-- its data, or our key expired and nobody took it) set it again, unless the
+-- fence register shows a newer holder: that repairs a node that restarted empty.
+-- KEYS[1] lock key, KEYS[2] fence register
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the lock's token (0: fencing off)
+-- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds it,
+-- -1 a newer token was issued here (our lock is stale).
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+local owner = redis.call('GET', KEYS[1])
+if owner == ARGV[1] then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return {1, sec, usec}
+end
+if owner then
+  return {0, sec, usec}
+end
+local token = tonumber(ARGV[3])
+if token > 0 then
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if fence > token then
+    return {-1, sec, usec}
+  end
+  if token > fence then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return {2, sec, usec}

@@ -1,0 +1,16 @@
+-- Slow path of the fencing protocol: raise the fence register to the token
+-- the client chose, but only while this node still holds the lock for us.
+-- KEYS[1] lock key, KEYS[2] fence register; ARGV[1] owner value, ARGV[2] token
+-- Returns {1} when the register now holds at least the token, {0} otherwise.
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then
+  return {0}
+end
+local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+local token = tonumber(ARGV[2])
+if fence > token then
+  return {0}
+end
+if token > fence then
+  redis.call('SET', KEYS[2], ARGV[2])
+end
+return {1}

@@ -1,0 +1,443 @@
+package redlock
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// tally decides a quorum round as early as the outcome is known: won at
+// quorum yes votes, lost once so many nodes said no (refused, failed or sat
+// out) that a quorum can no longer be reached. It never waits for the
+// slowest node.
+type tally struct {
+	nodes, quorum int
+	yes, no       int
+}
+
+func newTally(nodes int) tally { return tally{nodes: nodes, quorum: nodes/2 + 1} }
+
+// add counts one node's answer and tells whether the round is decided.
+func (t *tally) add(yes bool) (decided, won bool) {
+	if yes {
+		t.yes++
+	} else {
+		t.no++
+	}
+	switch {
+	case t.yes >= t.quorum:
+		return true, true
+	case t.no > t.nodes-t.quorum:
+		return true, false
+	}
+	return false, false
+}
+
+// Per-node record of an attempt, one atomic word each: how many calls that
+// may set our key are running on the node (the acquire, later extends),
+// whether one of them may have set it, and whether a release was asked.
+// Whoever comes last of those calls and the release request sends the
+// release, so a release never overtakes a call that could still create the
+// key on that node (DESIGN §1): a late SET NX or an extend's repair would
+// leave an orphan key blocking the lock for a whole TTL.
+const (
+	nodeMayHold      int32 = 1 << iota // a call said yes, or failed in a way that may have set the key
+	nodeReleaseAsked                   // release requested: no new call may be sent
+	nodeCall                           // one running call; the count is state / nodeCall
+)
+
+// attempt is one try at a lock on all nodes, and afterwards the record of
+// which nodes may hold its key, for release.
+type attempt struct {
+	c        *Client
+	name     string
+	keys     [2]string // lock key, fence register
+	value    string
+	ttl      time.Duration
+	proposal int64
+
+	// The commands, built once and shared by every node's call.
+	acquireArgs []any
+	releaseArgs []any
+	nodeTimeout time.Duration
+
+	replies  chan nodeReply
+	state    []atomic.Int32  // per node: running calls, may-hold and release-asked (nodeCall)
+	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
+	pending  atomic.Int32    // acquire calls still running; the last one cancels ctx
+	cancel   context.CancelFunc
+}
+
+type nodeReply struct {
+	node int
+	won  bool
+	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
+	err  error // a *NodeError
+}
+
+func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
+	a := &attempt{
+		c:       c,
+		name:    name,
+		value:   c.ownerValue(),
+		ttl:     ttl,
+		replies: make(chan nodeReply, len(c.nodes)),
+	}
+	if len(c.nodes) <= len(a.stateBuf) {
+		a.state = a.stateBuf[:len(c.nodes)]
+	} else {
+		a.state = make([]atomic.Int32, len(c.nodes))
+	}
+	fence := c.FenceKey(name)
+	a.keys = [2]string{fence[:len(fence)-len(fenceSuffix)], fence}
+	if !c.opts.DisableFencing {
+		a.proposal = max(c.lastToken.Load()+1, c.clock.Now().UnixMicro())
+	}
+	// Every value is boxed once, for both commands.
+	var lockKey, value, ttlArg any = a.keys[0], a.value, c.defaultTTLArg
+	if ttl != c.opts.TTL {
+		ttlArg = ttl.Milliseconds()
+	}
+	args := make([]any, 14)
+	a.acquireArgs = append(args[:0:8], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal)
+	a.releaseArgs = append(args[8:8:14], "evalsha", releaseScript.shaArg, 1, lockKey, value, c.channelArg)
+	return a
+}
+
+// releaseChannelArg is the index of the release channel in releaseArgs.
+const releaseChannelArg = 5
+
+// acquireOn runs the acquire script on one node and reports to the decider.
+// It runs to the end even after the decision, so that a late answer is
+// still recorded and, if the lock was released meanwhile, released here.
+func (a *attempt) acquireOn(ctx context.Context, n *node) {
+	defer a.c.bg.done()
+	defer func() {
+		if a.pending.Add(-1) == 0 {
+			a.cancel()
+		}
+	}()
+	r, sent := a.callAcquire(ctx, n)
+	// Record the outcome before reporting it, so that a release decided on
+	// this reply finds the node answered and counts its own deletion.
+	mustRelease := a.leave(n.index, sent && (r.err != nil || r.won))
+	a.replies <- r // buffered for every node: never blocks
+	if mustRelease {
+		// Released while we were in flight: our SET is done now, so
+		// this release comes after it. Nobody waits for it: the
+		// client's own socket timeouts bound it.
+		_, _ = a.releaseOn(context.Background(), n)
+	}
+}
+
+// enter counts a call about to be sent to node i that may set our key. It
+// is false once a release was asked: the call must not be sent.
+func (a *attempt) enter(i int) bool {
+	for {
+		s := a.state[i].Load()
+		if s&nodeReleaseAsked != 0 {
+			return false
+		}
+		if a.state[i].CompareAndSwap(s, s+nodeCall) {
+			return true
+		}
+	}
+}
+
+// leave records the end of a call on node i; mayHold tells whether it may
+// have set our key. It reports whether the caller must now send the release
+// that was asked while calls were running.
+func (a *attempt) leave(i int, mayHold bool) (mustRelease bool) {
+	for {
+		s := a.state[i].Load()
+		next := s - nodeCall
+		if mayHold {
+			next |= nodeMayHold
+		}
+		mustRelease = next&nodeReleaseAsked != 0 && next&nodeMayHold != 0 && next < nodeCall
+		if mustRelease {
+			next &^= nodeMayHold // released once
+		}
+		if a.state[i].CompareAndSwap(s, next) {
+			return mustRelease
+		}
+	}
+}
+
+// askRelease marks node i released and tells whether the caller must send
+// the release now: the node may hold our key and no call runs there. With
+// calls running, the last of them sends it.
+func (a *attempt) askRelease(i int) (mustRelease bool) {
+	for {
+		s := a.state[i].Load()
+		next := s | nodeReleaseAsked
+		mustRelease = s&nodeMayHold != 0 && s < nodeCall
+		if mustRelease {
+			next &^= nodeMayHold // released once
+		}
+		if a.state[i].CompareAndSwap(s, next) {
+			return mustRelease
+		}
+	}
+}
+
+// callAcquire asks one node, if its vote counts. sent tells whether the
+// acquire script was sent, that is whether the node may hold our key.
+func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, sent bool) {
+	r.node = n.index
+	if err := a.c.ready(ctx, n); err != nil {
+		r.err = &NodeError{Node: n.name, Err: err}
+		return r, false
+	}
+	sentAt := a.c.clock.Now()
+	vals, err := n.run.run(ctx, acquireScript, a.acquireArgs)
+	recv := a.c.clock.Now()
+	if err == nil && len(vals) != 4 {
+		err = fmt.Errorf("redlock: unexpected acquire reply %v", vals)
+	}
+	if err != nil {
+		a.c.failed(n, err, a.nodeTimeout)
+		r.err = &NodeError{Node: n.name, Err: err}
+		return r, true
+	}
+	r.won, r.val = vals[0] == 1, vals[1]
+	if err := a.c.recheck(ctx, n, vals[2], vals[3], sentAt, recv); err != nil {
+		r.won, r.err = false, &NodeError{Node: n.name, Err: err}
+	}
+	return r, true
+}
+
+// release asks every node that may hold the key to delete it, and waits for
+// the answers of those that already answered the acquire. Nodes still in
+// flight release by themselves once their acquire is done. The calls have a
+// context of their own: a cancelled caller must not leave keys behind.
+func (a *attempt) release() (deleted int, errs *multierror.Error) {
+	type result struct {
+		ok  bool
+		err error
+	}
+	var (
+		results chan result
+		first   *node // released on this goroutine, while the others run
+		sent    int
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
+	defer cancel()
+	for i, n := range a.c.nodes {
+		if !a.askRelease(i) {
+			continue
+		}
+		if a.c.down(n) {
+			// It failed during our acquire, so it may hold the key, but
+			// the caller is not kept waiting on a node that is down.
+			a.c.bg.add()
+			go func() {
+				defer a.c.bg.done()
+				ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
+				defer cancel()
+				_, _ = a.releaseOn(ctx, n)
+			}()
+			continue
+		}
+		if first == nil {
+			first = n
+			continue
+		}
+		if results == nil {
+			results = make(chan result, len(a.c.nodes))
+		}
+		sent++
+		a.c.bg.add()
+		go func() {
+			defer a.c.bg.done()
+			ok, err := a.releaseOn(ctx, n)
+			results <- result{ok, err}
+		}()
+	}
+	count := func(ok bool, err error) {
+		if ok {
+			deleted++
+		}
+		if err != nil {
+			errs = multierror.Append(errs, err)
+		}
+	}
+	if first != nil {
+		count(a.releaseOn(ctx, first))
+	}
+	for range sent {
+		r := <-results
+		count(r.ok, r.err)
+	}
+	return deleted, errs
+}
+
+// abandon cleans up after a failed attempt, quietly (no release
+// notification: nobody held the lock) and without making the caller wait.
+func (a *attempt) abandon() {
+	// Safe to change: the release calls that read it all start after this,
+	// ordered by the state machine's atomics.
+	a.releaseArgs[releaseChannelArg] = ""
+	a.releaseInBackground()
+}
+
+// releaseInBackground releases without making the caller wait;
+// Client.Close waits for it.
+func (a *attempt) releaseInBackground() {
+	a.c.bg.add()
+	go func() {
+		defer a.c.bg.done()
+		a.release()
+	}()
+}
+
+// releaseOn deletes the key on one node if it is still ours.
+func (a *attempt) releaseOn(ctx context.Context, n *node) (bool, error) {
+	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
+	if err != nil {
+		return false, &NodeError{Node: n.name, Err: err}
+	}
+	return len(vals) == 1 && vals[0] == 1, nil
+}
+
+// decision is what the caller learns from an attempt's replies.
+type decision struct {
+	won      bool
+	winners  int   // nodes that said yes before the decision (the set S of DESIGN §2)
+	maxFence int64 // highest fence register value among the winners
+	minPTTL  int64 // shortest holder PTTL among refusals, -1 if none
+	refused  int   // nodes that answered "held by another owner"
+	errs     *multierror.Error
+	tally    tally
+}
+
+// decide reads replies until the outcome is known or ctx is done. Nodes
+// that have not answered when nodeCtx's deadline passes count as failed:
+// go-redis honours context deadlines only with ContextTimeoutEnabled, so
+// the node timeout is enforced here too.
+func (a *attempt) decide(ctx, nodeCtx context.Context) (decision, error) {
+	d := decision{minPTTL: -1, tally: newTally(len(a.c.nodes))}
+	timeout := nodeCtx.Done()
+	for {
+		select {
+		case r := <-a.replies:
+			if d.count(r) {
+				return d, nil
+			}
+		case <-ctx.Done():
+			return d, ctx.Err()
+		case <-timeout:
+			if nodeCtx.Err() == context.Canceled {
+				timeout = nil // every node answered (the last one cancels): the replies wait in the channel
+				continue
+			}
+			for len(a.replies) > 0 { // the replies that made it in time
+				if d.count(<-a.replies) {
+					return d, nil
+				}
+			}
+			for i, n := range a.c.nodes {
+				if a.state[i].Load() >= nodeCall { // the acquire is still running
+					a.c.failed(n, errNodeTimeout, a.nodeTimeout)
+					d.errs = multierror.Append(d.errs, &NodeError{Node: n.name, Err: errNodeTimeout})
+				}
+			}
+			return d, nil
+		}
+	}
+}
+
+// count adds one reply and tells whether the attempt is decided.
+func (d *decision) count(r nodeReply) bool {
+	switch {
+	case r.won:
+		d.winners++
+		d.maxFence = max(d.maxFence, r.val)
+	case r.err != nil:
+		d.errs = multierror.Append(d.errs, r.err)
+	default:
+		d.refused++
+		if r.val >= 0 && (d.minPTTL < 0 || r.val < d.minPTTL) {
+			d.minPTTL = r.val
+		}
+	}
+	decided, won := d.tally.add(r.won)
+	d.won = won
+	return decided
+}
+
+// errNodeTimeout stands for a node that had not answered when the node
+// timeout passed.
+var errNodeTimeout = fmt.Errorf("no answer within the node timeout: %w", context.DeadlineExceeded)
+
+// broadcast runs op on every node in parallel and returns nil once a quorum
+// said yes, or a *QuorumError as soon as that can no longer happen or the
+// timeout passed. It is the fan-out of the operations off the acquire hot
+// path: extend and the fencing slow path. The calls get a context of their
+// own, detached from ctx's cancellation and ended by the timeout or by the
+// last call: a call still running after the decision is not cut short,
+// which would cost its connection and leave the command's fate unknown.
+func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error)) error {
+	type answer struct {
+		node int
+		yes  bool
+		err  error
+	}
+	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	var running atomic.Int32
+	running.Store(int32(len(c.nodes)))
+	callDone := func() {
+		if running.Add(-1) == 0 {
+			cancel()
+		}
+	}
+	answers := make(chan answer, len(c.nodes))
+	for i, n := range c.nodes {
+		c.bg.add()
+		go func() {
+			defer c.bg.done()
+			yes, err := op(callCtx, n)
+			if err != nil {
+				c.failed(n, err, nodeTimeout)
+				err = &NodeError{Node: n.name, Err: err}
+			}
+			answers <- answer{i, yes, err}
+			callDone()
+		}()
+	}
+	t := newTally(len(c.nodes))
+	qe := &QuorumError{Op: opName, Name: name, Needed: t.quorum}
+	answered := make([]bool, len(c.nodes))
+	deadline := callCtx.Done()
+	for {
+		select {
+		case a := <-answers:
+			answered[a.node] = true
+			if a.yes {
+				qe.Won++
+			} else if a.err != nil {
+				qe.Errors = multierror.Append(qe.Errors, a.err)
+			}
+			if decided, won := t.add(a.yes); won {
+				return nil
+			} else if decided {
+				return qe
+			}
+		case <-deadline:
+			if callCtx.Err() == context.Canceled {
+				deadline = nil // every call answered: the answers wait in the channel
+				continue
+			}
+			for i, n := range c.nodes {
+				if !answered[i] {
+					c.failed(n, errNodeTimeout, nodeTimeout)
+					qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: errNodeTimeout})
+				}
+			}
+			return qe
+		}
+	}
+}

@@ -1,0 +1,570 @@
+package redlock
+
+// Deterministic tests of the quorum logic over fake nodes: in-memory
+// stand-ins for the Lua scripts, whose answers a test can hold back with a
+// gate. The same behaviours are tested against real servers in
+// redlock_test.go.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// fakeNode runs the scripts' logic on a map, in order, like one Redis.
+type fakeNode struct {
+	mu        sync.Mutex
+	keys      map[string]string
+	gate      chan struct{} // if set, acquire and extend answer only once it is closed
+	arrived   chan struct{} // if set, told of each call that waits at the gate
+	deaf      bool          // the gate ignores the context, as go-redis does without ContextTimeoutEnabled
+	onAcquire func()        // if set, runs inside every acquire
+	fail      error         // if set, every call fails with it
+	calls     []string      // "acquire:<value>", "extend:<value>", "release:<value>", in the order they ran
+	tries     int           // acquire calls, failed ones included
+}
+
+func newFakeNode() *fakeNode { return &fakeNode{keys: map[string]string{}} }
+
+func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	f.mu.Lock()
+	gate, deaf, arrived := f.gate, f.deaf, f.arrived
+	f.mu.Unlock()
+	if (s == acquireScript || s == extendScript) && gate != nil {
+		if arrived != nil {
+			arrived <- struct{}{}
+		}
+		done := ctx.Done()
+		if deaf {
+			done = nil
+		}
+		select {
+		case <-gate:
+		case <-done:
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if s == acquireScript {
+		f.tries++
+	}
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	nkeys := args[2].(int)
+	keys := make([]string, nkeys)
+	for i := range keys {
+		keys[i] = args[3+i].(string)
+	}
+	argv := args[3+nkeys:]
+	str := func(i int) string { return fmt.Sprint(argv[i]) }
+	num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(argv[i]), 10, 64); return n }
+	fence := func() int64 { n, _ := strconv.ParseInt(f.keys[keys[1]], 10, 64); return n }
+	switch s {
+	case acquireScript:
+		if f.onAcquire != nil {
+			f.onAcquire()
+		}
+		f.calls = append(f.calls, "acquire:"+str(0))
+		if cur, held := f.keys[keys[0]]; held && cur != str(0) {
+			return []int64{0, 5000, 0, 0}, nil
+		}
+		f.keys[keys[0]] = str(0)
+		before := fence()
+		if p := num(2); p > before {
+			f.keys[keys[1]] = str(2)
+		}
+		return []int64{1, before, 0, 0}, nil
+	case raiseScript:
+		if f.keys[keys[0]] != str(0) || fence() > num(1) {
+			return []int64{0}, nil
+		}
+		f.keys[keys[1]] = str(1)
+		return []int64{1}, nil
+	case releaseScript:
+		f.calls = append(f.calls, "release:"+str(0))
+		if f.keys[keys[0]] == str(0) {
+			delete(f.keys, keys[0])
+			return []int64{1}, nil
+		}
+		return []int64{0}, nil
+	case extendScript:
+		f.calls = append(f.calls, "extend:"+str(0))
+		switch cur, held := f.keys[keys[0]]; {
+		case cur == str(0):
+			return []int64{1, 0, 0}, nil
+		case held:
+			return []int64{0, 0, 0}, nil
+		case num(2) > 0 && fence() > num(2):
+			return []int64{-1, 0, 0}, nil
+		}
+		f.keys[keys[0]] = str(0) // the repair of a node that lost our key
+		return []int64{2, 0, 0}, nil
+	}
+	return nil, errors.New("fake: unknown script")
+}
+
+func (f *fakeNode) get(key string) (string, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v, ok := f.keys[key]
+	return v, ok
+}
+
+func (f *fakeNode) set(key, value string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.keys[key] = value
+}
+
+func (f *fakeNode) history() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.calls...)
+}
+
+// manualClock moves only when told to, and by step on every reading.
+type manualClock struct {
+	mu   sync.Mutex
+	t    time.Time
+	step time.Duration
+}
+
+func (m *manualClock) Now() time.Time {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.t = m.t.Add(m.step)
+	return m.t
+}
+
+func (m *manualClock) advance(d time.Duration) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.t = m.t.Add(d)
+}
+
+func newFakeClient(t *testing.T, fakes []*fakeNode, opts Options) *Client {
+	t.Helper()
+	nodes := make([]*node, len(fakes))
+	for i, f := range fakes {
+		nodes[i] = &node{index: i, name: fmt.Sprintf("fake-%d", i), run: f}
+	}
+	c, err := newClient(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func fakes(n int) []*fakeNode {
+	fs := make([]*fakeNode, n)
+	for i := range fs {
+		fs[i] = newFakeNode()
+	}
+	return fs
+}
+
+func TestTallyDecidesAsSoonAsTheOutcomeIsKnown(t *testing.T) {
+	cases := []struct {
+		nodes     int
+		votes     []bool
+		decidedAt int // index of the vote that decides, -1 if none
+		won       bool
+	}{
+		{nodes: 5, votes: []bool{true, true, true, false, false}, decidedAt: 2, won: true},
+		{nodes: 5, votes: []bool{false, false, false, true, true}, decidedAt: 2, won: false},
+		{nodes: 5, votes: []bool{true, false, true, false, true}, decidedAt: 4, won: true},
+		{nodes: 5, votes: []bool{true, false, true, false, false}, decidedAt: 4, won: false},
+		{nodes: 3, votes: []bool{false, true, true}, decidedAt: 2, won: true},
+		{nodes: 3, votes: []bool{true, false, false}, decidedAt: 2, won: false},
+		{nodes: 1, votes: []bool{true}, decidedAt: 0, won: true},
+		{nodes: 4, votes: []bool{true, true, false}, decidedAt: -1}, // quorum of 4 is 3
+		{nodes: 4, votes: []bool{true, false, false}, decidedAt: 2, won: false},
+	}
+	for _, tc := range cases {
+		tl := newTally(tc.nodes)
+		at := -1
+		var won bool
+		for i, v := range tc.votes {
+			if decided, w := tl.add(v); decided {
+				at, won = i, w
+				break
+			}
+		}
+		if at != tc.decidedAt || won != tc.won {
+			t.Errorf("%d nodes, votes %v: decided at %d (won %v), want at %d (won %v)", tc.nodes, tc.votes, at, won, tc.decidedAt, tc.won)
+		}
+	}
+}
+
+func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
+	fs := fakes(5)
+	gate := make(chan struct{})
+	fs[3].gate, fs[4].gate = gate, gate // before any call: no lock needed
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+
+	l, err := c.TryAcquire(context.Background(), "slow")
+	if err != nil {
+		t.Fatalf("acquire with 2 of 5 nodes stuck: %v", err)
+	}
+	for _, f := range fs[3:] {
+		if _, held := f.get(c.LockKey("slow")); held {
+			t.Fatal("a gated node answered before the decision")
+		}
+	}
+	close(gate) // the stragglers now take the key for us
+	if err := l.Release(context.Background()); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(c.LockKey("slow")); held {
+			t.Errorf("node %d still holds %q after release", i, v)
+		}
+	}
+}
+
+func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testing.T) {
+	fs := fakes(5)
+	for _, f := range fs[:3] {
+		f.set("redlock:{busy}", "someone-else")
+	}
+	gate := make(chan struct{})
+	fs[3].gate, fs[4].gate = gate, gate
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+
+	_, err := c.TryAcquire(context.Background(), "busy")
+	var locked *LockedError
+	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || locked.Remaining != 5*time.Second {
+		t.Fatalf("got %v, want a *LockedError with 5s remaining", err)
+	}
+	// The stragglers answer after the decision, and win their nodes: the
+	// cleanup must come after their acquire, or their keys stay behind.
+	close(gate)
+	_ = c.Close()
+	for i, f := range fs[3:] {
+		if v, held := f.get(c.LockKey("busy")); held {
+			t.Errorf("straggler node %d kept %q: the release overtook the acquire", i+3, v)
+		}
+		h := f.history()
+		if len(h) != 2 || h[0][:8] != "acquire:" || h[1][:8] != "release:" || h[0][8:] != h[1][8:] {
+			t.Errorf("straggler node %d saw %v, want its acquire then the release of the same value", i+3, h)
+		}
+	}
+	for i, f := range fs[:3] {
+		if v, _ := f.get(c.LockKey("busy")); v != "someone-else" {
+			t.Errorf("node %d: the other owner's key became %q", i, v)
+		}
+	}
+}
+
+func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "ext")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := c.LockKey("ext")
+	// Node 2 lost our key (it restarted empty) and its extend is slow: the
+	// extend succeeds on the other two and returns with that call running.
+	fs[2].mu.Lock()
+	delete(fs[2].keys, key)
+	gate, arrived := make(chan struct{}), make(chan struct{}, 1)
+	fs[2].gate, fs[2].arrived = gate, arrived
+	fs[2].mu.Unlock()
+	if err := l.Extend(ctx); err != nil {
+		t.Fatalf("extend with one slow node: %v", err)
+	}
+	<-arrived // node 2's extend is running
+	if err := l.Release(ctx); err != nil {
+		t.Fatalf("release: %v", err)
+	}
+	// The slow extend now repairs node 2; the release must follow it there.
+	close(gate)
+	_ = c.Close()
+	if v, held := fs[2].get(key); held {
+		t.Fatalf("node 2 kept %q: the release overtook the running extend's repair", v)
+	}
+	h := fs[2].history()
+	if len(h) != 3 || h[0][:8] != "acquire:" || h[1][:7] != "extend:" || h[2][:8] != "release:" {
+		t.Fatalf("node 2 saw %v, want acquire, extend, release", h)
+	}
+}
+
+func TestReleaseReachesANodeThatOnlyAnExtendWon(t *testing.T) {
+	fs := fakes(3)
+	fs[2].set("redlock:{late}", "someone-else") // refuses our acquire
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "late")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := c.LockKey("late")
+	// The other owner's key expired there, and node 1 is slow: the extend
+	// needs node 2, which it repairs.
+	fs[2].mu.Lock()
+	delete(fs[2].keys, key)
+	fs[2].mu.Unlock()
+	gate := make(chan struct{})
+	fs[1].mu.Lock()
+	fs[1].gate = gate
+	fs[1].mu.Unlock()
+	if err := l.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := fs[2].get(key); v == "" || v == "someone-else" {
+		t.Fatalf("node 2 holds %q after the extend, want our key put there", v)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(key); held {
+			t.Errorf("node %d kept %q after release", i, v)
+		}
+	}
+}
+
+func TestNoQuorumCarriesEveryNodeError(t *testing.T) {
+	fs := fakes(3)
+	boom := errors.New("connection refused")
+	fs[0].fail, fs[1].fail = boom, boom
+	c := newFakeClient(t, fs, Options{TTL: time.Minute})
+
+	_, err := c.TryAcquire(context.Background(), "down")
+	var qe *QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, ErrNoQuorum) || !errors.Is(err, boom) {
+		t.Fatalf("got %v, want a *QuorumError wrapping the node errors", err)
+	}
+	var ne *NodeError
+	if !errors.As(err, &ne) || (ne.Node != "fake-0" && ne.Node != "fake-1") {
+		t.Fatalf("no *NodeError naming a failed node in %v", err)
+	}
+	if qe.Needed != 2 || qe.Errors.Len() != 2 {
+		t.Fatalf("got %+v, want 2 node errors and a quorum of 2", qe)
+	}
+	_ = c.Close()
+	if v, held := fs[2].get(c.LockKey("down")); held {
+		t.Fatalf("the one node that said yes kept %q", v)
+	}
+}
+
+func TestValidityIsTTLLessElapsedLessDrift(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	clock := &manualClock{t: t0}
+	f := newFakeNode()
+	f.onAcquire = func() { clock.advance(300 * time.Millisecond) } // the round trip takes 300ms
+	c := newFakeClient(t, []*fakeNode{f}, Options{TTL: 10 * time.Second, Clock: clock})
+	l, err := c.TryAcquire(context.Background(), "v")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// decided at t0+300ms, valid for 10s - 300ms - (1% of 10s + 2ms)
+	want := t0.Add(10*time.Second - 100*time.Millisecond - 2*time.Millisecond)
+	if !l.Deadline().Equal(want) {
+		t.Fatalf("deadline %v, want %v", l.Deadline().Sub(t0), want.Sub(t0))
+	}
+}
+
+func TestValidityTooShortFailsAndReleases(t *testing.T) {
+	fs := fakes(3)
+	clock := &manualClock{t: time.Unix(1_700_000_000, 0), step: time.Second}
+	c := newFakeClient(t, fs, Options{TTL: time.Second, NodeTimeout: 100 * time.Millisecond, Clock: clock})
+	_, err := c.TryAcquire(context.Background(), "short")
+	if !errors.Is(err, ErrValidityTooShort) {
+		t.Fatalf("got %v, want ErrValidityTooShort", err)
+	}
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(c.LockKey("short")); held {
+			t.Errorf("node %d kept %q", i, v)
+		}
+	}
+}
+
+func TestFencingFastAndSlowPath(t *testing.T) {
+	fs := fakes(5)
+	c := newFakeClient(t, fs, Options{TTL: time.Minute})
+	ctx := context.Background()
+
+	l1, err := c.TryAcquire(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fast := l1.Token()
+	if at := countFence(fs, c.FenceKey("f"), fast); at < c.Quorum() {
+		t.Errorf("fast path: %d nodes hold the token %d in their fence, want a quorum", at, fast)
+	}
+	if err := l1.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// A fence far in the future on every node forces the slow path.
+	future := fast + 1_000_000_000
+	for _, f := range fs {
+		f.set(c.FenceKey("f"), strconv.FormatInt(future, 10))
+	}
+	l2, err := c.TryAcquire(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l2.Token() != future+1 {
+		t.Fatalf("slow path token %d, want %d", l2.Token(), future+1)
+	}
+	if raised := countFence(fs, c.FenceKey("f"), future+1); raised < c.Quorum() {
+		t.Fatalf("slow path raised the fence on %d nodes, want a quorum", raised)
+	}
+	_ = l2.Release(ctx)
+
+	l3, err := c.TryAcquire(ctx, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l3.Token() <= l2.Token() {
+		t.Fatalf("token after the slow path %d, want above %d", l3.Token(), l2.Token())
+	}
+}
+
+func countFence(fs []*fakeNode, key string, token int64) int {
+	n := 0
+	for _, f := range fs {
+		if v, _ := f.get(key); v == strconv.FormatInt(token, 10) {
+			n++
+		}
+	}
+	return n
+}
+
+func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
+	fs := fakes(3)
+	gate := make(chan struct{})
+	for _, f := range fs {
+		f.gate = gate
+	}
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, "cancel")
+		done <- err
+	}()
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	close(gate) // the nodes now answer, and win, after the caller left
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(c.LockKey("cancel")); held {
+			t.Errorf("node %d kept %q after a cancelled acquire", i, v)
+		}
+	}
+}
+
+func TestNodeTimeoutIsEnforcedEvenWhenTheClientIgnoresDeadlines(t *testing.T) {
+	fs := fakes(3)
+	gate := make(chan struct{})
+	for _, f := range fs[1:] {
+		f.gate, f.deaf = gate, true
+	}
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 50 * time.Millisecond})
+	defer close(gate) // before the client's Close, which waits for the silent calls
+	_, err := c.TryAcquire(context.Background(), "deaf")
+	var qe *QuorumError
+	if !errors.As(err, &qe) || !errors.Is(err, context.DeadlineExceeded) || qe.Errors.Len() != 2 {
+		t.Fatalf("got %v, want no quorum with an error for each silent node", err)
+	}
+}
+
+func TestExtendIsBoundedByTheNodeTimeout(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 50 * time.Millisecond})
+	l, err := c.TryAcquire(context.Background(), "deaf-extend")
+	if err != nil {
+		t.Fatal(err)
+	}
+	gate := make(chan struct{})
+	defer close(gate)
+	for _, f := range fs[1:] {
+		f.mu.Lock()
+		f.gate, f.deaf = gate, true
+		f.mu.Unlock()
+	}
+	if err := l.Extend(context.Background()); !errors.Is(err, ErrNoQuorum) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("extend with two silent nodes: %v", err)
+	}
+	if l.Err() != nil {
+		t.Fatalf("a failed extend lost the lock before its validity: %v", l.Err())
+	}
+}
+
+func TestUnreachableNodeIsLeftOutForAShortHoldoff(t *testing.T) {
+	fs := fakes(3)
+	fs[0].fail = &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
+	c := newFakeClient(t, fs, Options{TTL: 10 * time.Second, Clock: clock})
+	ctx := context.Background()
+	tries := func() int {
+		c.bg.wait() // every call of the attempts so far is done
+		fs[0].mu.Lock()
+		defer fs[0].mu.Unlock()
+		return fs[0].tries
+	}
+
+	for i := range 3 {
+		l, err := c.TryAcquire(ctx, "breaker")
+		if err != nil {
+			t.Fatalf("attempt %d: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := tries(); got != 1 {
+			t.Fatalf("after attempt %d the refusing node was asked %d times, want once in the hold-off", i, got)
+		}
+	}
+
+	fs[0].mu.Lock()
+	fs[0].fail = nil
+	fs[0].mu.Unlock()
+	clock.advance(time.Second + time.Millisecond) // past the hold-off
+	l, err := c.TryAcquire(ctx, "breaker")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	if got := tries(); got < 2 {
+		t.Fatalf("the node was not asked again after the hold-off (%d calls)", got)
+	}
+}
+
+func TestRefusalsDoNotMarkANodeDown(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, Options{TTL: 10 * time.Second})
+	for _, f := range fs {
+		f.set(c.LockKey("taken"), "other")
+	}
+	if _, err := c.TryAcquire(context.Background(), "taken"); !errors.Is(err, ErrLocked) {
+		t.Fatalf("got %v", err)
+	}
+	c.bg.wait()
+	for _, n := range c.nodes {
+		if n.downUntil.Load() != 0 {
+			t.Fatalf("%s marked down for refusing", n.name)
+		}
+	}
+}

@@ -1,0 +1,695 @@
+// Package redlock implements the Redlock distributed lock across N
+// independent Redis masters, with monotonic fencing tokens.
+//
+// A lock is held when a quorum (N/2+1) of the masters accepted it, for a
+// validity that accounts for the time the round trip took and for clock
+// drift. Every acquisition gets a fencing token that is strictly greater than
+// the token of any earlier holder of the same lock, in the same round trip in
+// the common case; a resource that rejects stale tokens (see Fence and
+// FencedSet) stays safe even when a holder is paused past its validity.
+//
+// The client also guards against the faults Redlock's critics name: a node
+// that restarted empty does not vote until it has been up longer than the
+// largest TTL in use, a node whose clock jumps sits out, and a set of nodes
+// that is not independent (a replica, or one server reached twice) is
+// refused.
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
+)
+
+// NoRestartGrace, as Options.RestartGrace, lets a node vote right after it
+// (re)started. Safe only when every node persists with appendfsync always.
+const NoRestartGrace time.Duration = -1
+
+// NoClockGuard, as Options.ClockJumpThreshold, turns off the clock-jump guard.
+const NoClockGuard time.Duration = -1
+
+// MaxNameLen is the longest lock name accepted, in bytes.
+const MaxNameLen = 512
+
+// Defaults of Options.
+const (
+	DefaultTTL           = 10 * time.Second
+	DefaultNodeTimeout   = 200 * time.Millisecond
+	DefaultRetryDelayMin = 10 * time.Millisecond
+	DefaultRetryDelayMax = 500 * time.Millisecond
+	DefaultDriftFactor   = 0.01
+	DefaultKeyPrefix     = "redlock:"
+)
+
+const fenceSuffix = ":fence"
+
+// Options configure a Client. The zero value gives sound defaults.
+type Options struct {
+	// TTL is how long a lock lives on the nodes unless extended or
+	// released. Default 10s. WithTTL overrides it per lock.
+	TTL time.Duration
+	// NodeTimeout bounds each call to a node. It must be far below the
+	// TTL: the time it takes comes off the lock's validity. Default: the
+	// smaller of 200ms and TTL/10. An explicit value must be below TTL/2.
+	NodeTimeout time.Duration
+	// RetryDelayMin and RetryDelayMax bound the jittered, doubling delay
+	// between attempts of a blocked Acquire, which is also woken at once
+	// when the holder releases. Defaults 10ms and 500ms.
+	RetryDelayMin, RetryDelayMax time.Duration
+	// MaxWait bounds how long Acquire waits for a held lock. Default 0:
+	// until the context is done. WithMaxWait overrides it per call.
+	MaxWait time.Duration
+	// DriftFactor is the share of the TTL allowed for clock drift between
+	// nodes; 2ms more cover Redis' expiry resolution. Default 0.01.
+	DriftFactor float64
+	// KeyPrefix prefixes every key. Default "redlock:".
+	KeyPrefix string
+	// RestartGrace is how long a node that (re)started does not vote. It
+	// is never less than the largest TTL this client used. NoRestartGrace
+	// turns the guard off.
+	RestartGrace time.Duration
+	// ClockJumpThreshold is how far a node's clock may move against ours
+	// between two samples before it sits out for one restart grace.
+	// Default 0: the drift allowance of the largest TTL used. NoClockGuard
+	// turns the guard off.
+	ClockJumpThreshold time.Duration
+	// DisableFencing skips the fence register: Token() is 0.
+	DisableFencing bool
+	// Logger receives warnings about nodes (restarts, clock jumps,
+	// refused nodes) and lost locks. Default: discard.
+	Logger *slog.Logger
+	// Observer, if set, is told of every acquisition, extension, release,
+	// loss and node event, for metrics and tracing. It must not block.
+	Observer Observer
+	// Clock is the time source. Default: the system clock.
+	Clock Clock
+}
+
+// Client takes locks on a fixed set of independent Redis masters. It is safe
+// for concurrent use; create one per process and share it.
+type Client struct {
+	opts    Options
+	nodes   []*node
+	clock   Clock
+	base    time.Time // anchors monotonic readings to wall time (clock guard)
+	logger  *slog.Logger
+	channel string // pub/sub channel on which releases are announced
+	// channel and the default TTL in ms, boxed once for the hot path
+	channelArg, defaultTTLArg any
+	owned                     []redis.UniversalClient
+
+	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
+	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
+	lastToken atomic.Int64 // highest fence value seen, for the next proposal
+	waiters   waiters
+	probed    atomic.Bool // every node was probed once (first contact)
+	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
+	closed    atomic.Bool
+}
+
+// New builds a client over nodes, one go-redis client per independent Redis
+// master. The caller keeps ownership of the clients (Close does not close
+// them); New adds a hook to each that lets the client notice reconnections.
+// New does no network I/O: unreachable nodes, replicas and duplicate servers
+// show up on first use, or at once with Verify.
+func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
+	if len(nodes) == 0 {
+		return nil, configErr("nodes", "[]", "at least one Redis master is needed (an odd number, 3 or 5, is usual)")
+	}
+	ns := make([]*node, len(nodes))
+	seen := make(map[string]int)
+	for i, rdb := range nodes {
+		if rdb == nil {
+			return nil, configErr("node", i, "is nil")
+		}
+		name := nodeName(rdb, i)
+		if j, dup := seen[name]; dup {
+			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d)", j, i), Err: ErrNotIndependent}
+		}
+		seen[name] = i
+		ns[i] = &node{index: i, name: name, rdb: rdb, run: redisRunner{rdb}}
+		ns[i].stale.Store(true)
+	}
+	c, err := newClient(ns, opts)
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range ns {
+		n.rdb.AddHook(dialWatch{n})
+	}
+	return c, nil
+}
+
+// newClient builds a client over nodes; the quorum tests give it fakes.
+func newClient(nodes []*node, opts Options) (*Client, error) {
+	if err := opts.setDefaults(); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		opts:    opts,
+		nodes:   nodes,
+		clock:   opts.Clock,
+		logger:  opts.Logger,
+		channel: opts.KeyPrefix + "released",
+	}
+	c.channelArg, c.defaultTTLArg = c.channel, opts.TTL.Milliseconds()
+	c.base = c.clock.Now()
+	c.maxTTL.Store(int64(opts.TTL))
+	c.waiters.c = c
+	c.bg.idle = make(chan struct{}, 1)
+	return c, nil
+}
+
+// NewFromURLs builds a client from node URLs (see ParseURL). It owns the
+// go-redis clients it creates: Close closes them.
+func NewFromURLs(urls []string, opts Options) (*Client, error) {
+	var clients []redis.UniversalClient
+	closeAll := func() {
+		for _, rdb := range clients {
+			_ = rdb.Close()
+		}
+	}
+	for _, u := range urls {
+		o, err := ParseURL(u)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		// Per-node timeouts are context deadlines: make go-redis honour them.
+		o.ContextTimeoutEnabled = true
+		clients = append(clients, redis.NewClient(o))
+	}
+	c, err := New(clients, opts)
+	if err != nil {
+		closeAll()
+		return nil, err
+	}
+	c.owned = clients
+	return c, nil
+}
+
+func nodeName(rdb redis.UniversalClient, i int) string {
+	if c, ok := rdb.(*redis.Client); ok {
+		return c.Options().Addr
+	}
+	return fmt.Sprintf("node-%d", i)
+}
+
+func (o *Options) setDefaults() error {
+	if o.TTL == 0 {
+		o.TTL = DefaultTTL
+	}
+	if o.DriftFactor == 0 {
+		o.DriftFactor = DefaultDriftFactor
+	}
+	if o.DriftFactor < 0 || o.DriftFactor >= 1 {
+		return configErr("DriftFactor", o.DriftFactor, "must be in [0, 1)")
+	}
+	if o.RetryDelayMin == 0 {
+		o.RetryDelayMin = DefaultRetryDelayMin
+	}
+	if o.RetryDelayMax == 0 {
+		o.RetryDelayMax = max(DefaultRetryDelayMax, o.RetryDelayMin)
+	}
+	switch {
+	case o.RetryDelayMin < 0:
+		return configErr("RetryDelayMin", o.RetryDelayMin, "must not be negative")
+	case o.RetryDelayMax < o.RetryDelayMin:
+		return configErr("RetryDelayMax", o.RetryDelayMax, "must not be below RetryDelayMin "+o.RetryDelayMin.String())
+	case o.NodeTimeout < 0:
+		return configErr("NodeTimeout", o.NodeTimeout, "must not be negative")
+	case o.MaxWait < 0:
+		return configErr("MaxWait", o.MaxWait, "must not be negative")
+	case o.RestartGrace < NoRestartGrace:
+		return configErr("RestartGrace", o.RestartGrace, "must be NoRestartGrace, 0 or positive")
+	case o.ClockJumpThreshold < NoClockGuard:
+		return configErr("ClockJumpThreshold", o.ClockJumpThreshold, "must be NoClockGuard, 0 or positive")
+	}
+	if o.KeyPrefix == "" {
+		o.KeyPrefix = DefaultKeyPrefix
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Clock == nil {
+		o.Clock = systemClock{}
+	}
+	if _, err := o.nodeTimeout(o.TTL, "TTL"); err != nil {
+		return err
+	}
+	return nil
+}
+
+// nodeTimeout checks ttl and returns the per-node timeout to use with it.
+func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, error) {
+	if ttl < time.Millisecond {
+		return 0, configErr(field, ttl, "must be at least 1ms")
+	}
+	if d := driftAllowance(ttl, o.DriftFactor); d >= ttl {
+		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
+	}
+	if o.NodeTimeout == 0 {
+		return min(DefaultNodeTimeout, max(ttl/10, time.Millisecond)), nil
+	}
+	if o.NodeTimeout >= ttl/2 {
+		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("must be below half the %s %v", field, ttl))
+	}
+	return o.NodeTimeout, nil
+}
+
+// Close waits for background work (late replies, cleanups of failed
+// attempts, releases) to finish, stops the release subscriptions and closes
+// the go-redis clients NewFromURLs created. Locks still held are not
+// released: they expire after their TTL.
+func (c *Client) Close() error {
+	if c.closed.Swap(true) {
+		return nil
+	}
+	c.waiters.close()
+	c.bg.wait()
+	var errs []error
+	for _, rdb := range c.owned {
+		errs = append(errs, rdb.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (c *Client) Quorum() int { return c.quorum() }
+
+func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
+
+// NodeNames lists the nodes' addresses in order, with no credentials.
+func (c *Client) NodeNames() []string {
+	names := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		names[i] = n.name
+	}
+	return names
+}
+
+// LockKey is the Redis key of the lock called name. Its hash tag keeps it
+// in one cluster slot with FenceKey.
+func (c *Client) LockKey(name string) string { return c.opts.KeyPrefix + "{" + name + "}" }
+
+// nameOf is the inverse of LockKey.
+func (c *Client) nameOf(key string) (string, bool) {
+	p := c.opts.KeyPrefix
+	if len(key) < len(p)+3 || key[:len(p)] != p || key[len(p)] != '{' || key[len(key)-1] != '}' {
+		return "", false
+	}
+	return key[len(p)+1 : len(key)-1], true
+}
+
+// FenceKey is the key of the lock's fence register. It never expires: it is
+// what makes tokens monotonic across holders.
+func (c *Client) FenceKey(name string) string { return c.LockKey(name) + fenceSuffix }
+
+func (c *Client) releaseTimeout() time.Duration {
+	return max(c.opts.NodeTimeout, DefaultNodeTimeout)
+}
+
+func (c *Client) emit(e Event) {
+	if c.opts.Observer != nil {
+		c.opts.Observer.Observe(e)
+	}
+}
+
+// LockOption adjusts one lock.
+type LockOption func(*lockConfig)
+
+type lockConfig struct {
+	ttl           time.Duration
+	maxWait       time.Duration
+	autoExtend    bool
+	maxExtensions int // 0: no bound
+}
+
+// WithTTL sets this lock's TTL instead of Options.TTL.
+func WithTTL(ttl time.Duration) LockOption { return func(lc *lockConfig) { lc.ttl = ttl } }
+
+// WithMaxWait bounds how long Acquire waits, instead of Options.MaxWait.
+func WithMaxWait(d time.Duration) LockOption { return func(lc *lockConfig) { lc.maxWait = d } }
+
+// WithAutoExtend keeps the lock extended in the background, every third of
+// its validity, until it is released or lost; Done tells of a loss at once.
+func WithAutoExtend() LockOption { return func(lc *lockConfig) { lc.autoExtend = true } }
+
+// WithMaxExtensions auto-extends at most n times; after that the lock
+// expires at the end of its validity and Done closes.
+func WithMaxExtensions(n int) LockOption {
+	return func(lc *lockConfig) { lc.autoExtend, lc.maxExtensions = true, n }
+}
+
+// applyLockOptions is apart from params so that only calls with options pay
+// for the config escaping to the heap.
+func applyLockOptions(lc lockConfig, opts []LockOption) lockConfig {
+	for _, o := range opts {
+		o(&lc)
+	}
+	return lc
+}
+
+// params checks a lock request and gives its settings and node timeout.
+func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Duration, error) {
+	lc := lockConfig{ttl: c.opts.TTL, maxWait: c.opts.MaxWait}
+	if len(opts) > 0 {
+		lc = applyLockOptions(lc, opts)
+	}
+	if name == "" {
+		return lc, 0, configErr("lock name", `""`, "must not be empty")
+	}
+	if len(name) > MaxNameLen {
+		return lc, 0, configErr("lock name", fmt.Sprintf("%.20q... (%d bytes)", name, len(name)), fmt.Sprintf("is longer than %d bytes", MaxNameLen))
+	}
+	if lc.maxWait < 0 {
+		return lc, 0, configErr("MaxWait", lc.maxWait, "must not be negative")
+	}
+	if lc.maxExtensions < 0 {
+		return lc, 0, configErr("MaxExtensions", lc.maxExtensions, "must not be negative")
+	}
+	if c.closed.Load() {
+		return lc, 0, configErr("client", "", "is closed")
+	}
+	timeout, err := c.opts.nodeTimeout(lc.ttl, "TTL")
+	return lc, timeout, err
+}
+
+// TryAcquire makes one attempt at the lock. It fails with an error matching
+// ErrLocked if another owner holds it, ErrNoQuorum if too many nodes failed,
+// ErrValidityTooShort if the attempt took too long to leave any validity.
+// On failure no key of the attempt stays behind: it is deleted on every
+// node, in the background for nodes that have not answered yet.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	lc, timeout, err := c.params(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := c.attemptLock(ctx, name, lc, timeout)
+	return l, err
+}
+
+// Acquire waits for the lock until it is acquired, ctx is done or MaxWait
+// passes. A waiter is woken as soon as the holder releases (through a
+// subscription shared by all locks of the client); jittered retries cover
+// lost wake-ups. When it gives up, the error matches both the context's
+// error and the last attempt's (ErrLocked, say).
+func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	lc, timeout, err := c.params(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if lc.maxWait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
+		defer cancel()
+	}
+	var wake *waiter
+	defer func() {
+		if wake != nil {
+			c.waiters.remove(name, wake)
+		}
+	}()
+	backoff := c.opts.RetryDelayMin
+	var last error // the last attempt's failure, for the caller to see when we give up
+	gaveUp := func() error {
+		if last == nil {
+			return fmt.Errorf("redlock: acquire %q: %w", name, ctx.Err())
+		}
+		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, ctx.Err(), last)
+	}
+	for {
+		l, info, err := c.attemptLock(ctx, name, lc, timeout)
+		switch {
+		case err == nil:
+			return l, nil
+		case ctx.Err() != nil:
+			return nil, gaveUp()
+		case !retryable(err):
+			return nil, err
+		}
+		last = err
+		if wake == nil {
+			// Subscribe, then try again at once: a release that comes
+			// after that attempt cannot be missed.
+			wake = c.waiters.add(ctx, name, timeout)
+			continue
+		}
+		// Contenders that reach the nodes at the same moment can split the
+		// votes so that nobody wins. Spread their next attempts over a few
+		// of our round trips: the first to go usually wins alone.
+		spread := min(max(4*info.elapsed, 100*time.Microsecond), c.opts.RetryDelayMin)
+		var delay time.Duration
+		if info.split {
+			delay = info.elapsed + rand.N(2*spread) // the split keys are being deleted meanwhile
+		} else {
+			delay = jitter(backoff)
+			backoff = min(2*backoff, c.opts.RetryDelayMax)
+			var locked *LockedError
+			if errors.As(err, &locked) && locked.Remaining > 0 && locked.Remaining < delay {
+				delay = locked.Remaining + jitter(c.opts.RetryDelayMin)
+			}
+		}
+		timer := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil, gaveUp()
+		case local := <-wake.ch:
+			// A release by this client wakes one of its waiters alone;
+			// one announced by pub/sub wakes a waiter in every client.
+			if !local {
+				timer.Reset(rand.N(spread))
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return nil, gaveUp()
+				case <-timer.C:
+				}
+			}
+			timer.Stop()
+		case <-timer.C:
+		}
+	}
+}
+
+// jitter spreads retries of competing clients over [d/2, d).
+func jitter(d time.Duration) time.Duration {
+	if d <= 1 {
+		return d
+	}
+	return d/2 + rand.N(d/2)
+}
+
+// attemptLock is one try: the parallel acquire, the decision, fencing and
+// the validity check (DESIGN §1, §2).
+func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, nodeTimeout time.Duration) (*Lock, attemptInfo, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, attemptInfo{}, fmt.Errorf("redlock: acquire %q: %w", name, err)
+	}
+	c.noteTTL(lc.ttl)
+	if err := c.checkIndependence(ctx, nodeTimeout); err != nil {
+		return nil, attemptInfo{}, err
+	}
+	a := c.newAttempt(name, lc.ttl)
+	a.nodeTimeout = nodeTimeout
+	// The node calls must outlive a cancelled caller: a call cut short
+	// would leave its SET in flight, racing our cleanup.
+	detached := ctx
+	if ctx.Done() != nil {
+		detached = context.WithoutCancel(ctx)
+	}
+	nodeCtx, cancel := context.WithTimeout(detached, nodeTimeout)
+	a.cancel = cancel
+	a.pending.Store(int32(len(c.nodes)))
+	start := c.clock.Now()
+	for i, n := range c.nodes {
+		a.state[i].Store(nodeCall) // counted before the call starts: a release must wait for it
+		c.bg.add()
+		go a.acquireOn(nodeCtx, n)
+	}
+	d, err := a.decide(ctx, nodeCtx)
+	if d.maxFence > 0 {
+		c.noteToken(d.maxFence)
+	}
+	info := attemptInfo{elapsed: c.clock.Now().Sub(start), split: !d.won && d.winners > 0}
+	if err != nil {
+		a.abandon()
+		return nil, info, fmt.Errorf("redlock: acquire %q: %w", name, err)
+	}
+	if d.won {
+		// A node's first probe may have finished after the decision.
+		if err := c.independence(); err != nil {
+			d.won, d.errs = false, multierror.Append(d.errs, err)
+		}
+	}
+	if !d.won {
+		a.abandon()
+		err := c.refusal(a, d)
+		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err})
+		return nil, info, err
+	}
+
+	var token int64
+	if !c.opts.DisableFencing {
+		if token, err = a.token(d); err != nil {
+			a.abandon()
+			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err})
+			return nil, info, err
+		}
+		c.noteToken(token)
+	}
+
+	decided := c.clock.Now()
+	elapsed := decided.Sub(start)
+	valid := validity(lc.ttl, elapsed, c.opts.DriftFactor)
+	if valid <= 0 {
+		a.abandon()
+		err := fmt.Errorf("%w: acquiring %q took %v of its %v TTL", ErrValidityTooShort, name, elapsed, lc.ttl)
+		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err})
+		return nil, info, err
+	}
+	l := &Lock{c: c, a: a, token: token, cfg: lc, deadline: decided.Add(valid)}
+	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid})
+	if lc.autoExtend {
+		l.startExtender()
+	}
+	return l, info, nil
+}
+
+// attemptInfo is what the retry loop learns from a failed attempt.
+type attemptInfo struct {
+	elapsed time.Duration // how long the round took: our measure of the nodes' round trip
+	split   bool          // we won some nodes but not a quorum: contenders split the votes
+}
+
+// refusal turns a lost decision into the error the caller sees: held by
+// another owner if refusals alone lost it, no quorum otherwise.
+func (c *Client) refusal(a *attempt, d decision) error {
+	if d.errs == nil && d.refused > 0 {
+		return &LockedError{Name: a.name, Remaining: time.Duration(d.minPTTL) * time.Millisecond}
+	}
+	if d.errs != nil {
+		for _, err := range d.errs.Errors {
+			if errors.Is(err, ErrNotIndependent) {
+				return err
+			}
+		}
+	}
+	return &QuorumError{Op: "acquire", Name: a.name, Won: d.winners, Needed: c.quorum(), Errors: d.errs}
+}
+
+// checkIndependence refuses a set of nodes with a replica or one server
+// reached twice. On first use it probes every node first, so that no vote
+// is counted before the duplicates are known.
+func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) error {
+	if !c.probed.Load() {
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		c.each(func(_ int, n *node) { _ = c.ready(pctx, n) })
+		cancel()
+		c.probed.Store(true)
+	}
+	return c.independence()
+}
+
+// independence returns the error of the first node refused as not
+// independent, if any.
+func (c *Client) independence() error {
+	for _, n := range c.nodes {
+		if g := n.guard.Load(); g != nil && g.excluded != nil {
+			return g.excluded
+		}
+	}
+	return nil
+}
+
+func (c *Client) noteTTL(ttl time.Duration) {
+	for {
+		cur := c.maxTTL.Load()
+		if int64(ttl) <= cur || c.maxTTL.CompareAndSwap(cur, int64(ttl)) {
+			return
+		}
+	}
+}
+
+func (c *Client) noteToken(t int64) {
+	for {
+		cur := c.lastToken.Load()
+		if t <= cur || c.lastToken.CompareAndSwap(cur, t) {
+			return
+		}
+	}
+}
+
+// Do runs fn while holding the lock: it waits for the lock (as Acquire),
+// keeps it extended, and releases it when fn returns. The context fn gets is
+// cancelled the moment the lock is lost, with context.Cause matching
+// ErrLockLost; fn must then stop touching the guarded resource. Do returns
+// fn's error, joined with an error matching ErrLockLost if the lock was lost
+// before fn returned.
+func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	l, err := c.Acquire(ctx, name, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-l.Done():
+			cancel(l.Err())
+		case <-fnCtx.Done():
+		}
+	}()
+	fnErr := fn(fnCtx, l)
+	lost := l.Err()
+	relErr := l.Release(context.WithoutCancel(ctx))
+	cancel(nil)
+	<-watchDone
+	switch {
+	case lost != nil && !errors.Is(lost, ErrNotHeld):
+		return errors.Join(fnErr, lost)
+	case errors.Is(relErr, ErrLockLost):
+		return errors.Join(fnErr, relErr)
+	}
+	return fnErr
+}
+
+// background counts the client's goroutines that outlive a call (late node
+// replies, cleanups, extenders), so that Close can wait for them. Unlike a
+// WaitGroup it allows new work to start while Close waits: a lock released
+// concurrently with Close must still clean up.
+type background struct {
+	n       atomic.Int64
+	closing atomic.Bool
+	idle    chan struct{} // signalled when n drops to zero while closing
+}
+
+func (b *background) add() { b.n.Add(1) }
+
+func (b *background) done() {
+	if b.n.Add(-1) == 0 && b.closing.Load() {
+		select {
+		case b.idle <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// wait returns once no background work runs.
+func (b *background) wait() {
+	b.closing.Store(true)
+	for b.n.Load() != 0 {
+		<-b.idle
+	}
+}

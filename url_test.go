@@ -1,0 +1,84 @@
+package redlock_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/quorumlabs/redlock"
+)
+
+func TestParseURL(t *testing.T) {
+	for _, tc := range []struct {
+		url, addr string
+		tls       bool
+		user      string
+	}{
+		{"redis://127.0.0.1:6379", "127.0.0.1:6379", false, ""},
+		{"redis://localhost", "localhost:6379", false, ""},
+		{"rediss://app:s3cret@redis.example:6380/2", "redis.example:6380", true, "app"},
+		{"redis://:onlypass@10.0.0.1:7000", "10.0.0.1:7000", false, ""},
+	} {
+		o, err := redlock.ParseURL(tc.url)
+		if err != nil {
+			t.Errorf("%s: %v", redlock.RedactURL(tc.url), err)
+			continue
+		}
+		if o.Addr != tc.addr || (o.TLSConfig != nil) != tc.tls || o.Username != tc.user {
+			t.Errorf("%s: addr %q tls %v user %q", redlock.RedactURL(tc.url), o.Addr, o.TLSConfig != nil, o.Username)
+		}
+	}
+}
+
+func TestParseURLErrorsNameTheValueButNotThePassword(t *testing.T) {
+	for _, tc := range []struct{ url, want string }{
+		{"", "empty"},
+		{"http://u:hunter2@host:1", "redis://"},
+		{"redis://u:hunter2@:6379", "no host"},
+		{"redis://u:hunter2@host:notaport", "hunter2"}, // only checked for absence below
+		{"redis://u:hunter2@host:6379/notadb", "db"},
+		{"::not a url hunter2", "valid URL"},
+	} {
+		_, err := redlock.ParseURL(tc.url)
+		if err == nil {
+			t.Errorf("%s: no error", redlock.RedactURL(tc.url))
+			continue
+		}
+		if !errors.Is(err, redlock.ErrInvalidConfig) {
+			t.Errorf("%s: %v does not match ErrInvalidConfig", redlock.RedactURL(tc.url), err)
+		}
+		if strings.Contains(err.Error(), "hunter2") && !strings.HasPrefix(tc.url, "::") {
+			t.Errorf("the password shows in %q", err)
+		}
+		if tc.want != "hunter2" && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q does not say %q", err, tc.want)
+		}
+	}
+}
+
+func TestNewFromURLsRejectsABadURLAmongGoodOnes(t *testing.T) {
+	_, err := redlock.NewFromURLs([]string{"redis://127.0.0.1:1", "redis://u:hunter2@host:port"}, redlock.Options{})
+	var ce *redlock.ConfigError
+	if !errors.As(err, &ce) || ce.Field != "node URL" || strings.Contains(err.Error(), "hunter2") {
+		t.Fatalf("got %v", err)
+	}
+}
+
+// FuzzParseURL: parsing any input neither panics nor hangs, and when the
+// input follows a password, neither the error nor RedactURL shows it.
+func FuzzParseURL(f *testing.F) {
+	for _, seed := range []string{"h:1/0", "h", "h:1?dial_timeout=1s", "h:x", "@", "[::1]:6379", "%zz"} {
+		f.Add(seed)
+	}
+	const secret = "Zq9SECRETzq"
+	f.Fuzz(func(t *testing.T, rest string) {
+		_, _ = redlock.ParseURL(rest)
+		withPw := "redis://user:" + secret + "@" + rest
+		if _, err := redlock.ParseURL(withPw); err != nil && strings.Contains(err.Error(), secret) {
+			t.Fatalf("password in error: %v", err)
+		}
+		if r := redlock.RedactURL(withPw); strings.Contains(r, secret) {
+			t.Fatalf("password in %q", r)
+		}
+	})
+}
