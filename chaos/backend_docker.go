@@ -1,0 +1,306 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/network"
+	"github.com/moby/moby/client"
+	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
+)
+
+// ryukEnv turns off testcontainers' reaper container: its image cannot be
+// pulled here. It must be set before the first testcontainers call, which
+// reads the configuration once.
+const ryukEnv = "TESTCONTAINERS_RYUK_DISABLED"
+
+var ryukOnce sync.Once
+
+func disableRyuk() {
+	ryukOnce.Do(func() {
+		if os.Getenv(ryukEnv) != "true" {
+			os.Setenv(ryukEnv, "true")
+		}
+	})
+}
+
+// DockerAvailable reports whether a Docker engine answers, within two
+// seconds.
+func DockerAvailable(ctx context.Context) bool {
+	disableRyuk()
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(ctx)
+	if err != nil {
+		return false
+	}
+	defer cli.Close()
+	_, err = cli.Ping(ctx, client.PingOptions{})
+	return err == nil
+}
+
+// DockerBackend runs each Redis node as a testcontainers-go container of
+// the locally built FROM-scratch image (see docker_image.go). Containers
+// publish 6379 on a fixed 127.0.0.1 port picked at creation, so a node
+// killed and started again keeps its address.
+type DockerBackend struct {
+	cli      *testcontainers.DockerClient
+	image    string
+	faketime bool
+}
+
+// NewDockerBackend connects to the Docker engine and makes sure the node
+// image exists (building it the first time). No engine answering is an
+// error matching ErrBackendUnavailable.
+func NewDockerBackend(ctx context.Context) (*DockerBackend, error) {
+	disableRyuk()
+	tclog.SetDefault(tclog.NewNoopLogger()) // its per-container chatter drowns the scenario log
+	pingCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cli, err := testcontainers.NewDockerClientWithOpts(pingCtx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: docker: %v", ErrBackendUnavailable, err)
+	}
+	if _, err := cli.Ping(pingCtx, client.PingOptions{}); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("%w: docker engine does not answer: %v", ErrBackendUnavailable, err)
+	}
+	image, faketime, err := ensureImage(ctx, cli)
+	if err != nil {
+		cli.Close()
+		return nil, err
+	}
+	return &DockerBackend{cli: cli, image: image, faketime: faketime}, nil
+}
+
+// Name is "docker".
+func (b *DockerBackend) Name() string { return "docker" }
+
+// Image is the name of the node image in use.
+func (b *DockerBackend) Image() string { return b.image }
+
+// Close closes the engine client; the image stays.
+func (b *DockerBackend) Close() error { return b.cli.Close() }
+
+// Start runs spec.Nodes lock nodes and one resource node, in parallel.
+func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, error) {
+	if spec.Nodes < 1 {
+		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
+	}
+	if spec.FakeTime && !b.faketime {
+		return nil, fmt.Errorf("%w: clock faults need libfaketime in the image; install the faketime package (make deps) and rebuild", ErrBackendUnavailable)
+	}
+	tmp, err := os.MkdirTemp("", "redlock-chaos-docker-")
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*dockerNode, spec.Nodes+1)
+	errs := make([]error, len(nodes))
+	var wg sync.WaitGroup
+	for i := range nodes {
+		name := fmt.Sprintf("n%d", i)
+		fake := spec.FakeTime
+		persist := spec.Persistence
+		if i == spec.Nodes {
+			name, fake, persist = "res", false, false
+		}
+		wg.Go(func() {
+			nodes[i], errs[i] = b.startNode(ctx, name, filepath.Join(tmp, name), persist, fake)
+		})
+	}
+	wg.Wait()
+	c := &Cluster{Backend: b.Name()}
+	c.stop = func() error {
+		var errs []error
+		for _, n := range nodes {
+			if n != nil {
+				errs = append(errs, n.terminate())
+			}
+		}
+		errs = append(errs, os.RemoveAll(tmp))
+		return errors.Join(errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
+	for _, n := range nodes[:spec.Nodes] {
+		c.Nodes = append(c.Nodes, n)
+	}
+	c.Resource = nodes[spec.Nodes]
+	gw, err := nodes[0].gateway(ctx)
+	if err != nil {
+		return nil, errors.Join(err, c.Stop())
+	}
+	c.HostIP = gw
+	return c, nil
+}
+
+func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	n := &dockerNode{backend: b, name: name, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	args := append([]string{"--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"}, redisArgs(persistence)...)
+	env := map[string]string{}
+	binds := []string(nil)
+	if fake {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, err
+		}
+		n.clockDir = dir
+		if err := n.writeClock(0); err != nil {
+			return nil, err
+		}
+		binds = append(binds, dir+":/faketime")
+		env["LD_PRELOAD"] = libfaketimePath + ":" + libcPath
+		env["FAKETIME_TIMESTAMP_FILE"] = "/faketime/clock"
+		env["FAKETIME_NO_CACHE"] = "1"
+		// Only the wall clock moves, as on a real machine; a monotonic
+		// clock moved by a fault would stall Redis' own timers.
+		env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+	}
+	hostPort := network.MustParsePort("6379/tcp")
+	ctr, err := testcontainers.Run(ctx, b.image,
+		testcontainers.WithCmd(args...),
+		testcontainers.WithExposedPorts("6379/tcp"),
+		testcontainers.WithEnv(env),
+		testcontainers.WithLabels(map[string]string{"org.quorumlabs.redlock": "chaos-node"}),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.PortBindings = network.PortMap{hostPort: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}}}
+			hc.Binds = append(hc.Binds, binds...)
+		}),
+	)
+	n.ctr = ctr
+	if err != nil {
+		return n, fmt.Errorf("chaos: start container %s: %w", name, err)
+	}
+	if err := waitPing(ctx, n.addr, 20*time.Second); err != nil {
+		return n, err
+	}
+	return n, nil
+}
+
+// freePort asks the kernel for a free 127.0.0.1 port. Another process may
+// take it before the container binds it; that fails the start loudly.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+type dockerNode struct {
+	backend  *DockerBackend
+	name     string
+	addr     string
+	clockDir string
+	ctr      *testcontainers.DockerContainer
+}
+
+func (n *dockerNode) Name() string { return n.name }
+func (n *dockerNode) Addr() string { return n.addr }
+
+// PeerAddr is the container's address on the Docker bridge, asked afresh
+// because a restarted container may get another one.
+func (n *dockerNode) PeerAddr() string {
+	ip, err := n.ctr.ContainerIP(context.Background())
+	if err != nil || ip == "" {
+		return ""
+	}
+	return net.JoinHostPort(ip, "6379")
+}
+
+// gateway is the container's bridge gateway: the host as the container
+// sees it.
+func (n *dockerNode) gateway(ctx context.Context) (string, error) {
+	inspect, err := n.ctr.Inspect(ctx)
+	if err != nil {
+		return "", fmt.Errorf("chaos: inspect %s: %w", n.name, err)
+	}
+	for _, nw := range inspect.NetworkSettings.Networks {
+		if nw.Gateway.IsValid() {
+			return nw.Gateway.String(), nil
+		}
+	}
+	return "", fmt.Errorf("chaos: container %s has no network gateway", n.name)
+}
+
+func (n *dockerNode) Kill(ctx context.Context) error {
+	if _, err := n.backend.cli.ContainerKill(ctx, n.ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		return fmt.Errorf("chaos: kill %s: %w", n.name, err)
+	}
+	wait := n.backend.cli.ContainerWait(ctx, n.ctr.GetContainerID(), client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-wait.Result:
+		return nil
+	case err := <-wait.Error:
+		return fmt.Errorf("chaos: wait for %s to stop: %w", n.name, err)
+	}
+}
+
+func (n *dockerNode) Restart(ctx context.Context) error {
+	if _, err := n.backend.cli.ContainerStart(ctx, n.ctr.GetContainerID(), client.ContainerStartOptions{}); err != nil {
+		return fmt.Errorf("chaos: start %s again: %w", n.name, err)
+	}
+	return waitPing(ctx, n.addr, 20*time.Second)
+}
+
+func (n *dockerNode) Pause(ctx context.Context) error {
+	_, err := n.backend.cli.ContainerPause(ctx, n.ctr.GetContainerID(), client.ContainerPauseOptions{})
+	if err != nil {
+		return fmt.Errorf("chaos: pause %s: %w", n.name, err)
+	}
+	return nil
+}
+
+func (n *dockerNode) Resume(ctx context.Context) error {
+	_, err := n.backend.cli.ContainerUnpause(ctx, n.ctr.GetContainerID(), client.ContainerUnpauseOptions{})
+	if err != nil {
+		return fmt.Errorf("chaos: unpause %s: %w", n.name, err)
+	}
+	return nil
+}
+
+func (n *dockerNode) SetClockOffset(_ context.Context, d time.Duration) error {
+	if n.clockDir == "" {
+		return fmt.Errorf("chaos: node %s runs without libfaketime; start the cluster with FakeTime", n.name)
+	}
+	return n.writeClock(d)
+}
+
+// writeClock replaces the timestamp file in one rename, so libfaketime
+// (which rereads it at every clock call) never sees half a file. The
+// directory, not the file, is bind-mounted: a mounted file would keep its
+// old inode across the rename.
+func (n *dockerNode) writeClock(d time.Duration) error {
+	tmp := filepath.Join(n.clockDir, ".clock.tmp")
+	if err := os.WriteFile(tmp, []byte(fakeTimeFileContent(d)), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(n.clockDir, "clock"))
+}
+
+func (n *dockerNode) terminate() error {
+	if n.ctr == nil {
+		return nil
+	}
+	// A paused container cannot be stopped; thaw it first (an error just
+	// means it was not paused).
+	_, _ = n.backend.cli.ContainerUnpause(context.Background(), n.ctr.GetContainerID(), client.ContainerUnpauseOptions{})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	return n.ctr.Terminate(ctx, testcontainers.StopTimeout(0))
+}

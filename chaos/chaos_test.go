@@ -1,0 +1,96 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestMain(m *testing.M) {
+	SilenceRedisLog()
+	os.Exit(m.Run())
+}
+
+// testLog sends a run's log lines to t.Log at Info level.
+func testLog(t *testing.T) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelInfo}))
+}
+
+type tWriter struct{ t *testing.T }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// TestScenarios runs every scenario of the table in its short form on every
+// backend REDLOCK_CHAOS_BACKEND asks for (auto: processes, and Docker when
+// an engine answers). A verdict that differs from the expectation fails.
+func TestScenarios(t *testing.T) {
+	backends := openBackends(t)
+	for _, b := range backends {
+		t.Run(b.Name(), func(t *testing.T) {
+			t.Parallel()
+			for _, sc := range Scenarios() {
+				t.Run(sc.Name, func(t *testing.T) {
+					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+					defer cancel()
+					run, err := RunScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
+					if err != nil {
+						if run != nil {
+							keepReport(t, run)
+						}
+						t.Fatal(err)
+					}
+					r := run.Result
+					t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s elapsed=%s",
+						run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates,
+						r.Recovery.Round(time.Millisecond), run.Elapsed.Round(time.Millisecond))
+					if run.Mismatch != nil {
+						t.Errorf("%s on %s: %v\n%s", sc.Name, run.Backend, run.Mismatch, excerpt(r))
+					}
+					keepReport(t, run)
+				})
+			}
+		})
+	}
+}
+
+// ArtifactsEnv names a directory where the short suite leaves, for each
+// run, its report page and history (CI keeps them as artifacts).
+const ArtifactsEnv = "REDLOCK_CHAOS_ARTIFACTS"
+
+func keepReport(t *testing.T, run *Run) {
+	dir := os.Getenv(ArtifactsEnv)
+	if dir == "" {
+		return
+	}
+	rep := &Report{Started: time.Now(), Runs: []*Run{run}}
+	out := filepath.Join(dir, run.Scenario.Name+"-"+run.Backend)
+	if err := rep.WriteFiles(out); err != nil {
+		t.Errorf("writing the run's report to %s: %v", out, err)
+		return
+	}
+	t.Logf("report: %s/report.html", out)
+}
+
+// excerpt prints the first violations with the events that show them.
+func excerpt(r Result) string {
+	var b strings.Builder
+	for i, v := range r.Violations {
+		if i == 5 {
+			fmt.Fprintf(&b, "... %d more\n", r.Total()-5)
+			break
+		}
+		fmt.Fprintf(&b, "%s at %.3fs: %s\n", v.Check, v.At.Seconds(), v.Detail)
+		for _, e := range v.Excerpt {
+			fmt.Fprintf(&b, "    %s\n", e)
+		}
+	}
+	return b.String()
+}

@@ -1,0 +1,132 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Fault is one named, parameterised failure that can be applied and
+// healed. Faults are plain values: a scenario lists them, the report
+// prints their names, and the nemesis applies and heals them on schedule.
+type Fault interface {
+	// Name says what the fault does and to what, e.g.
+	// "latency(n0,n1 40ms±30ms)".
+	Name() string
+	Apply(ctx context.Context, env *Env) error
+	Heal(ctx context.Context, env *Env) error
+}
+
+// Env is what faults act on during one run.
+type Env struct {
+	Cluster *Cluster
+	Net     *Net
+	Rec     *Recorder
+	Log     *slog.Logger
+	// ReplLink is the index in Net of the proxy the replica replicates
+	// through (-1 if the scenario has no replica).
+	ReplLink int
+	// LockKey is the scheme's lock key, Clients the number of workload
+	// clients (for Quiesce).
+	LockKey string
+	Clients int
+
+	clients clientControl
+
+	mu         sync.Mutex
+	clocks     map[int]time.Duration  // each node's clock offset so far
+	background map[string]*background // running faults, by name
+}
+
+// background is a fault that keeps acting until healed (flapping, a fast
+// clock). Its state lives in the Env, so fault values stay plain data
+// that concurrent runs can share.
+type background struct {
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startBackground runs fn until stopBackground(name); fn returns when its
+// ctx ends.
+func (e *Env) startBackground(name string, fn func(ctx context.Context) error) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.background == nil {
+		e.background = map[string]*background{}
+	}
+	if _, running := e.background[name]; running {
+		return fmt.Errorf("chaos: fault %s is already applied", name)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &background{cancel: cancel, done: make(chan error, 1)}
+	e.background[name] = b
+	go func() { b.done <- fn(ctx) }()
+	return nil
+}
+
+// stopBackground stops what startBackground(name) started and returns
+// its error; nothing running is not an error.
+func (e *Env) stopBackground(name string) error {
+	e.mu.Lock()
+	b := e.background[name]
+	delete(e.background, name)
+	e.mu.Unlock()
+	if b == nil {
+		return nil
+	}
+	b.cancel()
+	return <-b.done
+}
+
+// Note records a nemesis step on the timeline.
+func (e *Env) Note(format string, args ...any) {
+	d := fmt.Sprintf(format, args...)
+	e.Rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: d})
+	e.Log.Info("nemesis: " + d)
+}
+
+// node returns node i or an error naming the bad index.
+func (e *Env) node(i int) (Node, error) {
+	if i < 0 || i >= len(e.Cluster.Nodes) {
+		return nil, fmt.Errorf("chaos: fault names node %d; the cluster has %d", i, len(e.Cluster.Nodes))
+	}
+	return e.Cluster.Nodes[i], nil
+}
+
+// onNode runs op on node i.
+func (e *Env) onNode(i int, op func(Node) error) error {
+	n, err := e.node(i)
+	if err != nil {
+		return err
+	}
+	return op(n)
+}
+
+// moveClock adds d to node i's clock offset.
+func (e *Env) moveClock(ctx context.Context, i int, d time.Duration) error {
+	n, err := e.node(i)
+	if err != nil {
+		return err
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.clocks == nil {
+		e.clocks = map[int]time.Duration{}
+	}
+	if err := n.SetClockOffset(ctx, e.clocks[i]+d); err != nil {
+		return err
+	}
+	e.clocks[i] += d
+	return nil
+}
+
+func nodeList(nodes []int) string {
+	parts := make([]string, len(nodes))
+	for i, n := range nodes {
+		parts[i] = fmt.Sprintf("n%d", n)
+	}
+	return strings.Join(parts, ",")
+}

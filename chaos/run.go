@@ -1,0 +1,401 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RunConfig says how to run a scenario.
+type RunConfig struct {
+	// Duration 0 runs the schedule once (the short form). A positive
+	// Duration repeats schedule and recovery until that much time has
+	// passed (the soak), unless the scenario runs Once.
+	Duration time.Duration
+	// Log receives the nemesis' steps and the run's outcome; nil discards.
+	Log *slog.Logger
+}
+
+// Run is the outcome of one scenario on one backend.
+type Run struct {
+	Scenario Scenario
+	Backend  string
+	Elapsed  time.Duration
+	History  History
+	Result   Result
+	// Mismatch is non-nil when the verdict differs from the scenario's
+	// expectation.
+	Mismatch error
+}
+
+// RunScenario starts a fresh cluster on b, runs the workload under the
+// scenario's schedule, stops everything it started, and judges the
+// history. An error means the run itself could not be carried out (a
+// server did not start, a fault could not be applied; if the workload ran,
+// the Run is returned too, with the history up to then); a verdict that
+// differs from the expectation is reported in Run.Mismatch instead.
+func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (run *Run, err error) {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log = log.With("scenario", sc.Name, "backend", b.Name())
+	started := time.Now()
+	cluster, err := b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime()})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, cluster.Stop()) }()
+
+	addrs := make([]string, len(cluster.Nodes))
+	for i, n := range cluster.Nodes {
+		addrs[i] = n.Addr()
+	}
+	nw, err := NewNet(addrs)
+	if err != nil {
+		return nil, err
+	}
+	defer nw.Close()
+
+	rec := NewRecorder()
+	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKey: sc.Scheme.LockKey(), Clients: sc.clients()}
+	if sc.Replica {
+		if env.ReplLink, err = replicate(ctx, cluster, nw, 1, 0); err != nil {
+			return nil, err
+		}
+	}
+
+	resource := directClient(cluster.Resource)
+	defer resource.Close()
+	if err := resource.Del(ctx, resourceKey, registerKey).Err(); err != nil {
+		return nil, fmt.Errorf("chaos: reset the resource: %w", err)
+	}
+
+	w := &workload{rec: rec, resource: resource, control: &env.clients, ttl: sc.ttl(), hold: sc.hold(), margin: sc.margin(), useDo: sc.UseDo}
+	defer func() {
+		for _, l := range w.lockers {
+			err = errors.Join(err, l.Close())
+		}
+	}()
+	for i := range sc.clients() {
+		l, err := sc.Scheme.NewLocker(SchemeEnv{
+			Addrs:        nw.Addrs()[:sc.nodes()],
+			TTL:          sc.ttl(),
+			ClockSkew:    sc.ClientSkew[i],
+			RestartGrace: sc.RestartGrace,
+			ClockGuard:   !sc.NoClockGuard,
+			Note: func(d string) {
+				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
+			},
+			Log: log.With("client", i),
+		})
+		if err != nil {
+			return nil, err
+		}
+		w.lockers = append(w.lockers, l)
+	}
+
+	log.Info("scenario start", "about", sc.About, "expect", sc.Expect.Verdict)
+	wctx, stopWorkload := context.WithCancel(ctx)
+	workDone := make(chan struct{})
+	go func() { defer close(workDone); w.run(wctx) }()
+
+	nemErr := runNemesis(ctx, env, sc, cfg.Duration)
+	stopWorkload()
+	<-workDone
+	// Closing the lockers waits for the library's background cleanups, so
+	// that the key scan sees the final state.
+	for _, l := range w.lockers {
+		if cerr := l.Close(); cerr != nil {
+			log.Warn("closing a locker", "err", cerr)
+		}
+	}
+	w.lockers = nil
+	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], sc.Scheme.LockKey())
+
+	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
+	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound()})
+	if nemErr != nil {
+		// The history so far is returned too: it shows why the schedule
+		// could not go on.
+		return run, fmt.Errorf("chaos: scenario %s on %s: %w", sc.Name, b.Name(), nemErr)
+	}
+	run.Mismatch = sc.Expect.Judge(run.Result)
+	log.Info("scenario done", "verdict", Summarize(run.Result), "expected", sc.Expect.Verdict,
+		"acquisitions", run.Result.Acquisitions, "elapsed", run.Elapsed.Round(time.Millisecond), "mismatch", run.Mismatch)
+	return run, nil
+}
+
+// runNemesis lets the workload warm up, then plays the schedule (once, or
+// repeatedly until the soak's duration), each time followed by a
+// recovery phase; whatever is still applied at the end is healed.
+func runNemesis(ctx context.Context, env *Env, sc Scenario, soak time.Duration) (err error) {
+	applied := map[string]Fault{}
+	defer func() {
+		for name, f := range applied {
+			err = errors.Join(err, heal(context.WithoutCancel(ctx), env, f))
+			delete(applied, name)
+		}
+	}()
+	if err := awaitAcquisition(ctx, env, sc.RecoveryBound()); err != nil {
+		return fmt.Errorf("warm-up: %w", err)
+	}
+	deadline := time.Now().Add(soak)
+	for first := true; first || (soak > 0 && !sc.Once && time.Now().Before(deadline)); first = false {
+		for _, st := range sc.Schedule {
+			if err := step(ctx, env, sc, st, applied); err != nil {
+				return fmt.Errorf("step %q: %w", st, err)
+			}
+		}
+		env.clients.unpin()
+		env.clients.openGate()
+		for name, f := range applied {
+			if err := heal(ctx, env, f); err != nil {
+				return err
+			}
+			delete(applied, name)
+		}
+		// Recovery: the first acquisition after the heal (the checker
+		// measures it), then one TTL so locks taken during the fault,
+		// and keys stranded by it, run out before the next round.
+		_ = awaitAcquisition(ctx, env, sc.RecoveryBound())
+		if err := sleep(ctx, sc.ttl()+500*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if soak > 0 {
+		// A soak that ran the schedule once runs on without faults.
+		if err := sleep(ctx, time.Until(deadline)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// step plays one step of the schedule.
+func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[string]Fault) error {
+	switch st.Kind {
+	case StepApply:
+		env.Log.Info("nemesis: apply " + st.Fault.Name())
+		env.Rec.Record(Event{Kind: FaultApply, Client: NoClient, Fault: st.Fault.Name()})
+		if err := st.Fault.Apply(ctx, env); err != nil {
+			return err
+		}
+		applied[st.Fault.Name()] = st.Fault
+	case StepHeal:
+		if _, ok := applied[st.Fault.Name()]; !ok {
+			return fmt.Errorf("heal of %s, which is not applied", st.Fault.Name())
+		}
+		delete(applied, st.Fault.Name())
+		return heal(ctx, env, st.Fault)
+	case StepWait:
+		return sleep(ctx, st.Wait)
+	case StepAwaitHold:
+		return pinHold(ctx, env, st.Client, 10*sc.ttl()+5*time.Second)
+	case StepUnpin:
+		env.clients.unpin()
+	case StepQuiesce:
+		return quiesce(ctx, env, sc.ttl()+5*time.Second)
+	case StepResume:
+		env.clients.openGate()
+	case StepHoldBack:
+		return holdBack(ctx, env, sc.ttl()+5*time.Second)
+	default:
+		return fmt.Errorf("unknown step kind %d", st.Kind)
+	}
+	return nil
+}
+
+func heal(ctx context.Context, env *Env, f Fault) error {
+	env.Log.Info("nemesis: heal " + f.Name())
+	err := f.Heal(ctx, env)
+	env.Rec.Record(Event{Kind: FaultHeal, Client: NoClient, Fault: f.Name(), Err: errString(err)})
+	return err
+}
+
+// pinHold waits until client (or any) acquires the lock in an attempt
+// started from now on, and pins that hold.
+func pinHold(ctx context.Context, env *Env, client int, within time.Duration) error {
+	claimed := env.clients.requestPin(client, env.Rec.Now())
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-claimed:
+		return nil
+	case <-ctx.Done():
+		env.clients.unpin()
+		return ctx.Err()
+	case <-t.C:
+		env.clients.unpin()
+		return fmt.Errorf("no acquisition by %s within %s", clientName(client), within)
+	}
+}
+
+// orphanAfter is how long a lock key may stay on a node once every client
+// is parked before it counts as left behind: background cleanups of
+// failed attempts are given that long to finish.
+const orphanAfter = time.Second
+
+// quiesce holds every client back before its next attempt and waits until
+// all are parked and no node has the lock key any more, so that the next
+// fault starts from a clean slate. A key still there orphanAfter after
+// the clients parked belongs to no one: it is recorded as a key-scan
+// finding (check e), then waited out.
+func quiesce(ctx context.Context, env *Env, within time.Duration) error {
+	env.clients.closeGate()
+	deadline := time.Now().Add(within)
+	for env.clients.parkedClients() < env.Clients {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("quiesce: only %d of %d clients parked within %s", env.clients.parkedClients(), env.Clients, within)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	parked := time.Now()
+	deadline = parked.Add(within)
+	for _, n := range env.Cluster.Nodes {
+		c := directClient(n)
+		err := func() error {
+			defer c.Close()
+			for reported := false; ; {
+				val, err := c.Get(ctx, env.LockKey).Result()
+				if errors.Is(err, redis.Nil) {
+					return nil
+				}
+				if err == nil && !reported && time.Since(parked) > orphanAfter {
+					reported = true
+					pttl, _ := c.PTTL(ctx, env.LockKey).Result()
+					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
+						Detail: fmt.Sprintf("value=%q pttl=%s, %s after every client parked", val, pttl, orphanAfter)})
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.Name(), within, err)
+				}
+				if err := sleep(ctx, 10*time.Millisecond); err != nil {
+					return err
+				}
+			}
+		}()
+		if err != nil {
+			return err
+		}
+	}
+	env.Note("workload quiesced: no lock key on any node")
+	return nil
+}
+
+// holdBack parks every client but the pinned holder, whose hold goes on.
+func holdBack(ctx context.Context, env *Env, within time.Duration) error {
+	env.clients.closeGate()
+	deadline := time.Now().Add(within)
+	for env.clients.parkedClients() < env.Clients-1 {
+		if time.Now().After(deadline) {
+			return fmt.Errorf("hold back: only %d of %d clients parked within %s", env.clients.parkedClients(), env.Clients-1, within)
+		}
+		if err := sleep(ctx, 5*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func clientName(client int) string {
+	if client == AnyClient {
+		return "any client"
+	}
+	return fmt.Sprintf("client %d", client)
+}
+
+// awaitAcquisition waits until some client acquires the lock from now on.
+func awaitAcquisition(ctx context.Context, env *Env, within time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	if _, err := env.Rec.WaitFor(ctx, env.Rec.Now(), func(e Event) bool { return e.Kind == AcquireOK }); err != nil {
+		return fmt.Errorf("no acquisition within %s: %w", within, err)
+	}
+	return nil
+}
+
+// sleep lets d pass on the scenario's timeline (not a synchronisation:
+// the schedule says how long a fault lasts).
+func sleep(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// replicate makes node r an asynchronous replica of node m, through a
+// proxy of the net that the Failover fault can cut. It returns the proxy's
+// index once the replica reports its link up.
+func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) {
+	link, addr, err := nw.AddLink(c.HostIP, c.Nodes[m].Addr())
+	if err != nil {
+		return 0, err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	rc := directClient(c.Nodes[r])
+	defer rc.Close()
+	if err := rc.SlaveOf(ctx, host, port).Err(); err != nil {
+		return 0, fmt.Errorf("chaos: REPLICAOF %s on n%d: %w", addr, r, err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		info, err := rc.Info(ctx, "replication").Result()
+		if err == nil && strings.Contains(info, "master_link_status:up") {
+			return link, nil
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("chaos: n%d did not connect to its master through %s within 15s (last INFO error: %v)", r, addr, err)
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return 0, err
+		}
+	}
+}
+
+// finalState records the register's value and, on every node, whether
+// the lock key is still there.
+func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, key string) {
+	e := Event{Kind: RegisterFinal, Client: NoClient}
+	v, err := resource.Get(ctx, registerKey).Int64()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		e.Err = err.Error()
+	}
+	e.Value = v
+	rec.Record(e)
+	for i, a := range addrs {
+		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
+		val, err := c.Get(ctx, key).Result()
+		switch {
+		case errors.Is(err, redis.Nil):
+		case err != nil:
+			e.Err = err.Error()
+		default:
+			pttl, _ := c.PTTL(ctx, key).Result()
+			e.Detail = fmt.Sprintf("value=%q pttl=%s", val, pttl)
+		}
+		c.Close()
+		rec.Record(e)
+	}
+}

@@ -1,0 +1,351 @@
+package chaos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+)
+
+// Verdict is what a scenario is expected to show.
+type Verdict string
+
+// The verdicts.
+const (
+	// VerdictSafe: no violation of (a) mutual exclusion, (b) token order,
+	// (c) fence order, (e) leftover keys, and (f) acquisitions resume after
+	// the faults heal.
+	VerdictSafe Verdict = "safe"
+	// VerdictUnsafeByDesign: the fault breaks an assumption Redlock states
+	// (a restarted node votes at once, a node's clock jumps unguarded, a
+	// holder stalls past its validity), so (a) is violated; the fenced
+	// resource still never goes back (c), and no key is left behind (e).
+	VerdictUnsafeByDesign Verdict = "unsafe-by-design"
+	// VerdictBaseline: a naive scheme, whose safety violations the checker
+	// must catch.
+	VerdictBaseline Verdict = "baseline"
+)
+
+// Expect is a scenario's expected verdict.
+type Expect struct {
+	Verdict Verdict
+	// AlsoViolated lists checks besides (a) that an unsafe-by-design
+	// scenario must violate (token order, when the second line of defence
+	// of the fencing tokens is taken away too). Others must hold.
+	AlsoViolated []Check
+}
+
+// Judge compares a result with the expectation; nil means they agree.
+func (x Expect) Judge(r Result) error {
+	c := r.Counts
+	switch x.Verdict {
+	case VerdictSafe:
+		if r.Total() != 0 {
+			return fmt.Errorf("expected safe, got %s", Summarize(r))
+		}
+	case VerdictUnsafeByDesign:
+		var wrong []string
+		if c[CheckMutualExclusion] == 0 {
+			wrong = append(wrong, "no mutual-exclusion violation was provoked")
+		}
+		for _, ch := range AllChecks {
+			if ch == CheckMutualExclusion {
+				continue
+			}
+			want := contains(x.AlsoViolated, ch)
+			if want && c[ch] == 0 {
+				wrong = append(wrong, fmt.Sprintf("%s was expected to fail and held", ch))
+			}
+			if !want && c[ch] > 0 {
+				wrong = append(wrong, fmt.Sprintf("%s failed %d times", ch, c[ch]))
+			}
+		}
+		if len(wrong) > 0 {
+			return fmt.Errorf("expected unsafe-by-design: %s (%s)", strings.Join(wrong, "; "), Summarize(r))
+		}
+	case VerdictBaseline:
+		if c[CheckMutualExclusion]+c[CheckTokenOrder]+c[CheckFenceOrder] == 0 {
+			return fmt.Errorf("expected the baseline to be caught violating safety, got %s", Summarize(r))
+		}
+	default:
+		return fmt.Errorf("unknown verdict %q", x.Verdict)
+	}
+	return nil
+}
+
+func contains(cs []Check, c Check) bool {
+	for _, x := range cs {
+		if x == c {
+			return true
+		}
+	}
+	return false
+}
+
+// Summarize is a one-line account of a result's violations.
+func Summarize(r Result) string {
+	if r.Total() == 0 {
+		return "no violations"
+	}
+	var parts []string
+	for _, ch := range AllChecks {
+		if n := r.Counts[ch]; n > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", ch, n))
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+// StepKind says what a schedule step does.
+type StepKind int
+
+// The step kinds.
+const (
+	StepApply     StepKind = iota + 1 // apply Fault
+	StepHeal                          // heal Fault
+	StepWait                          // let Wait pass
+	StepAwaitHold                     // wait until Client (or any, AnyClient) acquires the lock, and pin that hold
+	StepUnpin                         // let the pinned holder release
+	StepQuiesce                       // hold clients back until no node has the lock key
+	StepResume                        // let the clients go on
+	StepHoldBack                      // park every client but the pinned holder
+)
+
+// AnyClient in a StepAwaitHold step accepts an acquisition by any client.
+const AnyClient = -1
+
+// Step is one entry of a scenario's schedule.
+type Step struct {
+	Kind   StepKind
+	Fault  Fault
+	Wait   time.Duration
+	Client int
+}
+
+// Apply is the step that applies f.
+func Apply(f Fault) Step { return Step{Kind: StepApply, Fault: f} }
+
+// Heal is the step that heals f.
+func Heal(f Fault) Step { return Step{Kind: StepHeal, Fault: f} }
+
+// Wait is the step that lets d pass.
+func Wait(d time.Duration) Step { return Step{Kind: StepWait, Wait: d} }
+
+// AwaitHold is the step that waits for client (or AnyClient) to acquire the
+// lock in an attempt started from then on, and pins that hold.
+func AwaitHold(client int) Step { return Step{Kind: StepAwaitHold, Client: client} }
+
+// Unpin is the step that lets the pinned holder release.
+func Unpin() Step { return Step{Kind: StepUnpin} }
+
+// Quiesce is the step that parks every client until no node has the lock
+// key, reporting keys nobody holds.
+func Quiesce() Step { return Step{Kind: StepQuiesce} }
+
+// Resume is the step that lets parked clients go on.
+func Resume() Step { return Step{Kind: StepResume} }
+
+// HoldBack is the step that parks every client but the pinned holder.
+func HoldBack() Step { return Step{Kind: StepHoldBack} }
+
+func window(f Fault, d time.Duration) []Step { return []Step{Apply(f), Wait(d), Heal(f)} }
+
+// String is how the report lists a step.
+func (s Step) String() string {
+	switch s.Kind {
+	case StepApply:
+		return "apply " + s.Fault.Name()
+	case StepHeal:
+		return "heal " + s.Fault.Name()
+	case StepWait:
+		return "wait " + s.Wait.String()
+	case StepAwaitHold:
+		return "await and pin an acquisition by " + clientName(s.Client)
+	case StepUnpin:
+		return "unpin the held lock"
+	case StepQuiesce:
+		return "quiesce the clients"
+	case StepResume:
+		return "resume the clients"
+	case StepHoldBack:
+		return "park the other clients"
+	}
+	return "?"
+}
+
+// Scenario is faults + schedule + expected verdict, for one lock scheme.
+type Scenario struct {
+	Name   string
+	About  string // one sentence for the report
+	Scheme Scheme
+	Expect Expect
+
+	Nodes   int           // default 5
+	Clients int           // default 3
+	TTL     time.Duration // default 1s
+	Hold    time.Duration // work per hold; default 20ms
+	UseDo   bool          // hold through Do (auto-extended) instead of Acquire/Release
+
+	Persistence  bool          // AOF with fsync always on every node
+	RestartGrace time.Duration // redlock.Options.RestartGrace (0: library default)
+	NoClockGuard bool          // turn the clock-jump guard off
+	ClientSkew   map[int]time.Duration
+	Replica      bool // node 1 replicates node 0 (the failover baseline)
+	// Once runs the schedule a single time even in a soak (a failover
+	// cannot be repeated on the same cluster).
+	Once bool
+
+	Schedule []Step
+}
+
+func (s Scenario) nodes() int            { return cmpOr(s.Nodes, 5) }
+func (s Scenario) clients() int          { return cmpOr(s.Clients, 3) }
+func (s Scenario) ttl() time.Duration    { return cmpOr(s.TTL, time.Second) }
+func (s Scenario) hold() time.Duration   { return cmpOr(s.Hold, 20*time.Millisecond) }
+func (s Scenario) margin() time.Duration { return s.ttl() / 4 }
+func (s Scenario) grace() time.Duration  { return max(s.RestartGrace, s.ttl()) }
+
+// RecoveryBound is how soon after the faults heal acquisitions must
+// resume (f): a restarted node may sit out one grace, and a lock taken
+// during the fault may run out its TTL first.
+func (s Scenario) RecoveryBound() time.Duration { return s.grace() + 2*s.ttl() + 3*time.Second }
+
+// needsFakeTime reports whether a fault of the schedule moves a clock.
+func (s Scenario) needsFakeTime() bool {
+	for _, st := range s.Schedule {
+		switch st.Fault.(type) {
+		case ClockJump, ClockFast:
+			return true
+		}
+	}
+	return false
+}
+
+func cmpOr[T comparable](v, def T) T {
+	var zero T
+	if v == zero {
+		return def
+	}
+	return v
+}
+
+// Scenarios is the table the short suite and the soak run. Node indices
+// are 0..4 of a 5-node cluster; clients 0..2.
+func Scenarios() []Scenario {
+	// TTL of the scenarios where one pinned hold must outlast several
+	// nemesis steps (a container kill and start take seconds on a loaded
+	// machine).
+	const long = 10 * time.Second
+	rl := RedlockScheme{}
+	safe := Expect{Verdict: VerdictSafe}
+	byDesign := Expect{Verdict: VerdictUnsafeByDesign}
+	baseline := Expect{Verdict: VerdictBaseline}
+
+	// The holder gets its lock from exactly a quorum (n0-n2; n3 and n4 cut
+	// off while no node had the key) and is pinned; the other clients are
+	// parked while n0 forgets the lock somehow and n3, n4 come back; then
+	// they go: n0, n3, n4 form a quorum that does not know the lock, and
+	// they have 1.5s to use it while the holder still holds. Parked, the
+	// challenger's first attempt after the heal starts clean, with none of
+	// its own keys still being cleaned up on the nodes it needs. Two
+	// clients: the holder and one challenger.
+	quorumOfThree := Partition{[]int{3, 4}}
+	cutTwo := []Step{Quiesce(), Apply(quorumOfThree), Resume()}
+	forget := func(by int, f Fault) []Step {
+		return append(slices.Clone(cutTwo), AwaitHold(by), HoldBack(), Apply(f), Heal(f), Heal(quorumOfThree), Resume(),
+			Wait(1500*time.Millisecond), Unpin())
+	}
+
+	return []Scenario{
+		{Name: "no-faults", About: "control: contention alone", Scheme: rl, Expect: safe,
+			Schedule: []Step{Wait(3 * time.Second)}},
+		{Name: "latency", About: "every request and reply delayed 40ms±30ms (round trips near the 100ms node timeout)", Scheme: rl, Expect: safe,
+			Schedule: window(Latency{[]int{0, 1, 2, 3, 4}, 40 * time.Millisecond, 30 * time.Millisecond}, 3*time.Second)},
+		{Name: "late-requests", About: "requests to two nodes arrive 200ms±150ms late, around the 100ms node timeout; then the clients park and the nodes are scanned for keys nobody holds",
+			Scheme: rl, Expect: safe,
+			Schedule: []Step{Apply(LateRequests{[]int{0, 1}, 200 * time.Millisecond, 150 * time.Millisecond}), Wait(3 * time.Second), Quiesce(),
+				Heal(LateRequests{[]int{0, 1}, 200 * time.Millisecond, 150 * time.Millisecond}), Resume()}},
+		{Name: "bandwidth", About: "two nodes answer through a 1KB/s link", Scheme: rl, Expect: safe,
+			Schedule: window(Bandwidth{[]int{0, 1}, 1}, 3*time.Second)},
+		{Name: "slow-close", About: "three nodes close connections 500ms late", Scheme: rl, Expect: safe,
+			Schedule: window(SlowClose{[]int{0, 1, 2}, 500 * time.Millisecond}, 3*time.Second)},
+		{Name: "reset-peer", About: "two nodes reset every connection 50ms after it opens", Scheme: rl, Expect: safe,
+			Schedule: window(ResetPeer{[]int{0, 1}, 50 * time.Millisecond}, 3*time.Second)},
+		{Name: "timeout", About: "two nodes swallow every request (blackhole)", Scheme: rl, Expect: safe,
+			Schedule: window(Blackhole{[]int{0, 1}}, 3*time.Second)},
+		{Name: "limit-data", About: "two nodes cut each connection after 2000 bytes", Scheme: rl, Expect: safe,
+			Schedule: window(LimitData{[]int{0, 1}, 2000}, 3*time.Second)},
+		{Name: "partition-minority", About: "two of five nodes cut off", Scheme: rl, Expect: safe,
+			Schedule: window(Partition{[]int{0, 1}}, 3*time.Second)},
+		{Name: "partition-majority", About: "three of five nodes cut off: no quorum until healed", Scheme: rl, Expect: safe,
+			Schedule: window(Partition{[]int{0, 1, 2}}, 3*time.Second)},
+		{Name: "partition-flapping", About: "a majority cut off and back every 300ms", Scheme: rl, Expect: safe,
+			Schedule: window(Flapping{[]int{0, 1, 2}, 300 * time.Millisecond}, 4*time.Second)},
+		{Name: "node-pause", About: "a node of a three-node quorum frozen (SIGSTOP / docker pause) for 1.5 TTL",
+			Scheme: rl, Expect: safe,
+			Schedule: append(slices.Clone(cutTwo), AwaitHold(AnyClient), Apply(NodePause{0}), Heal(quorumOfThree),
+				Wait(1500*time.Millisecond), Heal(NodePause{0}))},
+		{Name: "client-pause", About: "the holder stalls 2 TTL after checking its validity (a GC pause)",
+			Scheme: rl, Expect: byDesign,
+			Schedule: []Step{Apply(ClientPause{0, 2 * time.Second}), AwaitHold(0), Wait(3 * time.Second), Heal(ClientPause{0, 2 * time.Second})}},
+		{Name: "client-clock-skew", About: "one client's wall clock 5 TTL ahead (Redlock's validity uses the monotonic clock)",
+			Scheme: rl, Expect: safe, ClientSkew: map[int]time.Duration{1: 5 * time.Second},
+			Schedule: []Step{Wait(3 * time.Second)}},
+		{Name: "restart-aof", About: "a quorum node crashes and restarts at once, keeping its data (AOF, fsync always); no restart grace",
+			Scheme: rl, Expect: safe, TTL: long, Clients: 2, Persistence: true, RestartGrace: redlock.NoRestartGrace,
+			Schedule: forget(AnyClient, Crash{0})},
+		{Name: "restart-empty-grace", About: "a quorum node restarts empty at once; it sits out the restart grace",
+			Scheme: rl, Expect: safe, TTL: long, Clients: 2,
+			Schedule: forget(AnyClient, Crash{0})},
+		{Name: "restart-empty-no-grace", About: "a quorum node restarts empty and votes at once: two holders; time-based tokens still increase",
+			Scheme: rl, Expect: byDesign, TTL: long, Clients: 2, RestartGrace: redlock.NoRestartGrace,
+			Schedule: forget(AnyClient, Crash{0})},
+		{Name: "restart-empty-no-grace-skew", About: "as restart-empty-no-grace, and the holder's clock runs 1h ahead: tokens go back, the fenced resource refuses them",
+			Scheme: rl, Expect: Expect{Verdict: VerdictUnsafeByDesign, AlsoViolated: []Check{CheckTokenOrder}},
+			TTL: long, RestartGrace: redlock.NoRestartGrace, Clients: 2,
+			ClientSkew: map[int]time.Duration{0: time.Hour},
+			Schedule:   forget(0, Crash{0})},
+		{Name: "clock-jump-guard", About: "a quorum node's clock jumps 2 TTL ahead; the guard sees it in the next reply",
+			Scheme: rl, Expect: safe, TTL: long, Clients: 2,
+			Schedule: forget(AnyClient, ClockJump{0, 2 * long})},
+		{Name: "clock-jump-no-guard", About: "a quorum node's clock jumps 2 TTL ahead, guard off: two holders",
+			Scheme: rl, Expect: byDesign, TTL: long, Clients: 2, NoClockGuard: true,
+			Schedule: forget(AnyClient, ClockJump{0, 2 * long})},
+		{Name: "clock-fast", About: "a quorum node's clock runs 4x fast; the guard sees it drift",
+			Scheme: rl, Expect: safe, TTL: long, Clients: 2,
+			Schedule: append(slices.Clone(cutTwo), AwaitHold(AnyClient), Apply(ClockFast{0, 4}), Heal(quorumOfThree),
+				Wait(4*time.Second), Unpin(), Heal(ClockFast{0, 4}))},
+		{Name: "extend-flapping", About: "holds of 2.5 TTL through Do (auto-extend) while two nodes flap",
+			Scheme: rl, Expect: safe, UseDo: true, Hold: 2500 * time.Millisecond,
+			Schedule: window(Flapping{[]int{0, 1}, 200 * time.Millisecond}, 5*time.Second)},
+		{Name: "extend-late-requests", About: "holds of 2.5 TTL through Do while requests to two nodes arrive around the node timeout; then the nodes are scanned",
+			Scheme: rl, Expect: safe, UseDo: true, Hold: 2500 * time.Millisecond,
+			Schedule: []Step{Apply(LateRequests{[]int{0, 1}, 200 * time.Millisecond, 150 * time.Millisecond}), Wait(5 * time.Second), Quiesce(),
+				Heal(LateRequests{[]int{0, 1}, 200 * time.Millisecond, 150 * time.Millisecond}), Resume()}},
+
+		{Name: "baseline-setnx-getset", About: "SETNX+GETSET timestamp lock; one client's clock 5 TTL ahead takes locks over",
+			Scheme: GetSetScheme{}, Expect: baseline, ClientSkew: map[int]time.Duration{1: 5 * time.Second},
+			Schedule: []Step{Wait(3 * time.Second)}},
+		{Name: "baseline-setnx-del", About: "SET NX + unconditional DEL; the holder stalls past its TTL and deletes the next holder's lock",
+			Scheme: SetNXDelScheme{}, Expect: baseline, Hold: 300 * time.Millisecond,
+			Schedule: []Step{Apply(ClientPause{0, 2 * time.Second}), AwaitHold(0), Wait(3 * time.Second), Heal(ClientPause{0, 2 * time.Second})}},
+		{Name: "baseline-failover", About: "single master, async replica promoted after the master dies with the lock unreplicated",
+			Scheme: FailoverScheme{}, Expect: baseline, TTL: long, Replica: true, Once: true,
+			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
+				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
+	}
+}
+
+// ScenarioByName finds a scenario of the table.
+func ScenarioByName(name string) (Scenario, error) {
+	var names []string
+	for _, s := range Scenarios() {
+		if s.Name == name {
+			return s, nil
+		}
+		names = append(names, s.Name)
+	}
+	return Scenario{}, fmt.Errorf("chaos: no scenario %q (have: %s)", name, strings.Join(names, ", "))
+}

@@ -1,0 +1,200 @@
+package chaos
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+)
+
+// Held is one acquisition, whatever scheme made it.
+type Held interface {
+	// Token is the fencing token the holder passes to the resource.
+	Token() int64
+	// Deadline is when the holder must stop acting (a monotonic reading).
+	Deadline() time.Time
+	// Release gives the lock back.
+	Release(ctx context.Context) error
+}
+
+// Locker is one workload client's handle on a lock scheme: its own
+// connections, its own clock.
+type Locker interface {
+	// Acquire blocks until the lock is held or ctx is done.
+	Acquire(ctx context.Context) (Held, error)
+	// Do runs fn while holding the lock, keeping it alive as long as fn
+	// runs when the scheme can; fn's ctx ends when the lock is lost.
+	Do(ctx context.Context, fn func(ctx context.Context, h Held) error) error
+	Close() error
+}
+
+// SchemeEnv is what a scheme needs to build a client's locker.
+type SchemeEnv struct {
+	// Addrs are the node addresses as the clients see them: the proxies.
+	Addrs []string
+	// TTL of every acquisition.
+	TTL time.Duration
+	// ClockSkew puts the client's wall clock this far from real time
+	// (constant for the client's life: monotonic readings stay intact).
+	ClockSkew time.Duration
+	// RestartGrace and ClockGuard set the node guards of the redlock
+	// client (ignored by the baselines, which have none).
+	RestartGrace time.Duration
+	ClockGuard   bool
+	// Note records what the library reports (a node sitting out, a lost
+	// lock) into the history.
+	Note func(detail string)
+	Log  *slog.Logger
+}
+
+// Scheme is a lock algorithm under test: the redlock library, or one of
+// the naive schemes it replaces.
+type Scheme interface {
+	Name() string
+	// NewLocker makes the locker of one workload client.
+	NewLocker(env SchemeEnv) (Locker, error)
+	// LockKey is the key the scheme keeps on a node while the lock is
+	// held; the final scan looks for it.
+	LockKey() string
+}
+
+// LockName is the one lock every client contends for.
+const LockName = "chaos"
+
+// skewedClock is a client's wall clock, off by a constant.
+type skewedClock struct{ skew time.Duration }
+
+// Now keeps the monotonic reading of time.Now (Add preserves it), so only
+// wall-clock uses (fencing proposals, timestamps) see the skew.
+func (c skewedClock) Now() time.Time { return time.Now().Add(c.skew) }
+
+// nodeClient is how every scheme connects to a node: through its proxy,
+// with the context's deadline bounding every socket read and write (go-redis
+// ignores ctx deadlines on the socket unless told to), and no retries of its
+// own: retrying is the lock algorithm's business.
+func nodeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr:                  addr,
+		ContextTimeoutEnabled: true,
+		MaxRetries:            -1,
+		DialTimeout:           500 * time.Millisecond,
+		ReadTimeout:           2 * time.Second,
+		WriteTimeout:          2 * time.Second,
+		PoolSize:              8,
+	})
+}
+
+// RedlockScheme is the library under test, through its public API only.
+type RedlockScheme struct{}
+
+// Name is "redlock".
+func (RedlockScheme) Name() string { return "redlock" }
+
+// LockKey is the library's key for LockName with the default prefix.
+func (RedlockScheme) LockKey() string { return redlock.DefaultKeyPrefix + "{" + LockName + "}" }
+
+// NewLocker builds a redlock.Client over the node proxies.
+func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
+	clients := make([]redis.UniversalClient, len(env.Addrs))
+	for i, a := range env.Addrs {
+		clients[i] = nodeClient(a)
+	}
+	opts := redlock.Options{
+		TTL:          env.TTL,
+		RestartGrace: env.RestartGrace,
+		Clock:        skewedClock{env.ClockSkew},
+		Logger:       env.Log,
+	}
+	if !env.ClockGuard {
+		opts.ClockJumpThreshold = redlock.NoClockGuard
+	}
+	if env.Note != nil {
+		// Attempts fail by the thousand under a fault: note the first of
+		// each run of failures of one kind.
+		var lastFailure string
+		opts.Observer = redlock.ObserverFunc(func(e redlock.Event) {
+			switch e.Kind {
+			case redlock.EventAcquireFailed:
+				if kind := failureKind(e.Err); kind != lastFailure {
+					lastFailure = kind
+					env.Note("library: attempts failing (" + kind + "), first: " + errString(e.Err))
+				}
+			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtendFailed:
+				d := "library: " + e.Kind.String()
+				if e.Node != "" {
+					d += " " + e.Node
+				}
+				if e.Err != nil {
+					d += ": " + e.Err.Error()
+				}
+				env.Note(d)
+			}
+		})
+	}
+	c, err := redlock.New(clients, opts)
+	if err != nil {
+		closeClients(clients)
+		return nil, err
+	}
+	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
+}
+
+// failureKind sorts an attempt's error into the library's error kinds.
+func failureKind(err error) string {
+	for _, k := range []struct {
+		err  error
+		name string
+	}{
+		{redlock.ErrLocked, "locked"}, {redlock.ErrNotIndependent, "not independent"},
+		{redlock.ErrValidityTooShort, "validity too short"}, {redlock.ErrNoQuorum, "no quorum"},
+	} {
+		if errors.Is(err, k.err) {
+			return k.name
+		}
+	}
+	return "other"
+}
+
+func closeClients(cs []redis.UniversalClient) {
+	for _, c := range cs {
+		_ = c.Close()
+	}
+}
+
+type redlockLocker struct {
+	c       *redlock.Client
+	clients []redis.UniversalClient
+	ttl     time.Duration
+}
+
+func (l *redlockLocker) Acquire(ctx context.Context) (Held, error) {
+	lk, err := l.c.Acquire(ctx, LockName, redlock.WithTTL(l.ttl))
+	if err != nil {
+		return nil, err
+	}
+	return lk, nil
+}
+
+func (l *redlockLocker) Do(ctx context.Context, fn func(ctx context.Context, h Held) error) error {
+	return l.c.Do(ctx, LockName, func(ctx context.Context, lk *redlock.Lock) error {
+		return fn(ctx, lk)
+	}, redlock.WithTTL(l.ttl))
+}
+
+// Close waits for the library's background cleanups, then closes the
+// connections it was given.
+func (l *redlockLocker) Close() error {
+	err := l.c.Close()
+	closeClients(l.clients)
+	return err
+}
+
+// errNoDo is returned by schemes that cannot keep a lock alive.
+func errNoDo(scheme string) error {
+	return fmt.Errorf("chaos: the %s scheme has no auto-extension; use the acquire workload", scheme)
+}
