@@ -1,0 +1,119 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// RunCommand runs the matrix command with its command-line args: the flags
+// of cmd/redlock-bench, which `redlock bench` shares. It prints the median
+// table to stdout and progress to stderr; ctx stops it early.
+func RunCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet(name, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	nodes := flags.String("nodes", "1,3,5,7", "cluster sizes, comma-separated")
+	workloads := flags.String("workloads", "all", "workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
+	contenders := flags.String("contenders", "all", "contenders, comma-separated: "+strings.Join(AllContenders, ","))
+	repeats := flags.Int("repeats", DefaultRepeats, "runs of every cell, interleaved; the table shows medians")
+	duration := flags.Duration("duration", DefaultDuration, "length of one run")
+	maxOps := flags.Int64("max-ops", DefaultMaxOps, "cap on the operations of one run")
+	hold := flags.Duration("hold", DefaultHold, "how long a contended worker keeps the lock")
+	slow := flags.Duration("slow-latency", DefaultSlowLatency, "delay added to one node's replies in the slow-node workload (whole ms)")
+	jsonPath := flags.String("json", "", "write every run and the medians as JSON to this file")
+	markdown := flags.Bool("markdown", false, "print the table as Markdown")
+	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
+	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
+	if err := flags.Parse(args); err != nil {
+		return err
+	}
+	if flags.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
+	}
+
+	if *render != "" {
+		res, err := readJSON(*render)
+		if err != nil {
+			return err
+		}
+		return printTable(stdout, res, *markdown)
+	}
+
+	cfg := Config{
+		Repeats: *repeats, Duration: *duration, MaxOps: *maxOps, Hold: *hold, SlowLatency: *slow,
+		Workloads: splitList(*workloads), Contenders: splitList(*contenders),
+	}
+	for _, field := range splitList(*nodes) {
+		n, err := strconv.Atoi(field)
+		if err != nil {
+			return fmt.Errorf("-nodes: %q is not a number", field)
+		}
+		cfg.Nodes = append(cfg.Nodes, n)
+	}
+	if !*quiet {
+		cfg.Progress = stderr
+	}
+
+	res, err := RunMatrix(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := printTable(stdout, res, *markdown); err != nil {
+		return err
+	}
+	if *jsonPath != "" {
+		return writeJSON(*jsonPath, res)
+	}
+	return nil
+}
+
+func printTable(w io.Writer, res *Results, markdown bool) error {
+	if markdown {
+		return res.WriteMarkdown(w)
+	}
+	return res.WriteTable(w)
+}
+
+func readJSON(path string) (*Results, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var res Results
+	if err := json.Unmarshal(raw, &res); err != nil {
+		return nil, fmt.Errorf("%s: not a results file: %w", path, err)
+	}
+	return &res, nil
+}
+
+// splitList turns "a, b" into [a b]; "all" and "" select everything.
+func splitList(raw string) []string {
+	raw = strings.TrimSpace(raw)
+	if raw == "" || raw == "all" {
+		return nil
+	}
+	var out []string
+	for _, field := range strings.Split(raw, ",") {
+		out = append(out, strings.TrimSpace(field))
+	}
+	return out
+}
+
+func writeJSON(path string, res *Results) (err error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, f.Close()) }()
+	return res.WriteJSON(f)
+}

@@ -1,0 +1,26 @@
+# Benchmarks: bench/ is a nested module (see bench/README.md). These targets
+# run from the repository root, like every make.mk the root Makefile includes.
+#
+#   make bench                     the whole matrix, table on stdout, JSON in bench/results/
+#   make bench BENCH_FLAGS='-nodes 5 -workloads uncontended-1'
+#   make bench-go                  go test benchmarks with -benchmem
+#   make bench-profile             CPU and allocation profiles of the hot path
+
+BENCH_JSON ?= results/matrix.json
+BENCH_FLAGS ?=
+BENCH_GO ?= .
+BENCH_PROFILE ?= Uncontended1/nodes=5/redlock$$
+
+.PHONY: bench bench-go bench-profile
+
+bench: deps
+	cd bench && $(GO) run ./cmd/redlock-bench -json $(BENCH_JSON) $(BENCH_FLAGS)
+
+bench-go: deps
+	cd bench && $(GO) test -run '^$$' -bench '$(BENCH_GO)' -benchmem -count 1 -timeout 60m
+
+bench-profile: deps
+	mkdir -p bench/results
+	cd bench && $(GO) test -run '^$$' -bench '$(BENCH_PROFILE)' -benchmem -benchtime 5s \
+		-o results/bench.test -cpuprofile results/cpu.prof -memprofile results/mem.prof -memprofilerate 1
+	@echo "go tool pprof -top bench/results/bench.test bench/results/cpu.prof   (and mem.prof, -sample_index=alloc_objects)"

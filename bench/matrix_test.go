@@ -1,0 +1,180 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestConfigRejectsBadValuesByName(t *testing.T) {
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{Nodes: []int{3, 0}}, "node count 0"},
+		{Config{Nodes: []int{99}}, "node count 99"},
+		{Config{Workloads: []string{"uncontended-1", "sideways"}}, `workload "sideways"`},
+		{Config{Contenders: []string{"redsinc"}}, `contender "redsinc"`},
+		{Config{Repeats: -1}, "repeats -1"},
+		{Config{Duration: -time.Second}, "duration -1s"},
+		{Config{MaxOps: -5}, "max ops -5"},
+		{Config{Hold: -time.Millisecond}, "hold -1ms"},
+		{Config{SlowLatency: 1500 * time.Microsecond}, "slow latency 1.5ms"},
+	} {
+		_, err := c.cfg.normalize()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("config %+v: error %v, want one naming %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestConfigDefaults(t *testing.T) {
+	cfg, err := Config{Contenders: []string{ContenderFloor, ContenderRedsync}}.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Nodes) != 4 || cfg.Repeats != 3 || cfg.Duration != 2*time.Second || cfg.SlowLatency != 5*time.Millisecond || cfg.Hold != time.Millisecond {
+		t.Errorf("defaults not filled: %+v", cfg)
+	}
+	if len(cfg.Workloads) != len(AllWorkloads) {
+		t.Errorf("workloads %v, want all", cfg.Workloads)
+	}
+	if got := strings.Join(cfg.Contenders, ","); got != "redsync,floor" {
+		t.Errorf("contenders %q, want them in table order: redsync,floor", got)
+	}
+}
+
+func TestSummarizeTakesMediansAndRatios(t *testing.T) {
+	run := func(workload, contender string, rep int, ops float64, p50 time.Duration) Run {
+		return Run{Nodes: 5, Workload: workload, Contender: contender, Repeat: rep,
+			Figures: Figures{OpsPerSec: ops, AcquireP50: p50, RTT: 100 * time.Microsecond, HandoffP50: 250 * time.Microsecond}}
+	}
+	runs := []Run{
+		run(WorkloadUncontended1, ContenderRedlock, 0, 900, 100*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRedsync, 0, 500, 200*time.Microsecond),
+		run(WorkloadUncontended1, ContenderFloor, 0, 1000, 90*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRedlock, 1, 1200, 110*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRedsync, 1, 600, 210*time.Microsecond),
+		run(WorkloadUncontended1, ContenderFloor, 1, 1100, 95*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRedlock, 2, 1000, 120*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRedsync, 2, 550, 190*time.Microsecond),
+		run(WorkloadUncontended1, ContenderFloor, 2, 1050, 92*time.Microsecond),
+		run(WorkloadSlowNode, ContenderRedlock, 0, 800, 132*time.Microsecond),
+		run(WorkloadContended16, ContenderRedlock, 0, 300, time.Millisecond),
+	}
+	cells := summarize(runs)
+	if len(cells) != 5 {
+		t.Fatalf("%d cells, want 5: %+v", len(cells), cells)
+	}
+	byName := map[string]Cell{}
+	for _, c := range cells {
+		byName[c.Workload+"/"+c.Contender] = c
+	}
+	redlock := byName["uncontended-1/redlock"]
+	if redlock.OpsPerSec != 1000 || redlock.AcquireP50 != 110*time.Microsecond || redlock.Repeats != 3 {
+		t.Errorf("redlock medians: %+v, want 1000 ops/s, p50 110µs over 3 repeats", redlock)
+	}
+	if redlock.VsRedsync != 1000.0/550 || redlock.VsFloor != 1000.0/1050 {
+		t.Errorf("redlock ratios: ×redsync %v (want %v), ×floor %v (want %v)", redlock.VsRedsync, 1000.0/550, redlock.VsFloor, 1000.0/1050)
+	}
+	if slow := byName["slow-node/redlock"]; slow.VsNoFault != 1.2 {
+		t.Errorf("slow-node ×no-fault %v, want 132µs/110µs = 1.2", slow.VsNoFault)
+	}
+	if contended := byName["contended-16/redlock"]; contended.HandoffRTTs != 2.5 || contended.VsRedsync != 0 {
+		t.Errorf("contended: hand-off %v RTT (want 2.5), ×redsync %v (want 0: no redsync run)", contended.HandoffRTTs, contended.VsRedsync)
+	}
+	if cells[0].Contender != ContenderRedlock || cells[len(cells)-1].Workload != WorkloadSlowNode {
+		t.Errorf("cells not in table order: first %s/%s, last %s/%s", cells[0].Workload, cells[0].Contender, cells[len(cells)-1].Workload, cells[len(cells)-1].Contender)
+	}
+}
+
+func TestTablesAndJSONCarryTheCells(t *testing.T) {
+	res := &Results{
+		Config:  Config{Repeats: 3, Duration: time.Second},
+		Machine: Machine{CPUs: 2, GoVersion: "go1.26.8", RedisVersion: "7.0.15"},
+		Cells: summarize([]Run{
+			{Nodes: 5, Workload: WorkloadUncontended1, Contender: ContenderRedlock, Figures: Figures{OpsPerSec: 2000, AcquireP50: 150 * time.Microsecond}},
+			{Nodes: 5, Workload: WorkloadUncontended1, Contender: ContenderRedsync, Failures: 2, Figures: Figures{OpsPerSec: 1000}},
+		}),
+	}
+	var text, md, js bytes.Buffer
+	if err := res.WriteTable(&text); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteMarkdown(&md); err != nil {
+		t.Fatal(err)
+	}
+	if err := res.WriteJSON(&js); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"redlock", "2.00", "150µs", "2 failures", "redis 7.0.15", "2 CPUs"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("text table lacks %q:\n%s", want, text.String())
+		}
+		if !strings.Contains(md.String(), want) {
+			t.Errorf("markdown table lacks %q:\n%s", want, md.String())
+		}
+	}
+	var back Results
+	if err := json.Unmarshal(js.Bytes(), &back); err != nil {
+		t.Fatal(err)
+	}
+	if len(back.Cells) != 2 || back.Cells[0].VsRedsync != 2 {
+		t.Errorf("JSON round trip lost cells: %+v", back.Cells)
+	}
+}
+
+// TestRunMatrixSmoke runs a tiny matrix on real nodes: every workload and
+// contender on three nodes, once, briefly. It checks that every cell that
+// should run did, completed operations, saw no violation of mutual exclusion
+// and no token out of order, and hardly any failed attempt; timings are not
+// judged.
+func TestRunMatrixSmoke(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunMatrix(ctx, Config{Nodes: []int{3}, Repeats: 1, Duration: 150 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]Cell{}
+	for _, c := range res.Cells {
+		got[c.Workload+"/"+c.Contender] = c
+	}
+	firstErrors := map[string][]string{}
+	for _, r := range res.Runs {
+		firstErrors[r.Workload+"/"+r.Contender] = append(firstErrors[r.Workload+"/"+r.Contender], r.FirstError)
+	}
+	for _, workload := range AllWorkloads {
+		w := workloadByName(workload)
+		for _, contender := range AllContenders {
+			key := workload + "/" + contender
+			c, ok := got[key]
+			if ok != w.runsOn(contender, 3) {
+				t.Errorf("%s: in results %v, should run %v", key, ok, !ok)
+				continue
+			}
+			if !ok {
+				continue
+			}
+			if c.OpsPerSec <= 0 || c.AcquireP50 <= 0 || c.AllocsPerOp <= 0 || c.ClientCPU <= 0 || c.ServerCPU <= 0 {
+				t.Errorf("%s: nothing measured: %+v", key, c)
+			}
+			if c.Violations != 0 {
+				t.Errorf("%s: %d violations of mutual exclusion or token order; first errors: %q", key, c.Violations, firstErrors[key])
+			}
+			// A loaded machine can make an attempt fail now and then (a
+			// straggling node still holding the previous key); more than one
+			// in ten, or any on the forced fencing slow path (where a failure
+			// means the slow path was not taken), is a fault.
+			if ops := c.OpsPerSec * res.Config.Duration.Seconds(); float64(c.Failures) > ops/10 || (workload == WorkloadFencingSlow && c.Failures > 0) {
+				t.Errorf("%s: %d failures in about %.0f operations; first errors: %q", key, c.Failures, ops, firstErrors[key])
+			}
+		}
+	}
+	if res.Machine.RedisVersion == "" || res.Machine.GoVersion == "" {
+		t.Errorf("machine not described: %+v", res.Machine)
+	}
+}

@@ -1,0 +1,122 @@
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+var tableHeader = []string{"nodes", "workload", "contender", "ops/s", "×redsync", "×floor", "acquire p50", "acquire p99", "release p50", "allocs/op", "CPU/op client+servers", "notes"}
+
+// tableRows renders the cells as text, one row per cell, in the order of
+// Results.Cells.
+func (r *Results) tableRows() [][]string {
+	rows := make([][]string, 0, len(r.Cells))
+	for _, c := range r.Cells {
+		var notes []string
+		if c.VsNoFault != 0 {
+			notes = append(notes, fmt.Sprintf("p50 %.2f× no-fault", c.VsNoFault))
+		}
+		if c.HandoffP50 != 0 {
+			notes = append(notes, fmt.Sprintf("hand-off p50 %s = %.1f RTT", formatDuration(c.HandoffP50), c.HandoffRTTs))
+		}
+		if c.Failures != 0 {
+			notes = append(notes, count(c.Failures, "failure"))
+		}
+		if c.Violations != 0 {
+			notes = append(notes, strings.ToUpper(count(c.Violations, "violation")))
+		}
+		rows = append(rows, []string{
+			fmt.Sprint(c.Nodes), c.Workload, c.Contender,
+			fmt.Sprintf("%.0f", c.OpsPerSec),
+			formatRatio(c.VsRedsync), formatRatio(c.VsFloor),
+			formatDuration(c.AcquireP50), formatDuration(c.AcquireP99), formatDuration(c.ReleaseP50),
+			fmt.Sprintf("%.0f", c.AllocsPerOp),
+			formatCPU(c.ClientCPU, c.ServerCPU),
+			strings.Join(notes, "; "),
+		})
+	}
+	return rows
+}
+
+func (r *Results) caption() string {
+	m := r.Machine
+	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync and ×floor are ops/s against redsync (default options) and the raw floor in the same cell.\n"+
+		"Machine: %d CPUs (%s), %s %s/%s, redis %s, load average %s at start, %s at end.",
+		r.Config.Repeats, r.Config.Duration, m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Arch, m.RedisVersion, m.LoadBefore, m.LoadAfter)
+}
+
+// WriteTable prints the medians as an aligned text table with a caption
+// saying how and where they were measured.
+func (r *Results) WriteTable(w io.Writer) error {
+	if _, err := fmt.Fprintln(w, r.caption()); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	for _, row := range r.tableRows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	return tw.Flush()
+}
+
+// WriteMarkdown prints the same table as Markdown, for a README.
+func (r *Results) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString(r.caption() + "\n\n")
+	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
+	b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
+	for _, row := range r.tableRows() {
+		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// WriteJSON writes every run and every cell, indented.
+func (r *Results) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// formatCPU shows the CPU an operation cost the client and the servers, in
+// µs; "—" for results written before these were measured.
+func formatCPU(client, servers time.Duration) string {
+	if client == 0 && servers == 0 {
+		return "—"
+	}
+	us := func(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
+	return fmt.Sprintf("%.0f+%.0fµs", us(client), us(servers))
+}
+
+func count(n int64, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
+}
+
+func formatRatio(x float64) string {
+	if x == 0 {
+		return "—"
+	}
+	return fmt.Sprintf("%.2f", x)
+}
+
+// formatDuration rounds to three significant figures so columns stay short.
+func formatDuration(d time.Duration) string {
+	switch {
+	case d == 0:
+		return "—"
+	case d < time.Millisecond:
+		return fmt.Sprintf("%.0fµs", float64(d)/float64(time.Microsecond))
+	case d < time.Second:
+		return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond))
+	default:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	}
+}
