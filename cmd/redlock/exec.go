@@ -1,0 +1,267 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"golang.org/x/term"
+)
+
+var execHelp = cmdHelp{
+	name:     "exec",
+	synopsis: "NAME [--] COMMAND [ARGS...]",
+	about: `Acquire the lock NAME on a quorum of the nodes, run COMMAND while holding it, then release it.
+The lock is extended in the background for as long as COMMAND runs.
+
+COMMAND finds the lock's fencing token in REDLOCK_TOKEN (and the name in REDLOCK_NAME). Tokens
+grow with every acquisition of NAME, whoever acquires it: send the token along with every write
+to the resource the lock protects and let the resource refuse tokens lower than the highest it
+has seen. Without that check, a holder that stalled and lost the lock can still write.
+
+If the lock is lost while COMMAND runs (nodes unreachable, keys deleted by an operator, TTL
+passed), COMMAND and every process it started get SIGTERM, then SIGKILL after --grace, and
+redlock exits 76. COMMAND runs in its own process group; SIGINT, SIGTERM, SIGHUP, SIGQUIT,
+SIGUSR1 and SIGUSR2 sent to redlock are passed on to it. It is not meant for interactive
+commands: when stdin is a terminal, COMMAND reads end-of-file from it.
+
+With --wait 0 (the default) redlock makes a single attempt and exits 75 if the lock is taken:
+what a cron job that must run on one host only wants. Flags go before NAME; everything after
+NAME belongs to COMMAND.
+
+` + exitCodesHelp,
+	examples: `
+redlock exec nightly-report -- ./report.sh --since yesterday
+redlock exec --wait 2m --ttl 30s deploy -- make deploy
+REDLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 redlock exec billing -- sh -c 'bill --fence "$REDLOCK_TOKEN"'
+redlock exec nightly-report -- ./report.sh || [ $? -eq 75 ]   # another host has it: fine`,
+}
+
+// forwardedSignals reach COMMAND through redlock. SIGINT, SIGTERM, SIGHUP and SIGQUIT also
+// abandon the wait when they arrive before COMMAND starts.
+var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
+
+// releaseTimeout bounds the release after COMMAND ends: the nodes may be unreachable, and the
+// keys expire by themselves within the TTL anyway.
+const releaseTimeout = 5 * time.Second
+
+func runExec(ctx context.Context, a *app, args []string) error {
+	var nf nodeFlags
+	var grace graceFlag
+	fs := newFlagSet(a, execHelp)
+	nf.register(fs)
+	grace.register(fs)
+	ttl := fs.Duration("ttl", 10*time.Second, "lock `TTL`; extended while COMMAND runs, it bounds how long a crashed redlock keeps others out")
+	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes a single attempt")
+	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	rest, err := parseLeadingFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		return usagef("missing lock NAME and COMMAND")
+	}
+	name, argv := rest[0], rest[1:]
+	if len(argv) > 0 && argv[0] == "--" {
+		argv = argv[1:]
+	}
+	if len(argv) == 0 {
+		return usagef("missing COMMAND after the lock name %q", name)
+	}
+	if err := positiveDuration("ttl", *ttl); err != nil {
+		return err
+	}
+	if *wait < 0 {
+		return usagef("--wait must be 0 (one attempt) or positive, got %v", *wait)
+	}
+	if *killGrace < 0 {
+		return usagef("--grace must be 0 (SIGKILL at once) or positive, got %v", *killGrace)
+	}
+
+	opts := nf.options(a, *ttl)
+	opts.RestartGrace = grace.d
+	client, err := nf.connect(a, opts)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, forwardedSignals...)
+	defer signal.Stop(sigs)
+
+	lock, stopLock, err := acquireForExec(ctx, a, client, name, *ttl, *wait, nf.verbose, sigs)
+	if err != nil {
+		return err
+	}
+	defer stopLock()
+	releaseCtx := context.WithoutCancel(ctx)
+
+	env := append(os.Environ(), "REDLOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10), "REDLOCK_NAME="+name)
+	stdin := a.stdin
+	if term.IsTerminal(int(stdin.Fd())) {
+		// In its own process group the command is in the terminal's background: reading
+		// the terminal would stop it (SIGTTIN) while redlock keeps the lock alive forever.
+		// It reads end-of-file instead.
+		stdin = nil
+	}
+	child, err := startSupervised(argv, env, stdin, a.stdout, a.stderr)
+	if err != nil {
+		_ = release(releaseCtx, lock)
+		return withExitCode(startErrorCode(err), fmt.Errorf("cannot run %q: %w", argv[0], err))
+	}
+
+	lostErr := superviseUntilExit(a, child, lock, *killGrace, sigs)
+	if lostErr == nil && child.exitedAt.After(lock.Deadline()) {
+		// The loss was not signalled yet, but the validity had passed before COMMAND ended:
+		// for its last moments COMMAND was not protected.
+		lostErr = fmt.Errorf("the lock's validity ended before the command did: %w", redlock.ErrLockLost)
+	}
+	releaseErr := release(releaseCtx, lock)
+	if lostErr != nil {
+		return withExitCode(exitLockLost, fmt.Errorf("lock %q lost while the command ran (%v); its work may overlap another holder's (command exit code %d)", name, lostErr, child.exitCode()))
+	}
+	if releaseErr != nil {
+		// COMMAND ended within the lock's validity, so it was protected; the keys expire by
+		// themselves if they are still there.
+		fmt.Fprintf(a.stderr, "redlock exec: warning: releasing lock %q: %v\n", name, releaseErr)
+	}
+	if child.groupAlive() {
+		fmt.Fprintf(a.stderr, "redlock exec: warning: processes started by %q still run (process group %d) and are no longer protected by the lock\n", argv[0], child.pgid)
+	}
+	if code := child.exitCode(); code != 0 {
+		return &silentExit{code}
+	}
+	return nil
+}
+
+// acquireForExec gets the lock, with auto-extension, making one attempt when wait is 0. An
+// interrupt while waiting abandons the wait and exits 128+N. The context the lock was
+// acquired with is cancelled only by the returned function, to be called once the lock is
+// released: the library does not promise that a lock outlives it.
+func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name string, ttl, wait time.Duration, verbose bool, sigs <-chan os.Signal) (*redlock.Lock, context.CancelFunc, error) {
+	acquireCtx, abandon := context.WithCancel(ctx)
+	type result struct {
+		lock *redlock.Lock
+		err  error
+	}
+	results := make(chan result, 1)
+	go func() {
+		lockOpts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithAutoExtend()}
+		var r result
+		r.lock, r.err = client.TryAcquire(acquireCtx, name, lockOpts...)
+		if r.err != nil && wait > 0 && retryable(r.err) {
+			if verbose {
+				fmt.Fprintf(a.stderr, "redlock exec: waiting up to %v for lock %q: %v\n", wait, name, r.err)
+			}
+			r.lock, r.err = client.Acquire(acquireCtx, name, append(lockOpts, redlock.WithMaxWait(wait))...)
+		}
+		results <- r
+	}()
+	var interrupted os.Signal
+	for {
+		select {
+		case sig := <-sigs:
+			switch sig {
+			case syscall.SIGUSR1, syscall.SIGUSR2:
+				// Meant for COMMAND, which is not running yet.
+			default:
+				if interrupted == nil {
+					interrupted = sig
+					abandon()
+				}
+			}
+		case r := <-results:
+			switch {
+			case interrupted != nil:
+				if r.lock != nil {
+					// Won just as the interrupt came: give it back at once.
+					_ = release(context.WithoutCancel(ctx), r.lock)
+				}
+				abandon()
+				return nil, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %v while waiting for lock %q", interrupted, name))
+			case r.err == nil:
+				return r.lock, abandon, nil
+			case errors.Is(r.err, redlock.ErrInvalidConfig):
+				abandon()
+				return nil, nil, withExitCode(exitUsage, r.err)
+			default:
+				abandon()
+				how := "in one attempt (--wait 0)"
+				if wait > 0 {
+					how = "within " + wait.String()
+				}
+				return nil, nil, withExitCode(exitNotAcquired, fmt.Errorf("lock %q not acquired %s: %w", name, how, r.err))
+			}
+		}
+	}
+}
+
+// retryable tells whether waiting may help: the lock is held, or too few nodes said yes.
+func retryable(err error) bool {
+	return errors.Is(err, redlock.ErrLocked) || errors.Is(err, redlock.ErrNoQuorum) || errors.Is(err, redlock.ErrValidityTooShort)
+}
+
+// superviseUntilExit passes signals on to the command until it exits. If the lock is lost
+// first, the command's group gets SIGTERM, then SIGKILL after grace; the error returned then
+// says why the lock was lost.
+func superviseUntilExit(a *app, child *supervised, lock *redlock.Lock, grace time.Duration, sigs <-chan os.Signal) error {
+	var lostErr error
+	var killNow <-chan time.Time
+	lockDone := lock.Done()
+	for {
+		select {
+		case <-child.exited:
+			if lostErr != nil && killNow != nil {
+				killStragglers(child, killNow)
+			}
+			return lostErr
+		case sig := <-sigs:
+			if err := child.signalGroup(sig.(syscall.Signal)); err != nil {
+				fmt.Fprintf(a.stderr, "redlock exec: cannot pass %v on to the command: %v\n", sig, err)
+			}
+		case <-lockDone:
+			// Nothing else releases the lock while the command runs, so Done means lost.
+			lockDone = nil
+			lostErr = lock.Err()
+			if lostErr == nil {
+				lostErr = redlock.ErrLockLost
+			}
+			fmt.Fprintf(a.stderr, "redlock exec: lock %q lost (%v): sending SIGTERM to the command, SIGKILL in %v\n", lock.Name(), lostErr, grace)
+			_ = child.signalGroup(syscall.SIGTERM)
+			killNow = time.After(grace)
+		case <-killNow:
+			killNow = nil
+			fmt.Fprintf(a.stderr, "redlock exec: the command outlived --grace: sending SIGKILL\n")
+			_ = child.signalGroup(syscall.SIGKILL)
+		}
+	}
+}
+
+// killStragglers handles processes the command left in its group after a lock loss: they get
+// the rest of the grace period, then SIGKILL. No process keeps working without the lock.
+func killStragglers(child *supervised, killNow <-chan time.Time) {
+	poll := time.NewTicker(20 * time.Millisecond)
+	defer poll.Stop()
+	for child.groupAlive() {
+		select {
+		case <-killNow:
+			_ = child.signalGroup(syscall.SIGKILL)
+			return
+		case <-poll.C:
+		}
+	}
+}
+
+// release gives the lock back after the command ended, within releaseTimeout.
+func release(ctx context.Context, lock *redlock.Lock) error {
+	ctx, cancel := context.WithTimeout(ctx, releaseTimeout)
+	defer cancel()
+	return lock.Release(ctx)
+}

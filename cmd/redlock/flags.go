@@ -1,0 +1,209 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/redis/go-redis/v9"
+)
+
+// cmdHelp is what `redlock <command> --help` prints around the flag list.
+type cmdHelp struct {
+	name     string // subcommand
+	synopsis string // arguments after the flags, e.g. "NAME -- COMMAND [ARGS...]"
+	about    string // what it does, in a few lines
+	examples string // shell lines, one per line
+}
+
+// newFlagSet returns a flag set that reports errors to the caller instead of printing them,
+// and prints the help (with examples) on stdout for -h/--help.
+func newFlagSet(a *app, h cmdHelp) *flag.FlagSet {
+	fs := flag.NewFlagSet(h.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() { printHelp(a.stdout, fs, h) }
+	return fs
+}
+
+func printHelp(w io.Writer, fs *flag.FlagSet, h cmdHelp) {
+	fmt.Fprintf(w, "Usage: redlock %s [flags] %s\n\n%s\n\nFlags:\n", h.name, h.synopsis, strings.TrimSpace(h.about))
+	fs.VisitAll(func(f *flag.Flag) {
+		kind, usage := flag.UnquoteUsage(f)
+		fmt.Fprintf(w, "  --%s %s\n", f.Name, kind)
+		fmt.Fprintf(w, "        %s", usage)
+		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+			fmt.Fprintf(w, " (default %s)", f.DefValue)
+		}
+		fmt.Fprintln(w)
+	})
+	fmt.Fprintf(w, "\nExamples:\n")
+	for _, line := range strings.Split(strings.TrimSpace(h.examples), "\n") {
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace(line))
+	}
+}
+
+// parseLeadingFlags parses the flags before the first positional argument and returns the
+// rest untouched (exec: what follows NAME belongs to the command). -h/--help prints the help
+// and returns flag.ErrHelp.
+func parseLeadingFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			fs.Usage()
+			return nil, err
+		}
+		return nil, &usageError{err.Error()}
+	}
+	return fs.Args(), nil
+}
+
+// parseFlags parses args and returns the positional arguments. Flags may come before or
+// after positional arguments ("status NAME --nodes ..."); everything after "--" is positional.
+// -h/--help prints the help and returns flag.ErrHelp.
+func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
+	var positional []string
+	for {
+		rest, err := parseLeadingFlags(fs, args)
+		if err != nil {
+			return nil, err
+		}
+		if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+			return append(positional, rest...), nil
+		}
+		if len(rest) == 0 {
+			return positional, nil
+		}
+		positional = append(positional, rest[0])
+		args = rest[1:]
+	}
+}
+
+// nodeFlags are the flags every command that talks to the nodes shares.
+type nodeFlags struct {
+	nodes       string
+	keyPrefix   string
+	nodeTimeout time.Duration
+	verbose     bool
+}
+
+func (nf *nodeFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent Redis masters, redis://[user:pass@]host:port[/db] or rediss:// (default $REDLOCK_NODES)")
+	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
+	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
+	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions to stderr")
+}
+
+// urls returns the node URLs from --nodes or REDLOCK_NODES, each checked, with an error
+// that names the bad entry (password redacted) and where it came from.
+func (nf *nodeFlags) urls(a *app) ([]string, error) {
+	source, list := "--nodes", nf.nodes
+	if list == "" {
+		source, list = "REDLOCK_NODES", a.getenv("REDLOCK_NODES")
+	}
+	if strings.TrimSpace(list) == "" {
+		return nil, usagef("no nodes: pass --nodes URL,URL,... or set REDLOCK_NODES")
+	}
+	var urls []string
+	for _, raw := range strings.Split(list, ",") {
+		if raw = strings.TrimSpace(raw); raw != "" {
+			urls = append(urls, raw)
+		}
+	}
+	for i, raw := range urls {
+		if _, err := redlock.ParseURL(raw); err != nil {
+			return nil, withExitCode(exitUsage, fmt.Errorf("%s: node %d of %d (%s): %w", source, i+1, len(urls), redlock.RedactURL(raw), err))
+		}
+	}
+	return urls, nil
+}
+
+// options returns the client options these flags describe, for a lock TTL of ttl.
+func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
+	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix}
+	if nf.verbose {
+		opts.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		redis.SetLogger(redisLog{opts.Logger})
+	}
+	return opts
+}
+
+// redisLog takes go-redis' own log lines (a failed dial, once per attempt): with -v they go
+// to the debug log, otherwise nowhere. redlock reports node failures itself, once, where they
+// matter, instead of a line per connection attempt on stderr.
+type redisLog struct{ logger *slog.Logger }
+
+// Printf implements go-redis' logging interface.
+func (l redisLog) Printf(ctx context.Context, format string, args ...any) {
+	if l.logger != nil {
+		l.logger.DebugContext(ctx, fmt.Sprintf(format, args...), "from", "go-redis")
+	}
+}
+
+// connect builds a client for the nodes named by the flags.
+func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, error) {
+	urls, err := nf.urls(a)
+	if err != nil {
+		return nil, err
+	}
+	c, err := redlock.NewFromURLs(urls, opts)
+	if err != nil {
+		return nil, withExitCode(exitUsage, err)
+	}
+	return c, nil
+}
+
+// graceFlag is --restart-grace: a duration, or "off" to count restarted nodes at once.
+type graceFlag struct{ d time.Duration }
+
+func (g *graceFlag) String() string {
+	switch {
+	case g == nil || g.d == 0:
+		return ""
+	case g.d == redlock.NoRestartGrace:
+		return "off"
+	}
+	return g.d.String()
+}
+
+func (g *graceFlag) Set(s string) error {
+	if s == "off" {
+		g.d = redlock.NoRestartGrace
+		return nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return fmt.Errorf("want a positive duration such as 30s, or off; got %q", s)
+	}
+	g.d = d
+	return nil
+}
+
+func (g *graceFlag) register(fs *flag.FlagSet) {
+	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off (default: the lock TTL)")
+}
+
+// registerTimeout adds --timeout, which bounds an operator command's calls to the nodes.
+func registerTimeout(fs *flag.FlagSet) *time.Duration {
+	return fs.Duration("timeout", 5*time.Second, "give up on the nodes after this `long`")
+}
+
+// oneLockName returns the single lock name among the positional arguments.
+func oneLockName(positional []string) (string, error) {
+	if len(positional) != 1 {
+		return "", usagef("want exactly one lock NAME, got %d arguments", len(positional))
+	}
+	return positional[0], nil
+}
+
+// positiveDuration rejects zero and negative durations for flags where they make no sense.
+func positiveDuration(flagName string, d time.Duration) error {
+	if d <= 0 {
+		return usagef("--%s must be positive, got %v", flagName, d)
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"strings"
+
+	"golang.org/x/term"
+)
+
+var unlockHelp = cmdHelp{
+	name:     "unlock",
+	synopsis: "--force NAME",
+	about: `Delete the lock NAME on every node, whoever holds it, for operators clearing a lock left by a
+job that is known to be dead (the keys would expire by themselves within the TTL anyway).
+It also raises each fence register by one, so the next holder gets a higher token than the
+old one, and a holder that still runs learns at its next extension that its lock is gone
+(it does not take it back): for it the lock is lost, and redlock exec stops its command.
+
+Asks for confirmation on the terminal unless --yes is given; without a terminal and without
+--yes it refuses.`,
+	examples: `
+redlock unlock --force nightly-report
+redlock unlock --force --yes nightly-report     # in scripts`,
+}
+
+func runUnlock(ctx context.Context, a *app, args []string) error {
+	var nf nodeFlags
+	fs := newFlagSet(a, unlockHelp)
+	nf.register(fs)
+	force := fs.Bool("force", false, "required: acknowledge that the lock is deleted whoever holds it")
+	yes := fs.Bool("yes", false, "do not ask for confirmation")
+	timeout := registerTimeout(fs)
+	positional, err := parseFlags(fs, args)
+	if err != nil {
+		return err
+	}
+	name, err := oneLockName(positional)
+	if err != nil {
+		return err
+	}
+	if !*force {
+		return usagef("unlock deletes the lock whoever holds it, without telling the holder: add --force to say you mean it")
+	}
+	if err := positiveDuration("timeout", *timeout); err != nil {
+		return err
+	}
+	// Refuse before touching the network: a script without --yes must fail fast, not hang
+	// waiting for an answer nobody will type.
+	if !*yes && !term.IsTerminal(int(a.stdin.Fd())) {
+		return usagef("stdin is not a terminal, so nobody can confirm: add --yes to unlock %q without asking", name)
+	}
+	client, err := nf.connect(a, nf.options(a, 0))
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+
+	inspectCtx, cancel := context.WithTimeout(ctx, *timeout)
+	st, err := client.Inspect(inspectCtx, name)
+	cancel()
+	switch {
+	case err != nil:
+		fmt.Fprintf(a.stdout, "lock %q: could not inspect it (%v)\n", name, err)
+	case st.Held:
+		fmt.Fprintf(a.stdout, "lock %q is held by %s, valid for at least %s\n", name, shortID(st.Owner), formatDuration(st.Remaining))
+	default:
+		fmt.Fprintf(a.stdout, "lock %q is not held by a quorum\n", name)
+	}
+	if !*yes {
+		fmt.Fprintf(a.stdout, "Delete lock %q on all %d nodes? [y/N] ", name, len(client.NodeNames()))
+		answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
+		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
+			return withExitCode(exitFailure, fmt.Errorf("not confirmed: lock %q left as it is", name))
+		}
+	}
+	unlockCtx, cancel := context.WithTimeout(ctx, *timeout)
+	defer cancel()
+	deleted, err := client.ForceUnlock(unlockCtx, name)
+	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %d nodes; fence registers kept\n", deleted, len(client.NodeNames()))
+	return err
+}
