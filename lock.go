@@ -146,8 +146,8 @@ func (l *Lock) Extend(ctx context.Context) error {
 		if err == nil && len(vals) == 3 {
 			status = vals[0]
 		}
-		if a.leave(n.index, status == 1 || status == 2) {
-			_, _ = a.releaseOn(context.Background(), n)
+		if owed, release := a.leave(n.index, status == 1 || status == 2); owed {
+			a.settle(n, release)
 		}
 		if err != nil {
 			return false, err

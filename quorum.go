@@ -64,7 +64,7 @@ type attempt struct {
 	releaseArgs []any
 	nodeTimeout time.Duration
 
-	replies  chan nodeReply
+	replies  chan nodeReply  // acquire replies, then the results of owed releases (settle)
 	state    []atomic.Int32  // per node: running calls, may-hold and release-asked (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
 	pending  atomic.Int32    // acquire calls still running; the last one cancels ctx
@@ -72,10 +72,11 @@ type attempt struct {
 }
 
 type nodeReply struct {
-	node int
-	won  bool
-	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
-	err  error // a *NodeError
+	node     int
+	released bool // the result of a release a running call owed (settle), not an acquire reply
+	won      bool
+	val      int64 // fence register before (won) or the holder's PTTL in ms (refused)
+	err      error // a *NodeError
 }
 
 func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
@@ -84,7 +85,7 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 		name:    name,
 		value:   c.ownerValue(),
 		ttl:     ttl,
-		replies: make(chan nodeReply, len(c.nodes)),
+		replies: make(chan nodeReply, 2*len(c.nodes)), // one reply and at most one owed release per node
 	}
 	if len(c.nodes) <= len(a.stateBuf) {
 		a.state = a.stateBuf[:len(c.nodes)]
@@ -123,13 +124,12 @@ func (a *attempt) acquireOn(ctx context.Context, n *node) {
 	r, sent := a.callAcquire(ctx, n)
 	// Record the outcome before reporting it, so that a release decided on
 	// this reply finds the node answered and counts its own deletion.
-	mustRelease := a.leave(n.index, sent && (r.err != nil || r.won))
+	owed, mayHold := a.leave(n.index, sent && (r.err != nil || r.won))
 	a.replies <- r // buffered for every node: never blocks
-	if mustRelease {
+	if owed {
 		// Released while we were in flight: our SET is done now, so
-		// this release comes after it. Nobody waits for it: the
-		// client's own socket timeouts bound it.
-		_, _ = a.releaseOn(context.Background(), n)
+		// this release comes after it.
+		a.settle(n, mayHold)
 	}
 }
 
@@ -148,40 +148,55 @@ func (a *attempt) enter(i int) bool {
 }
 
 // leave records the end of a call on node i; mayHold tells whether it may
-// have set our key. It reports whether the caller must now send the release
-// that was asked while calls were running.
-func (a *attempt) leave(i int, mayHold bool) (mustRelease bool) {
+// have set our key. owed tells that a release was asked while calls were
+// running and this was the last of them: the caller must settle it, with
+// release telling whether the node may hold our key.
+func (a *attempt) leave(i int, mayHold bool) (owed, release bool) {
 	for {
 		s := a.state[i].Load()
 		next := s - nodeCall
 		if mayHold {
 			next |= nodeMayHold
 		}
-		mustRelease = next&nodeReleaseAsked != 0 && next&nodeMayHold != 0 && next < nodeCall
-		if mustRelease {
+		owed = next&nodeReleaseAsked != 0 && next < nodeCall
+		release = owed && next&nodeMayHold != 0
+		if owed {
 			next &^= nodeMayHold // released once
 		}
 		if a.state[i].CompareAndSwap(s, next) {
-			return mustRelease
+			return owed, release
 		}
 	}
 }
 
-// askRelease marks node i released and tells whether the caller must send
-// the release now: the node may hold our key and no call runs there. With
-// calls running, the last of them sends it.
-func (a *attempt) askRelease(i int) (mustRelease bool) {
+// askRelease marks node i released. now tells that the caller must send
+// the release: the node may hold our key and no call runs there. later
+// tells that calls are running: the last of them settles the release,
+// whose result then arrives on replies. Asked again, it does neither.
+func (a *attempt) askRelease(i int) (now, later bool) {
 	for {
 		s := a.state[i].Load()
 		next := s | nodeReleaseAsked
-		mustRelease = s&nodeMayHold != 0 && s < nodeCall
-		if mustRelease {
+		now = s&nodeMayHold != 0 && s < nodeCall
+		later = s&nodeReleaseAsked == 0 && s >= nodeCall
+		if now {
 			next &^= nodeMayHold // released once
 		}
 		if a.state[i].CompareAndSwap(s, next) {
-			return mustRelease
+			return now, later
 		}
 	}
+}
+
+// settle sends the release that the last call running on n owed, if the
+// node may hold our key, and reports the result to whoever released.
+func (a *attempt) settle(n *node, release bool) {
+	r := nodeReply{node: n.index, released: true}
+	if release {
+		// The client's own socket timeouts bound this call.
+		r.won, r.err = a.releaseOn(context.Background(), n)
+	}
+	a.replies <- r // buffered for one owed release per node: never blocks
 }
 
 // callAcquire asks one node, if its vote counts. sent tells whether the
@@ -211,8 +226,10 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, sent b
 }
 
 // release asks every node that may hold the key to delete it, and waits for
-// the answers of those that already answered the acquire. Nodes still in
-// flight release by themselves once their acquire is done. The calls have a
+// the answers of those that already answered the acquire. Nodes still
+// running a call that may set the key (a straggling acquire or extend)
+// release by themselves once it is done; their results count only when the
+// others fall short of a quorum. The calls have a
 // context of their own: a cancelled caller must not leave keys behind.
 func (a *attempt) release() (deleted int, errs *multierror.Error) {
 	type result struct {
@@ -223,11 +240,16 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 		results chan result
 		first   *node // released on this goroutine, while the others run
 		sent    int
+		owed    int // nodes whose running calls release when they end
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
 	defer cancel()
 	for i, n := range a.c.nodes {
-		if !a.askRelease(i) {
+		now, later := a.askRelease(i)
+		if later {
+			owed++
+		}
+		if !now {
 			continue
 		}
 		if a.c.down(n) {
@@ -271,6 +293,21 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 	for range sent {
 		r := <-results
 		count(r.ok, r.err)
+	}
+	// Short of a quorum, the releases that running calls owe may make up
+	// for it: a node whose extend was still running when Extend returned
+	// holds our key all the same. Otherwise nobody waits for them.
+	for owed > 0 && deleted < a.c.quorum() {
+		select {
+		case r := <-a.replies:
+			if r.released {
+				owed--
+				count(r.won, r.err)
+			}
+		case <-ctx.Done():
+			errs = multierror.Append(errs, fmt.Errorf("redlock: %d node(s) still running a call at release: %w", owed, ctx.Err()))
+			return deleted, errs
+		}
 	}
 	return deleted, errs
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"runtime"
 	"strconv"
 	"sync"
 	"syscall"
@@ -268,12 +269,15 @@ func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testi
 
 func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
 	fs := fakes(3)
+	acquired := make(chan struct{})
+	fs[2].onAcquire = func() { close(acquired) }
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "ext")
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-acquired // the acquire may decide without node 2
 	key := c.LockKey("ext")
 	// Node 2 lost our key (it restarted empty) and its extend is slow: the
 	// extend succeeds on the other two and returns with that call running.
@@ -301,15 +305,60 @@ func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
 	}
 }
 
+func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
+	fs := fakes(3)
+	acquired := make(chan struct{})
+	fs[2].onAcquire = func() { close(acquired) }
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "owed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-acquired
+	key := c.LockKey("owed")
+	gate, arrived := make(chan struct{}), make(chan struct{}, 1)
+	fs[2].mu.Lock()
+	fs[2].gate, fs[2].arrived = gate, arrived
+	fs[2].mu.Unlock()
+	if err := l.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-arrived
+	// Node 1 restarts empty: only node 0 and the node whose extend is
+	// still running hold our key, which is still a quorum.
+	fs[1].mu.Lock()
+	delete(fs[1].keys, key)
+	fs[1].mu.Unlock()
+	released := make(chan error, 1)
+	go func() { released <- l.Release(ctx) }()
+	for l.a.state[2].Load()&nodeReleaseAsked == 0 {
+		runtime.Gosched() // until Release has found node 2's extend running
+	}
+	close(gate)
+	if err := <-released; err != nil {
+		t.Fatalf("release: %v, want nil: node 2 still held our key", err)
+	}
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(key); held {
+			t.Errorf("node %d kept %q after release", i, v)
+		}
+	}
+}
+
 func TestReleaseReachesANodeThatOnlyAnExtendWon(t *testing.T) {
 	fs := fakes(3)
 	fs[2].set("redlock:{late}", "someone-else") // refuses our acquire
+	refused := make(chan struct{})
+	fs[2].onAcquire = func() { close(refused) }
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
 	l, err := c.TryAcquire(ctx, "late")
 	if err != nil {
 		t.Fatal(err)
 	}
+	<-refused
 	key := c.LockKey("late")
 	// The other owner's key expired there, and node 1 is slow: the extend
 	// needs node 2, which it repairs.
