@@ -229,8 +229,8 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, sent b
 // the answers of those that already answered the acquire. Nodes still
 // running a call that may set the key (a straggling acquire or extend)
 // release by themselves once it is done; their results count only when the
-// others fall short of a quorum. The calls have a
-// context of their own: a cancelled caller must not leave keys behind.
+// others fall short of a quorum. The calls have a context of their own: a
+// cancelled caller must not leave keys behind.
 func (a *attempt) release() (deleted int, errs *multierror.Error) {
 	type result struct {
 		ok  bool
