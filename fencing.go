@@ -44,7 +44,9 @@ func (a *attempt) token(d decision) (int64, error) {
 // quorum of nodes that still hold our key.
 func (a *attempt) raiseFence(token int64) error {
 	args := raiseScript.args(a.keys[:], a.value, token)
-	return a.c.broadcast(context.Background(), "fence", a.name, a.c.releaseTimeout(), a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+	// Its time counts against the lock's validity, like the acquire's.
+	timeout := max(a.nodeTimeout, DefaultNodeTimeout)
+	return a.c.broadcast(context.Background(), "fence", a.name, timeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := n.run.run(ctx, raiseScript, args)
 		return err == nil && len(vals) == 1 && vals[0] == 1, err
 	})

@@ -335,6 +335,7 @@ func (a *attempt) releaseInBackground() {
 func (a *attempt) releaseOn(ctx context.Context, n *node) (bool, error) {
 	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
 	if err != nil {
+		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}
 	}
 	return len(vals) == 1 && vals[0] == 1, nil

@@ -313,9 +313,16 @@ func (c *Client) nameOf(key string) (string, bool) {
 // what makes tokens monotonic across holders.
 func (c *Client) FenceKey(name string) string { return c.LockKey(name) + fenceSuffix }
 
+// releaseTimeout bounds the wait for a node's answer to a release. It is
+// longer than the node timeout: a release has no validity to protect, so
+// waiting out a brief stall costs the caller little, while giving up leaves
+// the key in the way of every other client for the rest of its TTL. A node
+// that times out is marked down and released in the background next time.
 func (c *Client) releaseTimeout() time.Duration {
-	return max(c.opts.NodeTimeout, DefaultNodeTimeout)
+	return max(c.opts.NodeTimeout, minReleaseTimeout)
 }
+
+const minReleaseTimeout = time.Second
 
 func (c *Client) emit(e Event) {
 	if c.opts.Observer != nil {
