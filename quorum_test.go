@@ -23,7 +23,7 @@ type fakeNode struct {
 	mu        sync.Mutex
 	keys      map[string]string
 	gate      chan struct{} // if set, acquire and extend answer only once it is closed
-	arrived   chan struct{} // if set, told of each call that waits at the gate
+	arrived   chan struct{} // if set, told when a call waits at the gate
 	deaf      bool          // the gate ignores the context, as go-redis does without ContextTimeoutEnabled
 	onAcquire func()        // if set, runs inside every acquire
 	fail      error         // if set, every call fails with it
@@ -38,8 +38,9 @@ func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, err
 	gate, deaf, arrived := f.gate, f.deaf, f.arrived
 	f.mu.Unlock()
 	if (s == acquireScript || s == extendScript) && gate != nil {
-		if arrived != nil {
-			arrived <- struct{}{}
+		select {
+		case arrived <- struct{}{}:
+		default: // already told that a call waits
 		}
 		done := ctx.Done()
 		if deaf {
@@ -123,6 +124,22 @@ func (f *fakeNode) set(key, value string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.keys[key] = value
+}
+
+func (f *fakeNode) del(key string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.keys, key)
+}
+
+// hold makes the node's acquire and extend calls wait until the returned
+// gate is closed; arrived hears when a call waits there.
+func (f *fakeNode) hold() (gate chan struct{}, arrived <-chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch := make(chan struct{}, 1)
+	f.gate, f.arrived = make(chan struct{}), ch
+	return f.gate, ch
 }
 
 func (f *fakeNode) history() []string {
@@ -267,25 +284,31 @@ func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testi
 	}
 }
 
-func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
-	fs := fakes(3)
-	acquired := make(chan struct{})
-	fs[2].onAcquire = func() { close(acquired) }
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
-	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "ext")
+// acquireEverywhere takes name and waits until the last node has run its
+// acquire too: the acquire decides without waiting for it, and a test that
+// gates the node afterwards must not catch that straggler instead.
+func acquireEverywhere(t *testing.T, c *Client, fs []*fakeNode, name string) *Lock {
+	t.Helper()
+	last := make(chan struct{})
+	fs[len(fs)-1].onAcquire = func() { close(last) }
+	l, err := c.TryAcquire(context.Background(), name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	<-acquired // the acquire may decide without node 2
+	<-last
+	return l
+}
+
+func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+	ctx := context.Background()
+	l := acquireEverywhere(t, c, fs, "ext")
 	key := c.LockKey("ext")
 	// Node 2 lost our key (it restarted empty) and its extend is slow: the
 	// extend succeeds on the other two and returns with that call running.
-	fs[2].mu.Lock()
-	delete(fs[2].keys, key)
-	gate, arrived := make(chan struct{}), make(chan struct{}, 1)
-	fs[2].gate, fs[2].arrived = gate, arrived
-	fs[2].mu.Unlock()
+	fs[2].del(key)
+	gate, arrived := fs[2].hold()
 	if err := l.Extend(ctx); err != nil {
 		t.Fatalf("extend with one slow node: %v", err)
 	}
@@ -307,29 +330,18 @@ func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
 
 func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
 	fs := fakes(3)
-	acquired := make(chan struct{})
-	fs[2].onAcquire = func() { close(acquired) }
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "owed")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-acquired
+	l := acquireEverywhere(t, c, fs, "owed")
 	key := c.LockKey("owed")
-	gate, arrived := make(chan struct{}), make(chan struct{}, 1)
-	fs[2].mu.Lock()
-	fs[2].gate, fs[2].arrived = gate, arrived
-	fs[2].mu.Unlock()
+	gate, arrived := fs[2].hold()
 	if err := l.Extend(ctx); err != nil {
 		t.Fatal(err)
 	}
 	<-arrived
 	// Node 1 restarts empty: only node 0 and the node whose extend is
 	// still running hold our key, which is still a quorum.
-	fs[1].mu.Lock()
-	delete(fs[1].keys, key)
-	fs[1].mu.Unlock()
+	fs[1].del(key)
 	released := make(chan error, 1)
 	go func() { released <- l.Release(ctx) }()
 	for l.a.state[2].Load()&nodeReleaseAsked == 0 {
@@ -350,25 +362,14 @@ func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
 func TestReleaseReachesANodeThatOnlyAnExtendWon(t *testing.T) {
 	fs := fakes(3)
 	fs[2].set("redlock:{late}", "someone-else") // refuses our acquire
-	refused := make(chan struct{})
-	fs[2].onAcquire = func() { close(refused) }
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "late")
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-refused
+	l := acquireEverywhere(t, c, fs, "late")
 	key := c.LockKey("late")
 	// The other owner's key expired there, and node 1 is slow: the extend
 	// needs node 2, which it repairs.
-	fs[2].mu.Lock()
-	delete(fs[2].keys, key)
-	fs[2].mu.Unlock()
-	gate := make(chan struct{})
-	fs[1].mu.Lock()
-	fs[1].gate = gate
-	fs[1].mu.Unlock()
+	fs[2].del(key)
+	gate, _ := fs[1].hold()
 	if err := l.Extend(ctx); err != nil {
 		t.Fatal(err)
 	}
