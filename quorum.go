@@ -67,8 +67,7 @@ type attempt struct {
 	replies  chan nodeReply  // acquire replies, then the results of owed releases (settle)
 	state    []atomic.Int32  // per node: running calls, may-hold and release-asked (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
-	pending  atomic.Int32    // acquire calls still running; the last one cancels ctx
-	cancel   context.CancelFunc
+	calls    callGroup       // the acquire calls' context
 }
 
 type nodeReply struct {
@@ -114,14 +113,10 @@ const releaseChannelArg = 5
 // acquireOn runs the acquire script on one node and reports to the decider.
 // It runs to the end even after the decision, so that a late answer is
 // still recorded and, if the lock was released meanwhile, released here.
-func (a *attempt) acquireOn(ctx context.Context, n *node) {
+func (a *attempt) acquireOn(n *node) {
 	defer a.c.bg.done()
-	defer func() {
-		if a.pending.Add(-1) == 0 {
-			a.cancel()
-		}
-	}()
-	r, sent := a.callAcquire(ctx, n)
+	defer a.calls.done()
+	r, sent := a.callAcquire(a.calls.ctx, n)
 	// Record the outcome before reporting it, so that a release decided on
 	// this reply finds the node answered and counts its own deletion.
 	owed, mayHold := a.leave(n.index, sent && (r.err != nil || r.won))
@@ -353,10 +348,11 @@ type decision struct {
 }
 
 // decide reads replies until the outcome is known or ctx is done. Nodes
-// that have not answered when nodeCtx's deadline passes count as failed:
+// that have not answered when the calls' deadline passes count as failed:
 // go-redis honours context deadlines only with ContextTimeoutEnabled, so
 // the node timeout is enforced here too.
-func (a *attempt) decide(ctx, nodeCtx context.Context) (decision, error) {
+func (a *attempt) decide(ctx context.Context) (decision, error) {
+	nodeCtx := a.calls.ctx
 	d := decision{minPTTL: -1, tally: newTally(len(a.c.nodes))}
 	timeout := nodeCtx.Done()
 	for {
@@ -414,42 +410,34 @@ var errNodeTimeout = fmt.Errorf("no answer within the node timeout: %w", context
 // broadcast runs op on every node in parallel and returns nil once a quorum
 // said yes, or a *QuorumError as soon as that can no longer happen or the
 // timeout passed. It is the fan-out of the operations off the acquire hot
-// path: extend and the fencing slow path. The calls get a context of their
-// own, detached from ctx's cancellation and ended by the timeout or by the
-// last call: a call still running after the decision is not cut short,
-// which would cost its connection and leave the command's fate unknown.
+// path: extend and the fencing slow path. The calls run in a callGroup of
+// their own, which ctx's cancellation does not cut short.
 func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error)) error {
 	type answer struct {
 		node int
 		yes  bool
 		err  error
 	}
-	callCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	var running atomic.Int32
-	running.Store(int32(len(c.nodes)))
-	callDone := func() {
-		if running.Add(-1) == 0 {
-			cancel()
-		}
-	}
+	var calls callGroup
+	calls.start(ctx, timeout, len(c.nodes))
 	answers := make(chan answer, len(c.nodes))
 	for i, n := range c.nodes {
 		c.bg.add()
 		go func() {
 			defer c.bg.done()
-			yes, err := op(callCtx, n)
+			yes, err := op(calls.ctx, n)
 			if err != nil {
 				c.failed(n, err, nodeTimeout)
 				err = &NodeError{Node: n.name, Err: err}
 			}
 			answers <- answer{i, yes, err}
-			callDone()
+			calls.done()
 		}()
 	}
 	t := newTally(len(c.nodes))
 	qe := &QuorumError{Op: opName, Name: name, Needed: t.quorum}
 	answered := make([]bool, len(c.nodes))
-	deadline := callCtx.Done()
+	deadline := calls.ctx.Done()
 	for {
 		select {
 		case a := <-answers:
@@ -465,7 +453,7 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 				return qe
 			}
 		case <-deadline:
-			if callCtx.Err() == context.Canceled {
+			if calls.ctx.Err() == context.Canceled {
 				deadline = nil // every call answered: the answers wait in the channel
 				continue
 			}
@@ -477,5 +465,33 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 			}
 			return qe
 		}
+	}
+}
+
+// callGroup is the context of one fan-out's node calls. It is detached from
+// the caller's cancellation and ends at its timeout or when the last call
+// finishes: a call still running after the decision must not be cut short,
+// which would cost its connection and leave the command's fate unknown (an
+// acquire's SET still in flight would race our cleanup).
+type callGroup struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	running atomic.Int32
+}
+
+// start readies the group for calls under parent's values, bounded by
+// timeout.
+func (g *callGroup) start(parent context.Context, timeout time.Duration, calls int) {
+	if parent.Done() != nil { // context.Background needs no detaching, and no allocation
+		parent = context.WithoutCancel(parent)
+	}
+	g.ctx, g.cancel = context.WithTimeout(parent, timeout)
+	g.running.Store(int32(calls))
+}
+
+// done marks one call finished; the last one ends the context.
+func (g *callGroup) done() {
+	if g.running.Add(-1) == 0 {
+		g.cancel()
 	}
 }

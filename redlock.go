@@ -508,22 +508,15 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 	a := c.newAttempt(name, lc.ttl)
 	a.nodeTimeout = nodeTimeout
-	// The node calls must outlive a cancelled caller: a call cut short
-	// would leave its SET in flight, racing our cleanup.
-	detached := ctx
-	if ctx.Done() != nil {
-		detached = context.WithoutCancel(ctx)
-	}
-	nodeCtx, cancel := context.WithTimeout(detached, nodeTimeout)
-	a.cancel = cancel
-	a.pending.Store(int32(len(c.nodes)))
+	// The node calls must outlive a cancelled caller.
+	a.calls.start(ctx, nodeTimeout, len(c.nodes))
 	start := c.clock.Now()
 	for i, n := range c.nodes {
 		a.state[i].Store(nodeCall) // counted before the call starts: a release must wait for it
 		c.bg.add()
-		go a.acquireOn(nodeCtx, n)
+		go a.acquireOn(n)
 	}
-	d, err := a.decide(ctx, nodeCtx)
+	d, err := a.decide(ctx)
 	if d.maxFence > 0 {
 		c.noteToken(d.maxFence)
 	}
