@@ -64,19 +64,27 @@ type attempt struct {
 	releaseArgs []any
 	nodeTimeout time.Duration
 
-	replies  chan nodeReply  // acquire replies, then the results of owed releases (settle)
+	replies  chan nodeReply  // acquire replies, then release results
 	state    []atomic.Int32  // per node: running calls, may-hold and release-asked (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
 	calls    callGroup       // the acquire calls' context
 }
 
 type nodeReply struct {
-	node     int
-	released bool // the result of a release a running call owed (settle), not an acquire reply
-	won      bool
-	val      int64 // fence register before (won) or the holder's PTTL in ms (refused)
-	err      error // a *NodeError
+	node int
+	kind replyKind
+	won  bool  // acquire: the lock is ours here; release: our key was deleted
+	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
+	err  error // a *NodeError
 }
+
+type replyKind uint8
+
+const (
+	acquireReply replyKind = iota
+	releaseReply           // a release that release sent
+	owedRelease            // a release that the last call running on the node sent (settle)
+)
 
 func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	a := &attempt{
@@ -84,7 +92,7 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 		name:    name,
 		value:   c.ownerValue(),
 		ttl:     ttl,
-		replies: make(chan nodeReply, 2*len(c.nodes)), // one reply and at most one owed release per node
+		replies: make(chan nodeReply, 2*len(c.nodes)), // per node one acquire reply and at most one release result
 	}
 	if len(c.nodes) <= len(a.stateBuf) {
 		a.state = a.stateBuf[:len(c.nodes)]
@@ -186,7 +194,7 @@ func (a *attempt) askRelease(i int) (now, later bool) {
 // settle sends the release that the last call running on n owed, if the
 // node may hold our key, and reports the result to whoever released.
 func (a *attempt) settle(n *node, release bool) {
-	r := nodeReply{node: n.index, released: true}
+	r := nodeReply{node: n.index, kind: owedRelease}
 	if release {
 		// The client's own socket timeouts bound this call.
 		r.won, r.err = a.releaseOn(context.Background(), n)
@@ -227,15 +235,10 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, sent b
 // others fall short of a quorum. The calls have a context of their own: a
 // cancelled caller must not leave keys behind.
 func (a *attempt) release() (deleted int, errs *multierror.Error) {
-	type result struct {
-		ok  bool
-		err error
-	}
 	var (
-		results chan result
-		first   *node // released on this goroutine, while the others run
-		sent    int
-		owed    int // nodes whose running calls release when they end
+		first *node // released on this goroutine, while the others run
+		sent  int   // releases sent by other goroutines, reporting on replies
+		owed  int   // nodes whose running calls release when they end, reporting on replies
 	)
 	ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
 	defer cancel()
@@ -263,15 +266,13 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 			first = n
 			continue
 		}
-		if results == nil {
-			results = make(chan result, len(a.c.nodes))
-		}
 		sent++
 		a.c.bg.add()
 		go func() {
 			defer a.c.bg.done()
-			ok, err := a.releaseOn(ctx, n)
-			results <- result{ok, err}
+			r := nodeReply{node: n.index, kind: releaseReply}
+			r.won, r.err = a.releaseOn(ctx, n)
+			a.replies <- r // buffered for one release result per node: never blocks
 		}()
 	}
 	count := func(ok bool, err error) {
@@ -285,21 +286,27 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 	if first != nil {
 		count(a.releaseOn(ctx, first))
 	}
-	for range sent {
-		r := <-results
-		count(r.ok, r.err)
-	}
-	// Short of a quorum, the releases that running calls owe may make up
-	// for it: a node whose extend was still running when Extend returned
-	// holds our key all the same. Otherwise nobody waits for them.
-	for owed > 0 && deleted < a.c.quorum() {
+	// Our own releases all report, bounded by ctx. Short of a quorum, the
+	// releases that running calls owe may make up for it: a node whose
+	// extend was still running when Extend returned holds our key all the
+	// same. Otherwise nobody waits for them.
+	for sent > 0 || (owed > 0 && deleted < a.c.quorum()) {
+		var timeout <-chan struct{}
+		if sent == 0 {
+			timeout = ctx.Done() // only an owed release can outlast it
+		}
 		select {
 		case r := <-a.replies:
-			if r.released {
+			switch r.kind {
+			case releaseReply:
+				sent--
+			case owedRelease:
 				owed--
-				count(r.won, r.err)
+			default:
+				continue // an acquire reply that came after the decision
 			}
-		case <-ctx.Done():
+			count(r.won, r.err)
+		case <-timeout:
 			errs = multierror.Append(errs, fmt.Errorf("redlock: %d node(s) still running a call at release: %w", owed, ctx.Err()))
 			return deleted, errs
 		}
