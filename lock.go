@@ -146,9 +146,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		if err == nil && len(vals) == 3 {
 			status = vals[0]
 		}
-		if owed, release := a.leave(n.index, status == 1 || status == 2); owed {
-			a.settle(n, release)
-		}
+		a.leave(n, status == 1 || status == 2)
 		if err != nil {
 			return false, err
 		}

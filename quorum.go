@@ -83,7 +83,7 @@ type replyKind uint8
 const (
 	acquireReply replyKind = iota
 	releaseReply           // a release that release sent
-	owedRelease            // a release that the last call running on the node sent (settle)
+	owedRelease            // a release that the last call running on the node sent (leave)
 )
 
 func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
@@ -126,14 +126,10 @@ func (a *attempt) acquireOn(n *node) {
 	defer a.calls.done()
 	r, sent := a.callAcquire(a.calls.ctx, n)
 	// Record the outcome before reporting it, so that a release decided on
-	// this reply finds the node answered and counts its own deletion.
-	owed, mayHold := a.leave(n.index, sent && (r.err != nil || r.won))
+	// this reply finds the node answered and counts its own deletion. A
+	// release asked while we were in flight goes out now, after our SET.
+	a.leave(n, sent && (r.err != nil || r.won))
 	a.replies <- r // buffered for every node: never blocks
-	if owed {
-		// Released while we were in flight: our SET is done now, so
-		// this release comes after it.
-		a.settle(n, mayHold)
-	}
 }
 
 // enter counts a call about to be sent to node i that may set our key. It
@@ -150,32 +146,43 @@ func (a *attempt) enter(i int) bool {
 	}
 }
 
-// leave records the end of a call on node i; mayHold tells whether it may
-// have set our key. owed tells that a release was asked while calls were
-// running and this was the last of them: the caller must settle it, with
-// release telling whether the node may hold our key.
-func (a *attempt) leave(i int, mayHold bool) (owed, release bool) {
+// leave records the end of a call on n; mayHold tells whether it may have
+// set our key. If a release was asked while calls were running and this
+// was the last of them, it sends that release now (if the node may hold
+// our key) and reports the result on replies.
+func (a *attempt) leave(n *node, mayHold bool) {
+	i := n.index
 	for {
 		s := a.state[i].Load()
 		next := s - nodeCall
 		if mayHold {
 			next |= nodeMayHold
 		}
-		owed = next&nodeReleaseAsked != 0 && next < nodeCall
-		release = owed && next&nodeMayHold != 0
+		owed := next&nodeReleaseAsked != 0 && next < nodeCall
+		release := owed && next&nodeMayHold != 0
 		if owed {
 			next &^= nodeMayHold // released once
 		}
-		if a.state[i].CompareAndSwap(s, next) {
-			return owed, release
+		if !a.state[i].CompareAndSwap(s, next) {
+			continue
 		}
+		if owed {
+			r := nodeReply{node: i, kind: owedRelease}
+			if release {
+				// The client's own socket timeouts bound this call.
+				r.won, r.err = a.releaseOn(context.Background(), n)
+			}
+			a.replies <- r // buffered for one release result per node: never blocks
+		}
+		return
 	}
 }
 
 // askRelease marks node i released. now tells that the caller must send
 // the release: the node may hold our key and no call runs there. later
-// tells that calls are running: the last of them settles the release,
-// whose result then arrives on replies. Asked again, it does neither.
+// tells that calls are running: the last of them sends the release (see
+// leave), whose result then arrives on replies. Asked again, it does
+// neither.
 func (a *attempt) askRelease(i int) (now, later bool) {
 	for {
 		s := a.state[i].Load()
@@ -189,17 +196,6 @@ func (a *attempt) askRelease(i int) (now, later bool) {
 			return now, later
 		}
 	}
-}
-
-// settle sends the release that the last call running on n owed, if the
-// node may hold our key, and reports the result to whoever released.
-func (a *attempt) settle(n *node, release bool) {
-	r := nodeReply{node: n.index, kind: owedRelease}
-	if release {
-		// The client's own socket timeouts bound this call.
-		r.won, r.err = a.releaseOn(context.Background(), n)
-	}
-	a.replies <- r // buffered for one owed release per node: never blocks
 }
 
 // callAcquire asks one node, if its vote counts. sent tells whether the
