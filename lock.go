@@ -137,7 +137,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		// The extend may re-create our key (a repair), so a release on
 		// this node must wait for it, as for the acquire. It can still
 		// be running after Extend returned: broadcast decides early.
-		if !a.enter(n.index) {
+		if !a.enter(n) {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()

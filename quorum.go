@@ -132,9 +132,10 @@ func (a *attempt) acquireOn(n *node) {
 	a.replies <- r // buffered for every node: never blocks
 }
 
-// enter counts a call about to be sent to node i that may set our key. It
+// enter counts a call about to be sent to n that may set our key. It
 // is false once a release was asked: the call must not be sent.
-func (a *attempt) enter(i int) bool {
+func (a *attempt) enter(n *node) bool {
+	i := n.index
 	for {
 		s := a.state[i].Load()
 		if s&nodeReleaseAsked != 0 {
