@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -145,7 +146,25 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	return c, nil
 }
 
+// portAttempts is how many fresh host ports startNode tries for one node:
+// another process may take the port freePort found before Docker binds it.
+const portAttempts = 5
+
 func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
+	for attempt := 1; ; attempt++ {
+		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fake)
+		if err == nil || attempt == portAttempts || !strings.Contains(err.Error(), "port is already allocated") {
+			return n, err
+		}
+		if n != nil {
+			if err := n.terminate(); err != nil {
+				return nil, err
+			}
+		}
+	}
+}
+
+func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -192,7 +211,7 @@ func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persist
 }
 
 // freePort asks the kernel for a free 127.0.0.1 port. Another process may
-// take it before the container binds it; that fails the start loudly.
+// take it before the container binds it; startNode then tries another.
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
