@@ -142,11 +142,18 @@ func (l *Lock) Extend(ctx context.Context) error {
 		}
 		sent := c.clock.Now()
 		vals, err := n.run.run(ctx, extendScript, args)
-		var status int64 = 1 // an error may have come after the script ran
-		if err == nil && len(vals) == 3 {
-			status = vals[0]
+		outcome := callUnsure // no answer: the script may still run
+		var status int64 = 1  // an unexpected reply counts as ours
+		if err == nil {
+			if len(vals) == 3 {
+				status = vals[0]
+			}
+			outcome = callNoKey
+			if status == 1 || status == 2 {
+				outcome = callMayHold
+			}
 		}
-		a.leave(n, status == 1 || status == 2)
+		a.leave(n, outcome)
 		if err != nil {
 			return false, err
 		}

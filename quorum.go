@@ -44,9 +44,19 @@ func (t *tally) add(yes bool) (decided, won bool) {
 // key on that node (DESIGN §1): a late SET NX or an extend's repair would
 // leave an orphan key blocking the lock for a whole TTL.
 const (
-	nodeMayHold      int32 = 1 << iota // a call said yes, or failed in a way that may have set the key
+	nodeMayHold      int32 = 1 << iota // a call said yes, or got no answer: our key may be there
+	nodeUnsure                         // a call got no answer: it may still reach the server, after our release
 	nodeReleaseAsked                   // release requested: no new call may be sent
 	nodeCall                           // one running call; the count is state / nodeCall
+)
+
+// callOutcome is what a call that may set our key tells about the node.
+type callOutcome uint8
+
+const (
+	callNoKey   callOutcome = iota // not sent, or answered that the key is not ours
+	callMayHold                    // answered: the key may be ours
+	callUnsure                     // no answer: the call may still set the key later
 )
 
 // attempt is one try at a lock on all nodes, and afterwards the record of
@@ -65,7 +75,7 @@ type attempt struct {
 	nodeTimeout time.Duration
 
 	replies  chan nodeReply  // acquire replies, then release results
-	state    []atomic.Int32  // per node: running calls, may-hold and release-asked (nodeCall)
+	state    []atomic.Int32  // per node: running calls and the flags above (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
 	calls    callGroup       // the acquire calls' context
 }
@@ -124,11 +134,11 @@ const releaseChannelArg = 5
 func (a *attempt) acquireOn(n *node) {
 	defer a.c.bg.done()
 	defer a.calls.done()
-	r, sent := a.callAcquire(a.calls.ctx, n)
+	r, outcome := a.callAcquire(a.calls.ctx, n)
 	// Record the outcome before reporting it, so that a release decided on
 	// this reply finds the node answered and counts its own deletion. A
 	// release asked while we were in flight goes out now, after our SET.
-	a.leave(n, sent && (r.err != nil || r.won))
+	a.leave(n, outcome)
 	a.replies <- r // buffered for every node: never blocks
 }
 
@@ -147,17 +157,19 @@ func (a *attempt) enter(n *node) bool {
 	}
 }
 
-// leave records the end of a call on n; mayHold tells whether it may have
-// set our key. If a release was asked while calls were running and this
+// leave records the end of a call on n and what it tells. If a release was asked while calls were running and this
 // was the last of them, it sends that release now (if the node may hold
 // our key) and reports the result on replies.
-func (a *attempt) leave(n *node, mayHold bool) {
+func (a *attempt) leave(n *node, outcome callOutcome) {
 	i := n.index
 	for {
 		s := a.state[i].Load()
 		next := s - nodeCall
-		if mayHold {
+		switch outcome {
+		case callMayHold:
 			next |= nodeMayHold
+		case callUnsure:
+			next |= nodeMayHold | nodeUnsure
 		}
 		owed := next&nodeReleaseAsked != 0 && next < nodeCall
 		release := owed && next&nodeMayHold != 0
@@ -199,30 +211,36 @@ func (a *attempt) askRelease(i int) (now, later bool) {
 	}
 }
 
-// callAcquire asks one node, if its vote counts. sent tells whether the
-// acquire script was sent, that is whether the node may hold our key.
-func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, sent bool) {
+// callAcquire asks one node, if its vote counts, and tells what the call
+// leaves on the node.
+func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcome callOutcome) {
 	r.node = n.index
 	if err := a.c.ready(ctx, n); err != nil {
 		r.err = &NodeError{Node: n.name, Err: err}
-		return r, false
+		return r, callNoKey
 	}
 	sentAt := a.c.clock.Now()
 	vals, err := n.run.run(ctx, acquireScript, a.acquireArgs)
 	recv := a.c.clock.Now()
-	if err == nil && len(vals) != 4 {
-		err = fmt.Errorf("redlock: unexpected acquire reply %v", vals)
-	}
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		r.err = &NodeError{Node: n.name, Err: err}
-		return r, true
+		return r, callUnsure
+	}
+	if len(vals) != 4 {
+		r.err = &NodeError{Node: n.name, Err: fmt.Errorf("redlock: unexpected acquire reply %v", vals)}
+		return r, callMayHold
 	}
 	r.won, r.val = vals[0] == 1, vals[1]
+	outcome = callNoKey
+	if r.won {
+		outcome = callMayHold
+	}
 	if err := a.c.recheck(ctx, n, vals[2], vals[3], sentAt, recv); err != nil {
 		r.won, r.err = false, &NodeError{Node: n.name, Err: err}
+		outcome = callMayHold
 	}
-	return r, true
+	return r, outcome
 }
 
 // release asks every node that may hold the key to delete it, and waits for
@@ -330,8 +348,35 @@ func (a *attempt) releaseInBackground() {
 	}()
 }
 
-// releaseOn deletes the key on one node if it is still ours.
+// releaseOn deletes the key on one node if it is still ours, and sweeps the
+// node once more later if a call there got no answer.
 func (a *attempt) releaseOn(ctx context.Context, n *node) (bool, error) {
+	if a.state[n.index].Load()&nodeUnsure != 0 {
+		a.sweepLater(n)
+	}
+	return a.deleteOn(ctx, n)
+}
+
+// lateCallWait is how long after a release a node that left a call
+// unanswered is swept once more. Such a call may still reach the server
+// after our release, on its own connection, and set the key again, which
+// would then block everyone for the rest of its TTL.
+const lateCallWait = time.Second
+
+// sweepLater releases on n once more, after min(lateCallWait, TTL/2): past
+// the TTL the key is gone anyway. Client.Close waits for it.
+func (a *attempt) sweepLater(n *node) {
+	a.c.bg.add()
+	time.AfterFunc(min(lateCallWait, a.ttl/2), func() {
+		defer a.c.bg.done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
+		defer cancel()
+		_, _ = a.deleteOn(ctx, n)
+	})
+}
+
+// deleteOn runs the release script on n: it deletes the key if it is ours.
+func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
 	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)

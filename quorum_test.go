@@ -25,6 +25,8 @@ type fakeNode struct {
 	gate      chan struct{} // if set, acquire and extend answer only once it is closed
 	arrived   chan struct{} // if set, told when a call waits at the gate
 	deaf      bool          // the gate ignores the context, as go-redis does without ContextTimeoutEnabled
+	late      chan error    // if set, a call that gave up at the gate still runs once it opens, as a request stuck in the network does, and reports here
+	gaveUp    chan struct{} // with late: told when a call gives up at the gate
 	onAcquire func()        // if set, runs inside every acquire
 	fail      error         // if set, every call fails with it
 	calls     []string      // "acquire:<value>", "extend:<value>", "release:<value>", in the order they ran
@@ -35,7 +37,7 @@ func newFakeNode() *fakeNode { return &fakeNode{keys: map[string]string{}} }
 
 func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, error) {
 	f.mu.Lock()
-	gate, deaf, arrived := f.gate, f.deaf, f.arrived
+	gate, deaf, arrived, late, gaveUp := f.gate, f.deaf, f.arrived, f.late, f.gaveUp
 	f.mu.Unlock()
 	if (s == acquireScript || s == extendScript) && gate != nil {
 		select {
@@ -49,9 +51,22 @@ func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, err
 		select {
 		case <-gate:
 		case <-done:
+			if late != nil {
+				gaveUp <- struct{}{}
+				go func() {
+					<-gate
+					_, err := f.exec(s, args)
+					late <- err
+				}()
+			}
 			return nil, ctx.Err()
 		}
 	}
+	return f.exec(s, args)
+}
+
+// exec runs one script, as the server does once the call reaches it.
+func (f *fakeNode) exec(s *script, args []any) ([]int64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if s == acquireScript {
@@ -356,6 +371,32 @@ func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
 		if v, held := f.get(key); held {
 			t.Errorf("node %d kept %q after release", i, v)
 		}
+	}
+}
+
+func TestANodeWhoseCallGotNoAnswerIsSweptAfterTheRelease(t *testing.T) {
+	fs := fakes(3)
+	gate, late, gaveUp := make(chan struct{}), make(chan error, 1), make(chan struct{}, 1)
+	fs[2].gate, fs[2].late, fs[2].gaveUp = gate, late, gaveUp
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "late-set")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Node 2's acquire timed out without an answer, but the request is
+	// still on its way: it sets our key after the release deleted nothing.
+	<-gaveUp
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(gate)
+	if err := <-late; err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close() // waits for the sweep
+	if v, held := fs[2].get(c.LockKey("late-set")); held {
+		t.Fatalf("node 2 kept %q: nobody swept the key the late call set", v)
 	}
 }
 
