@@ -1,6 +1,7 @@
 package redlock
 
 import (
+	"slices"
 	"sync"
 	"time"
 )
@@ -79,9 +80,73 @@ func (nc *nodeClock) observe(nodeTime time.Time, sent, recv, base time.Time, thr
 	return jump, jumped
 }
 
-// offset is the last estimate of node time minus our clock.
-func (nc *nodeClock) offset() (time.Duration, bool) {
+// clockSample is a node's last clock sample: the interval of offsets (node
+// time minus our clock) consistent with the reply, taken at our time at.
+type clockSample struct {
+	at     time.Time
+	lo, hi time.Duration
+}
+
+// sample is the node's last clock sample, if it has one.
+func (nc *nodeClock) sample() (clockSample, bool) {
 	nc.mu.Lock()
 	defer nc.mu.Unlock()
-	return nc.lastSeen, nc.have
+	return clockSample{at: nc.at, lo: nc.lo, hi: nc.hi}, nc.have
+}
+
+// Comparing a node's clock with the other nodes' (DESIGN §3). A node's
+// history with this client cannot show a jump that happened before the
+// client first met the node: a process that starts after a node's clock
+// jumped takes the jumped clock as normal. The nodes are meant to agree on
+// the time (NTP), so a node whose clock disagrees with the others is what a
+// jump looks like to a newcomer.
+
+// clockPeers counts the samples that agree with samples[i]: those whose
+// offset may be within threshold of it, given how wide each sample is and
+// how far two clocks may have drifted since it was taken (the slack is
+// always granted in the node's favour of agreeing only when the intervals,
+// widened by it, still come within threshold: a wider measurement can hide a
+// disagreement as large as its width, never invent one). known counts the
+// nodes with a sample at all, i among them.
+func clockPeers(samples []clockSample, have []bool, i int, now time.Time, threshold time.Duration) (agree, known int) {
+	if !have[i] {
+		return 0, 0
+	}
+	me := samples[i]
+	for k, s := range samples {
+		if !have[k] {
+			continue
+		}
+		known++
+		drift := time.Duration(float64(now.Sub(s.at)+now.Sub(me.at)) * driftRate)
+		// The gap between the two intervals; zero if they overlap.
+		gap := max(s.lo-me.hi, me.lo-s.hi, 0)
+		if gap <= threshold+drift {
+			agree++
+		}
+	}
+	return agree, known
+}
+
+// clockSkew is how far samples[i]'s offset is from the median of the other
+// nodes' offsets (midpoints of their intervals), for reports.
+func clockSkew(samples []clockSample, have []bool, i int) (time.Duration, bool) {
+	if !have[i] {
+		return 0, false
+	}
+	var others []time.Duration
+	for k, s := range samples {
+		if k != i && have[k] {
+			others = append(others, (s.lo+s.hi)/2)
+		}
+	}
+	if len(others) == 0 {
+		return 0, false
+	}
+	slices.Sort(others)
+	median := others[len(others)/2]
+	if len(others)%2 == 0 {
+		median = (others[len(others)/2-1] + median) / 2
+	}
+	return (samples[i].lo+samples[i].hi)/2 - median, true
 }

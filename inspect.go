@@ -152,6 +152,8 @@ type NodeInfo struct {
 	AppendOnly   bool
 	AppendFsync  string        // "always", "everysec", "no"; "" if CONFIG is not allowed
 	ClockOffset  time.Duration // the node's clock minus ours, at the middle of the round trip
+	ClockSkew    time.Duration // the node's clock minus the median of the other nodes' clocks
+	LargestTTL   time.Duration // the node's register of the largest TTL any client uses (0: none)
 	RTT          time.Duration
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
@@ -167,10 +169,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			info.Err = errors.New("no client")
 			return
 		}
-		res, err := probe(ctx, n.rdb, c.clock, true)
-		if err == nil {
-			_, err = c.refresh(ctx, n)
-		}
+		res, err := c.refresh(ctx, n, 0)
 		if err != nil {
 			info.Err = err
 			return
@@ -179,12 +178,23 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
 		info.RTT = res.recv.Sub(res.sent)
 		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
+		info.LargestTTL = res.fleetTTL
+	})
+	// Every clock is compared with the others' once all answered.
+	c.compareClocks()
+	samples, have := c.clockSamples()
+	for i, n := range c.nodes {
+		info := &infos[i]
+		if info.Err != nil {
+			continue
+		}
+		info.ClockSkew, _ = clockSkew(samples, have, i)
 		if err := c.ready(ctx, n); err != nil {
 			info.SitOutReason = strings.TrimPrefix(err.Error(), ErrNodeSittingOut.Error()+": ")
 		} else {
 			info.Voting = true
 		}
-	})
+	}
 	return infos
 }
 

@@ -134,6 +134,9 @@ func (l *Lock) Extend(ctx context.Context) error {
 		if err := c.ready(ctx, n); err != nil {
 			return false, err
 		}
+		if err := c.registered(ctx, n, a.ttl, timeout); err != nil {
+			return false, err
+		}
 		// The extend may re-create our key (a repair), so a release on
 		// this node must wait for it, as for the acquire. It can still
 		// be running after Extend returned: broadcast decides early.

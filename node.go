@@ -36,6 +36,14 @@ type node struct {
 	// downUntil is when the node is asked again after a failure, in
 	// nanoseconds of the client's clock since Client.base; 0 if up.
 	downUntil atomic.Int64
+
+	// lastAnswer is the send of the last call the node answered, in
+	// nanoseconds since Client.base: a server we meet there under a new
+	// run_id started after it (dateStart).
+	lastAnswer atomic.Int64
+
+	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
+	raising atomic.Bool                     // a background raise of the register is under way
 }
 
 // downHoldoff is how long a failed node is left out: long enough that a
@@ -59,26 +67,73 @@ func (c *Client) failed(n *node, err error, nodeTimeout time.Duration) {
 // nodeGuard is what the last probe learned, plus sit-outs decided since.
 // It is replaced, never changed, so the hot path reads it without locking.
 type nodeGuard struct {
-	runID    string
-	role     string
-	upSince  time.Time // our clock when the server started
-	sitOut   time.Time // no vote before this instant (clock jump)
-	reason   string    // why it sits out, for reports
-	excluded error     // permanent: replica or duplicate (ErrNotIndependent)
+	runID      string
+	role       string
+	known      bool          // this client saw the server before (a restart, not a first meeting)
+	persistent bool          // appendonly with appendfsync always: keys survive a restart
+	upSince    time.Time     // our clock when the server started, dated no earlier than it did
+	grace      time.Duration // the restart grace learned when the server was probed
+	sitOut     time.Time     // no vote before this instant (clock jump, or a clock unlike the others')
+	reason     string        // why it sits out, for reports
+	excluded   error         // permanent: replica or duplicate (ErrNotIndependent)
+	// clockUnchecked: too few nodes had answered to compare the node's
+	// clock with a majority's; it does not vote until they have.
+	clockUnchecked bool
+	// clockVetted: the node's clock was compared with the others' once
+	// (and sat out if it disagreed). From then on the node's own history
+	// of samples shows any jump.
+	clockVetted bool
 }
 
-// voteErr tells why the node's vote does not count at now, or nil.
+// voteErr tells why the node's vote does not count at now, or nil. grace
+// is the restart grace in force now; the larger of it and the grace learned
+// at the probe applies.
 func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 	switch {
 	case g.excluded != nil:
 		return g.excluded
 	case now.Before(g.sitOut):
 		return fmt.Errorf("%w: %s", ErrNodeSittingOut, g.reason)
-	case now.Before(g.upSince.Add(grace)):
-		return fmt.Errorf("%w: restarted %v ago, votes again after the %v restart grace",
-			ErrNodeSittingOut, now.Sub(g.upSince).Round(time.Second), grace)
+	case g.clockUnchecked:
+		return fmt.Errorf("%w: too few nodes answered yet to compare its clock with a majority's", ErrNodeSittingOut)
+	}
+	if grace < 0 || g.persistent {
+		return nil // the guard is off, or the node kept its keys
+	}
+	grace = max(grace, g.grace)
+	if now.Before(g.upSince.Add(grace)) {
+		what := "started"
+		if g.known {
+			what = "restarted"
+		}
+		return fmt.Errorf("%w: %s %v ago without persistence (appendfsync always), votes again after the %v restart grace",
+			ErrNodeSittingOut, what, now.Sub(g.upSince).Round(time.Millisecond), grace)
 	}
 	return nil
+}
+
+// dateStart dates a server's start from a probe, never earlier than the
+// server truly started: a start dated too early would end the restart
+// grace too soon.
+//
+// INFO's uptime_in_seconds is the difference of two wall-clock readings
+// truncated to whole seconds, so it reads 1 a few milliseconds after the
+// start: the true uptime is only known to exceed the reported one minus a
+// second, counted in the node's seconds, which may run up to driftRate fast.
+// The node read it no later than we received the reply.
+//
+// A server with a run_id we had not met at that address started after the
+// previous server there last answered us (lastAnswer, the send of that
+// call), which bounds the start when the uptime is misleading (a node whose
+// wall clock jumped reports a jumped uptime).
+func dateStart(res probeResult, lastAnswer time.Time, newServer bool) time.Time {
+	up := max(res.uptime-time.Second, 0)
+	up -= time.Duration(float64(up) * driftRate)
+	start := res.recv.Add(-up)
+	if newServer && lastAnswer.After(start) {
+		start = lastAnswer
+	}
+	return start
 }
 
 // dialWatch is a go-redis hook that marks the node stale on every new
@@ -107,38 +162,37 @@ type probeResult struct {
 	role        string
 	uptime      time.Duration
 	appendOnly  bool
-	appendFsync string
+	appendFsync string        // "" if CONFIG GET is not allowed
+	fleetTTL    time.Duration // the node's register of the largest TTL in use
 	nodeTime    time.Time
 	sent, recv  time.Time
 }
 
-// probe asks the node who it is, how long it has been up, its role and its
-// time, in one pipelined round trip. With full it also reads persistence
-// settings (for reports, not for votes).
-func probe(ctx context.Context, rdb redis.UniversalClient, clock Clock, full bool) (probeResult, error) {
+// persistent tells whether the node keeps every acknowledged write across
+// a restart: the lock keys and the fence registers survive, and the node
+// needs no restart grace (DESIGN §3).
+func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync == "always" }
+
+// probe asks the node who it is, how long it has been up, its role, its
+// persistence, its time and its register of the largest TTL in use, in one
+// pipelined round trip. raise, if positive, raises that register first (see
+// ttlRegister).
+func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise time.Duration) (probeResult, error) {
 	var res probeResult
-	sections := []string{"server", "replication"}
-	if full {
-		sections = append(sections, "persistence")
-	}
 	pipe := rdb.Pipeline()
-	info := pipe.Info(ctx, sections...)
+	info := pipe.Info(ctx, "server", "replication", "persistence")
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	reg := c.registerCmd(ctx, pipe, raise)
 	tm := pipe.Time(ctx)
-	var fsync *redis.MapStringStringCmd
-	if full {
-		fsync = pipe.ConfigGet(ctx, "appendfsync")
-	}
-	res.sent = clock.Now()
-	_, err := pipe.Exec(ctx)
-	res.recv = clock.Now()
-	if info.Err() != nil {
-		return res, info.Err()
-	}
-	if tm.Err() != nil {
-		return res, tm.Err()
-	}
-	if err != nil && (fsync == nil || !errors.Is(err, fsync.Err())) {
-		return res, err
+	res.sent = c.clock.Now()
+	_, _ = pipe.Exec(ctx)
+	res.recv = c.clock.Now()
+	// CONFIG may be refused (an ACL user without it): the node then does
+	// not count as persistent, which only costs a grace.
+	for _, cmd := range []redis.Cmder{info, reg, tm} {
+		if err := cmd.Err(); err != nil {
+			return res, err
+		}
 	}
 	fields := parseInfo(info.Val())
 	res.runID = fields["run_id"]
@@ -150,8 +204,11 @@ func probe(ctx context.Context, rdb redis.UniversalClient, clock Clock, full boo
 	res.uptime = time.Duration(secs) * time.Second
 	res.nodeTime = tm.Val()
 	res.appendOnly = fields["aof_enabled"] == "1"
-	if fsync != nil && fsync.Err() == nil {
+	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
+	}
+	if res.fleetTTL, err = registerReply(reg.Val()); err != nil {
+		return res, err
 	}
 	return res, nil
 }
@@ -168,27 +225,50 @@ func parseInfo(s string) map[string]string {
 }
 
 // refresh probes n and installs its new guard. It reports a restart (a new
-// run_id) and refuses replicas and servers already reached through another
-// node.
-func (c *Client) refresh(ctx context.Context, n *node) (probeResult, error) {
+// run_id), refuses replicas and servers already reached through another
+// node, compares the node's clock with the others', and, when the server is
+// new to us, learns the largest TTL in use from every node: the server may
+// have forgotten locks that the others' registers still account for.
+func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
 	n.stale.Store(false)
-	res, err := probe(ctx, n.rdb, c.clock, false)
+	res, err := c.probe(ctx, n.rdb, raise)
 	if err != nil {
 		n.stale.Store(true) // try again next time
 		return res, err
 	}
+	old := n.guard.Load()
+	newServer := old == nil || old.runID != res.runID
+	if newServer {
+		n.forgetRegistration()
+	}
+	c.heard(n, res.sent, raise, res.fleetTTL)
 	c.observeClock(n, res.nodeTime, res.sent, res.recv)
+	// A server met after the first contact may have restarted empty while
+	// we were away: learn the largest TTL in use from the others now, as
+	// what was read of them earlier may have decayed. (At first contact
+	// every node is probed, and read, at once.)
+	if newServer && (old != nil || c.probed.Load()) && c.opts.RestartGrace >= 0 && !res.persistent() {
+		c.learnFleetTTL(ctx, n)
+	}
+	lastAnswer := c.base.Add(time.Duration(n.lastAnswer.Swap(int64(res.sent.Sub(c.base)))))
 
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	old := n.guard.Load()
-	g := &nodeGuard{runID: res.runID, role: res.role, upSince: res.recv.Add(-res.uptime)}
-	if old != nil {
-		g.sitOut, g.reason = old.sitOut, old.reason
-		if old.runID != res.runID {
-			c.logger.Warn("redlock: node restarted", "node", n.name, "uptime", res.uptime)
-			c.emit(Event{Kind: EventNodeRestarted, Node: n.name})
-		}
+	old = n.guard.Load()
+	g := &nodeGuard{runID: res.runID, role: res.role, persistent: res.persistent()}
+	switch {
+	case old == nil: // first meeting
+		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
+	case old.runID != res.runID: // a restart
+		g.sitOut, g.reason, g.known = old.sitOut, old.reason, true
+		g.clockVetted = old.clockVetted
+		g.upSince, g.grace = dateStart(res, lastAnswer, true), c.graceFor()
+		c.logger.Warn("redlock: node restarted", "node", n.name, "uptime", res.uptime, "grace", g.grace)
+		c.emit(Event{Kind: EventNodeRestarted, Node: n.name})
+	default: // a reconnection to the same server
+		g.sitOut, g.reason, g.known = old.sitOut, old.reason, old.known
+		g.clockVetted = old.clockVetted
+		g.upSince, g.grace = old.upSince, old.grace
 	}
 	if res.role != "master" {
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
@@ -204,51 +284,121 @@ func (c *Client) refresh(ctx context.Context, n *node) (probeResult, error) {
 		c.logger.Error("redlock: node refused", "node", n.name, "err", g.excluded)
 	}
 	n.guard.Store(g)
+	c.compareClocksLocked(n)
 	return res, nil
 }
 
+// clockThreshold is how far a node's clock may move against ours, or
+// disagree with the other nodes', before the node sits out; negative when
+// the clock guard is off. By default it is the drift allowance of the
+// shortest TTL this client uses: the strictest of its locks' budgets.
+func (c *Client) clockThreshold() time.Duration {
+	switch t := c.opts.ClockJumpThreshold; {
+	case t != 0:
+		return t
+	}
+	return driftAllowance(time.Duration(c.minTTL.Load()), c.opts.DriftFactor)
+}
+
+// clockHold is how long a node whose clock jumped sits out: one largest TTL
+// in use, after which every key it held before the jump expired anyway.
+func (c *Client) clockHold() time.Duration {
+	return max(c.opts.RestartGrace, c.fleetTTL())
+}
+
 // observeClock feeds a node time sample to the clock-jump guard and sends
-// the node to sit out for one restart grace if its clock jumped.
+// the node to sit out for one largest TTL in use if its clock jumped.
 func (c *Client) observeClock(n *node, nodeTime, sent, recv time.Time) bool {
-	threshold := c.opts.ClockJumpThreshold
+	threshold := c.clockThreshold()
 	if threshold < 0 {
 		return false
-	}
-	if threshold == 0 {
-		threshold = driftAllowance(time.Duration(c.maxTTL.Load()), c.opts.DriftFactor)
 	}
 	jump, jumped := n.clock.observe(nodeTime, sent, recv, c.base, threshold)
 	if !jumped {
 		return false
 	}
-	hold := c.graceFor()
-	if hold <= 0 {
-		hold = time.Duration(c.maxTTL.Load())
-	}
-	reason := fmt.Sprintf("clock jumped by %v against ours; sits out until %v", jump.Round(time.Microsecond), hold)
-	c.logger.Warn("redlock: node clock jumped", "node", n.name, "jump", jump, "sitOut", hold)
-	c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Err: fmt.Errorf("%w: %s", ErrNodeSittingOut, reason)})
-
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
+	c.sitOutLocked(n, recv, fmt.Sprintf("clock jumped by %v against ours", jump.Round(time.Microsecond)))
+	return true
+}
+
+// sitOutLocked keeps n from voting for one largest TTL in use from now, for
+// reason. The caller holds guardMu.
+func (c *Client) sitOutLocked(n *node, now time.Time, reason string) {
+	hold := c.clockHold()
+	c.logger.Warn("redlock: node sits out", "node", n.name, "reason", reason, "for", hold)
+	c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Err: fmt.Errorf("%w: %s; sits out for %v", ErrNodeSittingOut, reason, hold)})
 	g := &nodeGuard{}
 	if old := n.guard.Load(); old != nil {
 		*g = *old
 	}
-	g.sitOut = recv.Add(hold)
-	g.reason = fmt.Sprintf("clock jumped by %v", jump.Round(time.Microsecond))
+	g.sitOut, g.reason = now.Add(hold), reason
 	n.guard.Store(g)
-	return true
+}
+
+// compareClocksLocked compares n's clock with the other nodes' the first
+// time this client can: if fewer than a quorum of the nodes, n itself
+// included, agree with it within the clock threshold, its clock jumped
+// before we met it, and it sits out one largest TTL in use, the time for
+// every key it may have dropped early to have expired anyway. (A clock that
+// stays off by a constant amount expires keys on time, so the sit-out is
+// not repeated; a later jump shows in the node's own samples.) Too few
+// samples to judge leave n unchecked: ready judges it again. The caller
+// holds guardMu.
+func (c *Client) compareClocksLocked(n *node) {
+	g := n.guard.Load()
+	threshold := c.clockThreshold()
+	if g == nil || g.clockVetted || threshold < 0 {
+		return
+	}
+	samples, have := c.clockSamples()
+	now := c.clock.Now()
+	agree, known := clockPeers(samples, have, n.index, now, threshold)
+	ng := *g
+	ng.clockUnchecked = known < c.quorum()
+	ng.clockVetted = !ng.clockUnchecked
+	n.guard.Store(&ng)
+	if ng.clockUnchecked || agree >= c.quorum() {
+		return
+	}
+	skew, _ := clockSkew(samples, have, n.index)
+	c.sitOutLocked(n, now, fmt.Sprintf("clock is %v off the other nodes' (only %d of %d agree within %v)",
+		skew.Round(time.Microsecond), agree, known, threshold))
+}
+
+// clockSamples gathers every node's last clock sample.
+func (c *Client) clockSamples() ([]clockSample, []bool) {
+	samples := make([]clockSample, len(c.nodes))
+	have := make([]bool, len(c.nodes))
+	for i, n := range c.nodes {
+		samples[i], have[i] = n.clock.sample()
+	}
+	return samples, have
+}
+
+// fleetTTL is the largest TTL in use on these nodes as far as this client
+// knows: its own, and the registers it read that cannot have expired yet.
+func (c *Client) fleetTTL() time.Duration {
+	ttl := time.Duration(c.maxTTL.Load())
+	now := c.clock.Now()
+	for _, n := range c.nodes {
+		if r := n.reg.Load(); r != nil && now.Before(r.fleetUntil) {
+			ttl = max(ttl, r.fleet)
+		}
+	}
+	return ttl
 }
 
 // graceFor is the restart grace in force: the option, but never less than
-// the largest TTL this client has used (a node that restarted empty must
-// not vote while a lock it forgot may still be valid).
+// the largest TTL in use by any client of these nodes (a node that
+// restarted empty must not vote while a lock it forgot may still be valid,
+// whoever holds it). NoRestartGrace if the guard is off.
 func (c *Client) graceFor() time.Duration {
 	if c.opts.RestartGrace < 0 {
-		return 0
+		return NoRestartGrace
 	}
-	return max(c.opts.RestartGrace, time.Duration(c.maxTTL.Load()))
+	return max(c.opts.RestartGrace, c.fleetTTL())
 }
 
 // recheck runs after a node answered, with the node's TIME from the reply:
@@ -262,6 +412,7 @@ func (c *Client) recheck(ctx context.Context, n *node, sec, usec int64, sent, re
 	if c.observeClock(n, time.Unix(sec, usec*1000), sent, recv) || n.stale.Load() {
 		return c.ready(ctx, n)
 	}
+	n.lastAnswer.Store(int64(sent.Sub(c.base)))
 	return nil
 }
 
@@ -278,13 +429,19 @@ func (c *Client) ready(ctx context.Context, n *node) error {
 		return ErrNodeDown
 	}
 	if n.rdb != nil && (n.stale.Load() || n.guard.Load() == nil) {
-		if _, err := c.refresh(ctx, n); err != nil {
+		if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
 			return err
 		}
 	}
 	g := n.guard.Load()
 	if g == nil {
 		return nil // a test fake without guard
+	}
+	if g.clockUnchecked {
+		c.guardMu.Lock()
+		c.compareClocksLocked(n)
+		c.guardMu.Unlock()
+		g = n.guard.Load()
 	}
 	return g.voteErr(c.clock.Now(), c.graceFor())
 }

@@ -219,6 +219,10 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		r.err = &NodeError{Node: n.name, Err: err}
 		return r, callNoKey
 	}
+	if err := a.c.registered(ctx, n, a.ttl, a.nodeTimeout); err != nil {
+		r.err = &NodeError{Node: n.name, Err: err}
+		return r, callNoKey
+	}
 	sentAt := a.c.clock.Now()
 	vals, err := n.run.run(ctx, acquireScript, a.acquireArgs)
 	recv := a.c.clock.Now()

@@ -108,6 +108,7 @@ type Client struct {
 
 	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
 	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
+	minTTL    atomic.Int64 // smallest TTL used so far, for the clock threshold
 	lastToken atomic.Int64 // highest fence value seen, for the next proposal
 	waiters   waiters
 	probed    atomic.Bool // every node was probed once (first contact)
@@ -163,6 +164,7 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 	c.channelArg, c.defaultTTLArg = c.channel, opts.TTL.Milliseconds()
 	c.base = c.clock.Now()
 	c.maxTTL.Store(int64(opts.TTL))
+	c.minTTL.Store(int64(opts.TTL))
 	c.waiters.c = c
 	c.bg.idle = make(chan struct{}, 1)
 	return c, nil
@@ -589,15 +591,27 @@ func (c *Client) refusal(a *attempt, d decision) error {
 
 // checkIndependence refuses a set of nodes with a replica or one server
 // reached twice. On first use it probes every node first, so that no vote
-// is counted before the duplicates are known.
+// is counted before the duplicates are known, the nodes' clocks can be
+// compared with each other and their registers of the largest TTL in use
+// were read.
 func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) error {
 	if !c.probed.Load() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
 		c.each(func(_ int, n *node) { _ = c.ready(pctx, n) })
 		cancel()
+		c.compareClocks()
 		c.probed.Store(true)
 	}
 	return c.independence()
+}
+
+// compareClocks compares every node's clock with the others'.
+func (c *Client) compareClocks() {
+	c.guardMu.Lock()
+	defer c.guardMu.Unlock()
+	for _, n := range c.nodes {
+		c.compareClocksLocked(n)
+	}
 }
 
 // independence returns the error of the first node refused as not
@@ -615,6 +629,12 @@ func (c *Client) noteTTL(ttl time.Duration) {
 	for {
 		cur := c.maxTTL.Load()
 		if int64(ttl) <= cur || c.maxTTL.CompareAndSwap(cur, int64(ttl)) {
+			break
+		}
+	}
+	for {
+		cur := c.minTTL.Load()
+		if int64(ttl) >= cur || c.minTTL.CompareAndSwap(cur, int64(ttl)) {
 			return
 		}
 	}

@@ -23,12 +23,15 @@ var (
 	releaseSrc string
 	//go:embed lua/fenced_set.lua
 	fencedSetSrc string
+	//go:embed lua/ttl_register.lua
+	ttlRegisterSrc string
 
-	acquireScript   = newScript(acquireSrc)
-	raiseScript     = newScript(raiseSrc)
-	extendScript    = newScript(extendSrc)
-	releaseScript   = newScript(releaseSrc)
-	fencedSetScript = newScript(fencedSetSrc)
+	acquireScript     = newScript(acquireSrc)
+	raiseScript       = newScript(raiseSrc)
+	extendScript      = newScript(extendSrc)
+	releaseScript     = newScript(releaseSrc)
+	fencedSetScript   = newScript(fencedSetSrc)
+	ttlRegisterScript = newScript(ttlRegisterSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node

@@ -1,0 +1,187 @@
+package redlock_test
+
+// The node guards against real servers: the restart grace (dated
+// conservatively, as long as the largest TTL any client uses) and the clock
+// guard seen by a client that starts after a node's clock jumped.
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// uptime reads INFO's uptime_in_seconds of a server.
+func uptime(t *testing.T, s *redistest.Server) int {
+	t.Helper()
+	info, err := s.Client().Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
+			n, err := strconv.Atoi(v)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+	}
+	t.Fatal("no uptime_in_seconds in INFO")
+	return 0
+}
+
+// A node restarted empty just before a wall-clock second turns reports an
+// uptime of 1s a few milliseconds later. With a sub-second TTL the client
+// must still keep it out for the whole grace.
+func TestRestartedNodeSitsOutTheWholeGraceWithASubSecondTTL(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	const ttl = 500 * time.Millisecond
+	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl}) // the default grace: the largest TTL in use
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	eventually(t, 15*time.Second, "the fresh node votes after the grace", func() bool {
+		l, err := c.TryAcquire(ctx, "warm-up")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+	if _, err := c.TryAcquire(ctx, "sub-second"); err != nil {
+		t.Fatal(err)
+	}
+
+	// Restart 80ms before a wall-clock second turns: the fault is timed
+	// against the server's whole-second uptime, not a synchronisation.
+	now := time.Now()
+	time.Sleep(now.Truncate(time.Second).Add(1920 * time.Millisecond).Sub(now))
+	restarted := time.Now() // the server starts after this
+	if err := cl.Servers[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "INFO reports an uptime of 1s", func() bool { return uptime(t, cl.Servers[0]) >= 1 })
+	if seen := time.Since(restarted); seen >= ttl {
+		t.Fatalf("set-up: the uptime read 1 only %v after the restart, past the %v grace; the machine is too slow for this schedule", seen, ttl)
+	}
+	for time.Since(restarted) < 2*ttl {
+		tried := time.Now()
+		l, err := c.TryAcquire(ctx, "sub-second")
+		if err == nil {
+			_ = l.Release(ctx)
+			if age := tried.Sub(restarted); age < ttl {
+				t.Fatalf("the node restarted empty voted %v after its restart, within the %v grace", age, ttl)
+			}
+			return // the grace passed and the node votes again
+		}
+		if !errors.Is(err, redlock.ErrNodeSittingOut) {
+			t.Fatalf("got %v, want the restarted node sitting out", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("the node did not vote again %v after its restart", 2*ttl)
+}
+
+// X holds a lock with a long TTL; two of the three nodes restart empty. A
+// client that uses short locks must keep them out for X's TTL, not its own:
+// it learns X's TTL from the node that did not restart.
+func TestRestartGraceCoversAnotherClientsLongerTTL(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	const long, short = 4 * time.Second, 300 * time.Millisecond
+	x := newClient(t, cl, redlock.Options{TTL: long})
+	y, err := redlock.New(cl.Clients(), redlock.Options{TTL: short})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	ctx := context.Background()
+	eventually(t, 15*time.Second, "the fresh nodes vote for the short-TTL client", func() bool {
+		l, err := y.TryAcquire(ctx, "warm-up")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+
+	held, err := x.TryAcquire(ctx, "shared")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range cl.Servers[:2] {
+		if err := s.Restart(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Past the short client's own grace, even with the uptime rounding.
+	time.Sleep(short + 1200*time.Millisecond)
+	l, err := y.TryAcquire(ctx, "shared")
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("the short-TTL client took the lock with %v of the long lock's validity left", time.Until(held.Deadline()))
+	}
+	if !time.Now().Before(held.Deadline()) {
+		t.Fatalf("set-up: the long lock expired before the check (%v late)", time.Since(held.Deadline()))
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), long.String()+" restart grace") {
+		t.Fatalf("got %v, want the restarted nodes sitting out the %v grace", err, long)
+	}
+	eventually(t, 2*long, "the restarted nodes vote again after the long grace", func() bool {
+		l, err := y.TryAcquire(ctx, "shared")
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+}
+
+// X holds a lock on nodes 0-2 of 5; node 0's clock jumps 20s and drops X's
+// key. A client that starts after the jump has no history of node 0's clock:
+// it must see that the node disagrees with the others and keep it out.
+func TestClientStartedAfterAClockJumpRefusesTheJumpedNode(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{FakeTime: true})
+	x := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
+	ctx := context.Background()
+	// Another owner holds nodes 3 and 4 while X acquires: X wins 0-2 only.
+	for _, s := range cl.Servers[3:] {
+		if err := s.Client().Set(ctx, x.LockKey("jump"), "another owner", time.Second).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := x.TryAcquire(ctx, "jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Servers[0].SetClockOffset(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "node 0 drops X's key and the other owner's keys expire", func() bool {
+		left := keysLeft(t, cl, x, "jump")
+		return len(left) == 2 && left[0] == cl.Servers[1].Addr && left[1] == cl.Servers[2].Addr
+	})
+
+	y := newClient(t, cl, redlock.Options{TTL: time.Second}) // the restart guard off: the clock guard alone
+	l, err := y.TryAcquire(ctx, "jump")
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("a client started after the jump took the lock with %v of X's validity left", time.Until(held.Deadline()))
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("got %v, want node 0 sitting out", err)
+	}
+	info := y.Nodes(ctx)[0]
+	if info.Voting || !strings.Contains(info.SitOutReason, "off the other nodes") || info.ClockSkew < 19*time.Second {
+		t.Fatalf("node 0: voting %v, skew %v, reason %q; want sitting out, about 20s off the others", info.Voting, info.ClockSkew, info.SitOutReason)
+	}
+	for i, info := range y.Nodes(ctx)[1:] {
+		if !info.Voting {
+			t.Fatalf("node %d: %s", i+1, info.SitOutReason)
+		}
+	}
+}
