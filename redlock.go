@@ -72,14 +72,18 @@ type Options struct {
 	DriftFactor float64
 	// KeyPrefix prefixes every key. Default "redlock:".
 	KeyPrefix string
-	// RestartGrace is how long a node that (re)started does not vote. It
-	// is never less than the largest TTL this client used. NoRestartGrace
-	// turns the guard off.
+	// RestartGrace is how long a node that (re)started without persistence
+	// (appendonly with appendfsync always) does not vote, counted from its
+	// start. It is never less than the largest TTL any client uses on these
+	// nodes, which the client learns from a register on every node (see the
+	// README's "node guards"). NoRestartGrace turns the guard off: safe only
+	// when every node persists.
 	RestartGrace time.Duration
 	// ClockJumpThreshold is how far a node's clock may move against ours
-	// between two samples before it sits out for one restart grace.
-	// Default 0: the drift allowance of the largest TTL used. NoClockGuard
-	// turns the guard off.
+	// between two samples, or disagree with the other nodes' clocks when
+	// the client meets it, before it sits out one largest TTL in use.
+	// Default 0: the drift allowance of the smallest TTL this client used.
+	// NoClockGuard turns the guard off.
 	ClockJumpThreshold time.Duration
 	// DisableFencing skips the fence register: Token() is 0.
 	DisableFencing bool

@@ -24,10 +24,11 @@ import (
 // the forgotten lock's quorum restarted empty or is out of reach, which is
 // more failures than a quorum tolerates.
 //
-// The register decays: a raise is kept for registerWindow(ttl)+ttl, and a
+// The register decays: a raise is kept for 2*registerWindow(ttl)+ttl, and a
 // client relies on its raise for registerWindow(ttl) from just before it
 // was sent, raising it again in the background halfway through. A lock taken
-// while a raise is relied on expires before that raise can have decayed.
+// while a raise is relied on expires before that raise can have decayed,
+// with a whole window to spare for the node's clock running fast.
 
 // ttlRegistration is what a client knows of one node's register.
 type ttlRegistration struct {
@@ -50,7 +51,7 @@ func (c *Client) registerKey() string { return c.opts.KeyPrefix + "ttl-in-use" }
 
 // registerArgs builds the register script's command: raise to ttl (0: read).
 func (c *Client) registerArgs(ttl time.Duration) []any {
-	keep := registerWindow(ttl) + ttl
+	keep := 2*registerWindow(ttl) + ttl
 	return ttlRegisterScript.args([]string{c.registerKey()}, ttl.Milliseconds(), keep.Milliseconds())
 }
 
