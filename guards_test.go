@@ -185,3 +185,52 @@ func TestClientStartedAfterAClockJumpRefusesTheJumpedNode(t *testing.T) {
 		}
 	}
 }
+
+// A node that persists every write (appendonly, appendfsync always) keeps
+// its keys across a restart: it needs no grace, even on its first day.
+func TestPersistentNodeVotesRightAfterItsRestart(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{Persistence: true})
+	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Hour}) // a grace of an hour, were the node not persistent
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "persistent")
+	if err != nil {
+		t.Fatalf("a fresh persistent node: %v", err)
+	}
+	if err := cl.Servers[0].Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, "persistent"); !errors.As(err, new(*redlock.LockedError)) {
+		t.Fatalf("after the restart: %v, want the lock still held (the node kept it)", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info := c.Nodes(ctx)[0]
+	if !info.Voting || info.AppendFsync != "always" {
+		t.Fatalf("persistent node after a restart: voting %v (%s), fsync %q", info.Voting, info.SitOutReason, info.AppendFsync)
+	}
+}
+
+// The wording tells a server met for the first time from a restart.
+func TestFreshNodeIsSaidToHaveStarted(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	if info := c.Nodes(ctx)[0]; info.Voting || !strings.HasPrefix(info.SitOutReason, "started ") || !strings.Contains(info.SitOutReason, "1h0m0s restart grace") {
+		t.Fatalf("a fresh node: voting %v, reason %q", info.Voting, info.SitOutReason)
+	}
+	if err := cl.Servers[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if info := c.Nodes(ctx)[0]; info.Voting || !strings.HasPrefix(info.SitOutReason, "restarted ") {
+		t.Fatalf("after a restart: voting %v, reason %q", info.Voting, info.SitOutReason)
+	}
+}

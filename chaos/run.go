@@ -79,7 +79,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		return nil, fmt.Errorf("chaos: reset the resource: %w", err)
 	}
 
-	w := &workload{rec: rec, resource: resource, control: &env.clients, ttl: sc.ttl(), hold: sc.hold(), margin: sc.margin(), useDo: sc.UseDo}
+	w := &workload{rec: rec, resource: resource, control: &env.clients, ttl: sc.maxTTL(), hold: sc.hold(), margin: sc.margin(), useDo: sc.UseDo}
 	defer func() {
 		for _, l := range w.lockers {
 			err = errors.Join(err, l.Close())
@@ -88,7 +88,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	for i := range sc.clients() {
 		l, err := sc.Scheme.NewLocker(SchemeEnv{
 			Addrs:        nw.Addrs()[:sc.nodes()],
-			TTL:          sc.ttl(),
+			TTL:          sc.clientTTL(i),
 			ClockSkew:    sc.ClientSkew[i],
 			RestartGrace: sc.RestartGrace,
 			ClockGuard:   !sc.NoClockGuard,
@@ -167,7 +167,7 @@ func runNemesis(ctx context.Context, env *Env, sc Scenario, soak time.Duration) 
 		// measures it), then one TTL so locks taken during the fault,
 		// and keys stranded by it, run out before the next round.
 		_ = awaitAcquisition(ctx, env, sc.RecoveryBound())
-		if err := sleep(ctx, sc.ttl()+500*time.Millisecond); err != nil {
+		if err := sleep(ctx, sc.maxTTL()+500*time.Millisecond); err != nil {
 			return err
 		}
 	}
@@ -199,15 +199,22 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 	case StepWait:
 		return sleep(ctx, st.Wait)
 	case StepAwaitHold:
-		return pinHold(ctx, env, st.Client, 10*sc.ttl()+5*time.Second)
+		return pinHold(ctx, env, st.Client, 10*sc.maxTTL()+5*time.Second)
 	case StepUnpin:
 		env.clients.unpin()
 	case StepQuiesce:
-		return quiesce(ctx, env, sc.ttl()+5*time.Second)
+		return quiesce(ctx, env, sc.maxTTL()+5*time.Second)
 	case StepResume:
 		env.clients.openGate()
 	case StepHoldBack:
-		return holdBack(ctx, env, sc.ttl()+5*time.Second)
+		return holdBack(ctx, env, sc.maxTTL()+5*time.Second)
+	case StepAlign:
+		now := time.Now()
+		next := now.Truncate(time.Second).Add(st.Wait)
+		if !next.After(now) {
+			next = next.Add(time.Second)
+		}
+		return sleep(ctx, next.Sub(now))
 	default:
 		return fmt.Errorf("unknown step kind %d", st.Kind)
 	}

@@ -111,6 +111,7 @@ const (
 	StepQuiesce                       // hold clients back until no node has the lock key
 	StepResume                        // let the clients go on
 	StepHoldBack                      // park every client but the pinned holder
+	StepAlign                         // wait until the wall clock is Wait into a second
 )
 
 // AnyClient in a StepAwaitHold step accepts an acquisition by any client.
@@ -150,6 +151,11 @@ func Resume() Step { return Step{Kind: StepResume} }
 // HoldBack is the step that parks every client but the pinned holder.
 func HoldBack() Step { return Step{Kind: StepHoldBack} }
 
+// AlignTo is the step that waits until the wall clock is at into a second
+// (the next time it is): Redis reports its uptime in whole wall-clock
+// seconds, so a fault timed against them is one a guard must round right.
+func AlignTo(at time.Duration) Step { return Step{Kind: StepAlign, Wait: at} }
+
 func window(f Fault, d time.Duration) []Step { return []Step{Apply(f), Wait(d), Heal(f)} }
 
 // String is how the report lists a step.
@@ -171,6 +177,8 @@ func (s Step) String() string {
 		return "resume the clients"
 	case StepHoldBack:
 		return "park the other clients"
+	case StepAlign:
+		return fmt.Sprintf("wait until %v into a wall-clock second", s.Wait)
 	}
 	return "?"
 }
@@ -192,7 +200,8 @@ type Scenario struct {
 	RestartGrace time.Duration // redlock.Options.RestartGrace (0: library default)
 	NoClockGuard bool          // turn the clock-jump guard off
 	ClientSkew   map[int]time.Duration
-	Replica      bool // node 1 replicates node 0 (the failover baseline)
+	ClientTTL    map[int]time.Duration // a client's own TTL instead of TTL (clients of one lock with different TTLs)
+	Replica      bool                  // node 1 replicates node 0 (the failover baseline)
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
@@ -205,12 +214,25 @@ func (s Scenario) clients() int          { return cmpOr(s.Clients, 3) }
 func (s Scenario) ttl() time.Duration    { return cmpOr(s.TTL, time.Second) }
 func (s Scenario) hold() time.Duration   { return cmpOr(s.Hold, 20*time.Millisecond) }
 func (s Scenario) margin() time.Duration { return s.ttl() / 4 }
-func (s Scenario) grace() time.Duration  { return max(s.RestartGrace, s.ttl()) }
+func (s Scenario) grace() time.Duration  { return max(s.RestartGrace, s.maxTTL()) }
+
+// clientTTL is client i's TTL.
+func (s Scenario) clientTTL(i int) time.Duration { return cmpOr(s.ClientTTL[i], s.ttl()) }
+
+// maxTTL is the largest TTL any client uses: the restart grace of every
+// client, whatever its own TTL.
+func (s Scenario) maxTTL() time.Duration {
+	ttl := s.ttl()
+	for _, t := range s.ClientTTL {
+		ttl = max(ttl, t)
+	}
+	return ttl
+}
 
 // RecoveryBound is how soon after the faults heal acquisitions must
 // resume (f): a restarted node may sit out one grace, and a lock taken
 // during the fault may run out its TTL first.
-func (s Scenario) RecoveryBound() time.Duration { return s.grace() + 2*s.ttl() + 3*time.Second }
+func (s Scenario) RecoveryBound() time.Duration { return s.grace() + 2*s.maxTTL() + 3*time.Second }
 
 // needsFakeTime reports whether a fault of the schedule moves a clock.
 func (s Scenario) needsFakeTime() bool {
@@ -299,6 +321,12 @@ func Scenarios() []Scenario {
 		{Name: "restart-empty-grace", About: "a quorum node restarts empty at once; it sits out the restart grace",
 			Scheme: rl, Expect: safe, TTL: long, Clients: 2,
 			Schedule: forget(AnyClient, Crash{0})},
+		{Name: "restart-empty-mixed-ttl", About: "as restart-empty-grace, but the holder uses 10s locks and the challenger 1s locks: the challenger keeps the restarted node out for 10s, learned from the other nodes",
+			Scheme: rl, Expect: safe, TTL: time.Second, ClientTTL: map[int]time.Duration{0: long}, Clients: 2,
+			Schedule: forget(0, Crash{0})},
+		{Name: "restart-rapid-subsecond", About: "900ms locks, four clients; a node of the holder's quorum restarts empty just before a wall-clock second turns, or its clock jumps 2 TTL, four times a round; grace and clock guard on",
+			Scheme: rl, Expect: safe, TTL: 900 * time.Millisecond, Clients: 4,
+			Schedule: rapidRestarts(900 * time.Millisecond)},
 		{Name: "restart-empty-no-grace", About: "a quorum node restarts empty and votes at once: two holders; time-based tokens still increase",
 			Scheme: rl, Expect: byDesign, TTL: long, Clients: 2, RestartGrace: redlock.NoRestartGrace,
 			Schedule: forget(AnyClient, Crash{0})},
@@ -336,6 +364,32 @@ func Scenarios() []Scenario {
 			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
 	}
+}
+
+// rapidRestarts is a round of four forgotten locks under a sub-second TTL:
+// each time the holder gets its lock from exactly a quorum (n0-n2) and a
+// node of it forgets the lock, and the challenger goes for n3, n4 and that
+// node. Twice the node restarts empty at 930ms into a wall-clock second and
+// the challenger meets it right after the second turned, when INFO already
+// reports an uptime of 1s; twice the node's clock jumps 2 TTL instead.
+func rapidRestarts(ttl time.Duration) []Step {
+	quorumOfThree := Partition{[]int{3, 4}}
+	forget := func(node int, restart bool) []Step {
+		steps := []Step{Quiesce(), Apply(quorumOfThree), Resume(), AlignTo(800 * time.Millisecond), AwaitHold(AnyClient), HoldBack()}
+		if restart {
+			steps = append(steps, Apply(Crash{node}), AlignTo(930*time.Millisecond), Heal(Crash{node}),
+				Heal(quorumOfThree), AlignTo(20*time.Millisecond))
+		} else {
+			jump := ClockJump{node, 2 * ttl}
+			steps = append(steps, Apply(jump), Heal(jump), Heal(quorumOfThree))
+		}
+		return append(steps, Resume(), Wait(ttl), Unpin())
+	}
+	var steps []Step
+	for i, node := range []int{0, 1, 2, 0} {
+		steps = append(steps, forget(node, i%2 == 0)...)
+	}
+	return steps
 }
 
 // ScenarioByName finds a scenario of the table.
