@@ -147,6 +147,9 @@ func (l *Lock) Extend(ctx context.Context) error {
 		vals, err := n.run.run(ctx, extendScript, args)
 		outcome := callUnsure // no answer: the script may still run
 		var status int64 = 1  // an unexpected reply counts as ours
+		if errors.Is(err, errNotSent) {
+			outcome = callNoKey
+		}
 		if err == nil {
 			if len(vals) == 3 {
 				status = vals[0]

@@ -23,6 +23,7 @@ type node struct {
 	name  string // redacted address, safe to log
 	run   scriptRunner
 	rdb   redis.UniversalClient // nil for test fakes
+	pipe  *pipe                 // the ordered stream run writes to; nil for test fakes
 
 	// stale is set whenever go-redis dials a new connection to the node. A
 	// restart always breaks every connection, so a node that restarted is
@@ -54,14 +55,59 @@ func downHoldoff(nodeTimeout time.Duration) time.Duration {
 }
 
 // failed records err from a call to n and marks the node down if the error
-// says the node could not be reached (network error, no answer in time),
-// rather than that it answered.
+// is evidence that the node cannot be reached: the connection failed, or it
+// left a call unanswered (see timedOut). A node that answered with an error
+// is up; a call that waited in our own queue says nothing about the node.
 func (c *Client) failed(n *node, err error, nodeTimeout time.Duration) {
-	var netErr net.Error
-	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &netErr) ||
-		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-		n.downUntil.Store(int64(c.clock.Now().Sub(c.base) + downHoldoff(nodeTimeout)))
+	if errors.Is(err, errNotSent) {
+		return
 	}
+	var netErr net.Error
+	switch {
+	case isTimeout(err):
+		c.timedOut(n, nodeTimeout)
+	case errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
+		c.markDown(n, nodeTimeout)
+	}
+}
+
+// timedOut marks n down after a call to it got no answer within the node
+// timeout, if the node is to blame: it left a write unanswered for at least
+// half that time while another node answered a write sent after it. A
+// client starved of CPU, or whose own link is cut, sees every node late at
+// once, and that is no reason to stop asking any of them.
+func (c *Client) timedOut(n *node, nodeTimeout time.Duration) {
+	if n.pipe == nil { // a test fake: no evidence to weigh
+		c.markDown(n, nodeTimeout)
+		return
+	}
+	since := n.pipe.writtenAt.Load()
+	if since == 0 || n.pipe.unanswered() < nodeTimeout/2 {
+		return // it answered meanwhile, or had little time
+	}
+	for _, m := range c.nodes {
+		if m != n && m.pipe != nil && m.pipe.answeredWrite.Load() > since {
+			c.markDown(n, nodeTimeout)
+			return
+		}
+	}
+}
+
+// markDown leaves n out for the down hold-off, unless that would leave
+// fewer than a quorum of nodes up: with that many nodes failing at once the
+// fault is more likely ours, and a node left out could cost every extension
+// its quorum.
+func (c *Client) markDown(n *node, nodeTimeout time.Duration) {
+	up := 0
+	for _, m := range c.nodes {
+		if m != n && !c.down(m) {
+			up++
+		}
+	}
+	if up < c.quorum() && !c.down(n) {
+		return
+	}
+	n.downUntil.Store(int64(c.clock.Now().Sub(c.base) + downHoldoff(nodeTimeout)))
 }
 
 // nodeGuard is what the last probe learned, plus sit-outs decided since.

@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
@@ -229,6 +230,9 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		r.err = &NodeError{Node: n.name, Err: err}
+		if errors.Is(err, errNotSent) {
+			return r, callNoKey
+		}
 		return r, callUnsure
 	}
 	if len(vals) != 4 {
@@ -428,7 +432,7 @@ func (a *attempt) decide(ctx context.Context) (decision, error) {
 			}
 			for i, n := range a.c.nodes {
 				if a.state[i].Load() >= nodeCall { // the acquire is still running
-					a.c.failed(n, errNodeTimeout, a.nodeTimeout)
+					a.c.timedOut(n, a.nodeTimeout)
 					d.errs = multierror.Append(d.errs, &NodeError{Node: n.name, Err: errNodeTimeout})
 				}
 			}
@@ -512,7 +516,7 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 			}
 			for i, n := range c.nodes {
 				if !answered[i] {
-					c.failed(n, errNodeTimeout, nodeTimeout)
+					c.timedOut(n, nodeTimeout)
 					qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: errNodeTimeout})
 				}
 			}

@@ -140,7 +140,8 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d)", j, i), Err: ErrNotIndependent}
 		}
 		seen[name] = i
-		ns[i] = &node{index: i, name: name, rdb: rdb, run: redisRunner{rdb}}
+		p := newPipe(rdb)
+		ns[i] = &node{index: i, name: name, rdb: rdb, run: p, pipe: p}
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)

@@ -1,0 +1,270 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// pipe is the one ordered stream of script calls from this client to one
+// node. Calls from every goroutine queue on it; what arrives while a write
+// to the node is in flight goes out together in the next write, as one
+// go-redis pipeline. A call that finds the pipe idle is written at once, by
+// its own goroutine, with no hand-off: a lone caller pays nothing for the
+// coalescing. At most one write is in flight, so calls reach the node in
+// the order they were queued, on one connection at a time.
+//
+// The order holds while the connection does. When a write times out or its
+// connection breaks, its calls' fate is unknown and the next write goes out
+// on another connection, which may overtake it: the per-node record of an
+// attempt (quorum.go) and the sweep of unanswered nodes keep a release after
+// the calls that may set its key in that case too.
+//
+// Time spent queued is the client's own back-pressure, not the node's: a
+// call that gives up before it was written fails with errNotSent, which is
+// known to have left nothing on the node and never marks the node down.
+// Releases and extends go before queued acquires, so a burst of acquires
+// cannot starve the renewals of locks already held.
+type pipe struct {
+	rdb redis.UniversalClient
+
+	mu      sync.Mutex
+	busy    bool        // a write is in flight, or a goroutine is about to make one
+	urgent  []*pipeCall // queued releases and extends
+	normal  []*pipeCall // queued acquires and the rest
+	spare   []*pipeCall // storage for the next batch
+	drainer bool        // a goroutine writes the queued calls
+
+	// writtenAt is when the write in flight went out (nanoseconds since
+	// writeEpoch), 0 while none is in flight: how long the node has left
+	// the oldest call unanswered. answeredWrite is when the last write
+	// that was answered went out: a node that answers writes sent after
+	// another node's unanswered one shows that the other is the slow one.
+	writtenAt, answeredWrite atomic.Int64
+}
+
+// writeEpoch anchors pipe.writtenAt to the monotonic clock.
+var writeEpoch = time.Now()
+
+// maxBatch bounds the calls of one write, so a burst is written in slices
+// the node answers well within a node timeout, and the calls still queued
+// can give up unsent.
+const maxBatch = 256
+
+// pipeCall is one queued call.
+type pipeCall struct {
+	ctx   context.Context
+	cmd   *redis.IntSliceCmd
+	state atomic.Int32  // callQueued, callWritten or callAbandoned
+	done  chan struct{} // one token once the answer is in cmd
+}
+
+// pipeCalls recycles the calls whose caller received their answer: the
+// writer is done with a call once it sent that token, while a call whose
+// caller gave up may still be in a batch and is left to the collector.
+var pipeCalls = sync.Pool{New: func() any { return &pipeCall{done: make(chan struct{}, 1)} }}
+
+const (
+	callQueued int32 = iota
+	callWritten
+	callAbandoned
+)
+
+// errNotSent is the error of a call that gave up while queued in the
+// client: it never reached the node.
+var errNotSent = errors.New("not sent: waited in the client's queue for the node past the node timeout")
+
+func newPipe(rdb redis.UniversalClient) *pipe { return &pipe{rdb: rdb} }
+
+// run runs a script call through the pipe, falling back to EVAL when the
+// node does not know the script yet (a fresh or restarted node).
+func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	urgent := s == releaseScript || s == extendScript
+	cmd := redis.NewIntSliceCmd(ctx, args...)
+	if err := p.do(ctx, cmd, urgent); err != nil {
+		return nil, err
+	}
+	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		eval := make([]any, len(args))
+		copy(eval, args)
+		eval[0], eval[1] = "eval", s.src
+		cmd = redis.NewIntSliceCmd(ctx, eval...)
+		if err := p.do(ctx, cmd, urgent); err != nil {
+			return nil, err
+		}
+	}
+	return cmd.Val(), cmd.Err()
+}
+
+// do sends cmd in its turn and waits for its reply, or for ctx: a call
+// still queued then fails with errNotSent; one already written with ctx's
+// error (its fate on the node is unknown). Otherwise the error is in cmd.
+func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd, urgent bool) error {
+	p.mu.Lock()
+	if !p.busy {
+		// Idle: write it ourselves, at once.
+		p.busy = true
+		p.mu.Unlock()
+		p.write1(ctx, cmd)
+		p.idle()
+		return nil
+	}
+	c := pipeCalls.Get().(*pipeCall)
+	c.ctx, c.cmd = ctx, cmd
+	c.state.Store(callQueued)
+	if urgent {
+		p.urgent = append(p.urgent, c)
+	} else {
+		p.normal = append(p.normal, c)
+	}
+	p.mu.Unlock()
+	select {
+	case <-c.done:
+		c.ctx, c.cmd = nil, nil
+		pipeCalls.Put(c)
+		return nil
+	case <-ctx.Done():
+		if c.state.CompareAndSwap(callQueued, callAbandoned) {
+			return fmt.Errorf("%w (%w)", errNotSent, ctx.Err())
+		}
+		return ctx.Err()
+	}
+}
+
+// write1 writes one call and waits for its answer, bounded by its context.
+func (p *pipe) write1(ctx context.Context, cmd *redis.IntSliceCmd) {
+	at := p.written()
+	_ = p.rdb.Process(ctx, cmd)
+	p.answered(at, cmd.Err())
+}
+
+// written records a write going out and returns its time.
+func (p *pipe) written() int64 {
+	at := max(int64(time.Since(writeEpoch)), 1)
+	p.writtenAt.Store(at)
+	return at
+}
+
+// answered records the end of the write sent at at.
+func (p *pipe) answered(at int64, err error) {
+	p.writtenAt.Store(0)
+	if err == nil || !isTimeout(err) {
+		p.answeredWrite.Store(at)
+	}
+}
+
+// isTimeout tells whether err says a call got no answer in time.
+func isTimeout(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &netErr) && netErr.Timeout())
+}
+
+// idle ends a write: the pipe goes idle, or a drainer takes the calls that
+// queued meanwhile.
+func (p *pipe) idle() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if len(p.urgent)+len(p.normal) == 0 {
+		p.busy = false
+		return
+	}
+	if !p.drainer {
+		p.drainer = true
+		go p.drain()
+	}
+}
+
+// drain writes the queued calls, a batch a write, until none is left.
+func (p *pipe) drain() {
+	for {
+		p.mu.Lock()
+		batch := p.take()
+		if batch == nil {
+			p.busy, p.drainer = false, false
+			p.mu.Unlock()
+			return
+		}
+		p.mu.Unlock()
+		p.writeBatch(batch)
+		p.mu.Lock()
+		clear(batch)
+		p.spare = batch[:0]
+		p.mu.Unlock()
+	}
+}
+
+// take moves up to maxBatch queued calls, urgent ones first, into a batch;
+// nil if none is queued. The caller holds mu.
+func (p *pipe) take() []*pipeCall {
+	if len(p.urgent)+len(p.normal) == 0 {
+		return nil
+	}
+	batch := p.spare
+	p.spare = nil
+	for _, q := range []*[]*pipeCall{&p.urgent, &p.normal} {
+		n := min(len(*q), maxBatch-len(batch))
+		batch = append(batch, (*q)[:n]...)
+		rest := copy(*q, (*q)[n:])
+		clear((*q)[rest:])
+		*q = (*q)[:rest]
+	}
+	return batch
+}
+
+// writeBatch writes the calls of batch that are still wanted, as one
+// pipeline bounded by the latest of their deadlines, and tells each its
+// answer.
+func (p *pipe) writeBatch(batch []*pipeCall) {
+	live := batch[:0] // filtered in place
+	var deadline time.Time
+	unbounded := false
+	for _, c := range batch {
+		if !c.state.CompareAndSwap(callQueued, callWritten) {
+			continue // its caller gave up
+		}
+		live = append(live, c)
+		d, ok := c.ctx.Deadline()
+		unbounded = unbounded || !ok
+		if d.After(deadline) {
+			deadline = d
+		}
+	}
+	switch len(live) {
+	case 0:
+		return
+	case 1:
+		p.write1(live[0].ctx, live[0].cmd)
+	default:
+		ctx := context.Background()
+		if !unbounded {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithDeadline(ctx, deadline)
+			defer cancel()
+		}
+		pl := p.rdb.Pipeline()
+		for _, c := range live {
+			_ = pl.Process(ctx, c.cmd)
+		}
+		at := p.written()
+		_, err := pl.Exec(ctx)
+		p.answered(at, err)
+	}
+	for _, c := range live {
+		c.done <- struct{}{} // the last touch of c: its caller may recycle it at once
+	}
+}
+
+// unanswered is how long the node has left the write in flight unanswered.
+func (p *pipe) unanswered() time.Duration {
+	at := p.writtenAt.Load()
+	if at == 0 {
+		return 0
+	}
+	return time.Since(writeEpoch) - time.Duration(at)
+}
