@@ -275,7 +275,10 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 		}
 		if a.c.down(n) {
 			// It failed during our acquire, so it may hold the key, but
-			// the caller is not kept waiting on a node that is down.
+			// the caller is not kept waiting on a node that is down. Its
+			// deletion is unknown: the release cannot count it, and must
+			// not take it for a node that lost our key either.
+			errs = multierror.Append(errs, &NodeError{Node: n.name, Err: ErrNodeDown})
 			a.c.bg.add()
 			go func() {
 				defer a.c.bg.done()

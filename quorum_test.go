@@ -659,3 +659,19 @@ func TestRefusalsDoNotMarkANodeDown(t *testing.T) {
 		}
 	}
 }
+
+// A node skipped at release because it is down may still hold our key: the
+// release cannot count its deletion, and must say so (no quorum), not that
+// the lock had been lost.
+func TestReleaseSkippingADownNodeIsNoQuorumNotALoss(t *testing.T) {
+	fs := fakes(3)
+	c := newFakeClient(t, fs, Options{TTL: 10 * time.Second})
+	l := acquireEverywhere(t, c, fs, "skipped")
+	c.bg.wait()                     // every acquire call has ended
+	fs[1].del(c.LockKey("skipped")) // node 1 lost it (restarted, say)
+	c.markDown(c.nodes[2], 100*time.Millisecond)
+	err := l.Release(context.Background())
+	if errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNoQuorum) || !errors.Is(err, ErrNodeDown) {
+		t.Fatalf("got %v, want no quorum with node 2 down, not a lost lock", err)
+	}
+}
