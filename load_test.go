@@ -25,7 +25,7 @@ func TestBurstFarAboveCapacityLosesNoHeldLock(t *testing.T) {
 			extendErrs.Store(e.Err.Error(), true)
 		}
 	})
-	c, err := redlock.NewFromURLs(cl.URLs(), redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace, Observer: obs})
+	c, err := redlock.NewFromURLs(cl.URLs(), redlock.Options{TTL: 2 * time.Second, RestartGrace: redlock.NoRestartGrace, Observer: obs})
 	if err != nil {
 		t.Fatal(err)
 	}

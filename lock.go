@@ -27,7 +27,6 @@ type Lock struct {
 	err      error
 	done     chan struct{} // made on first use of Done
 	expiry   *time.Timer   // closes done when the validity ends
-	stopExt  chan struct{} // closed to stop the auto-extender
 }
 
 // Name is the lock's name.
@@ -101,9 +100,6 @@ func (l *Lock) endLocked(err error) {
 	if l.expiry != nil {
 		l.expiry.Stop()
 	}
-	if l.stopExt != nil {
-		close(l.stopExt)
-	}
 	if errors.Is(err, ErrLockLost) {
 		l.c.logger.Warn("redlock: lock lost", "name", l.a.name, "token", l.token, "err", err)
 		l.c.emit(Event{Kind: EventLost, Name: l.a.name, Token: l.token, Err: err})
@@ -126,57 +122,82 @@ func (l *Lock) Extend(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("redlock: extend %q: %w", l.a.name, err)
 	}
-	c, a := l.c, l.a
-	timeout, _ := c.opts.nodeTimeout(a.ttl, "TTL") // checked at acquire
-	args := extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token)
+	c := l.c
+	timeout := l.nodeTimeout()
+	args := l.extendArgs()
 	start := c.clock.Now()
-	err := c.broadcast(ctx, "extend", a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
+	err := c.broadcast(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
 		if err := c.ready(ctx, n); err != nil {
 			return false, err
 		}
-		if err := c.registered(ctx, n, a.ttl, timeout); err != nil {
+		if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
 			return false, err
 		}
 		// The extend may re-create our key (a repair), so a release on
 		// this node must wait for it, as for the acquire. It can still
 		// be running after Extend returned: broadcast decides early.
-		if !a.enter(n) {
+		if !l.a.enter(n) {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()
 		vals, err := n.run.run(ctx, extendScript, args)
-		outcome := callUnsure // no answer: the script may still run
-		var status int64 = 1  // an unexpected reply counts as ours
-		if errors.Is(err, errNotSent) {
-			outcome = callNoKey
-		}
-		if err == nil {
-			if len(vals) == 3 {
-				status = vals[0]
-			}
-			outcome = callNoKey
-			if status == 1 || status == 2 {
-				outcome = callMayHold
-			}
-		}
-		a.leave(n, outcome)
-		if err != nil {
-			return false, err
-		}
-		if len(vals) != 3 {
-			return false, fmt.Errorf("redlock: unexpected extend reply %v", vals)
-		}
-		if err := c.recheck(ctx, n, vals[1], vals[2], sent, c.clock.Now()); err != nil {
-			return false, err
-		}
-		switch status {
-		case 1, 2:
-			return true, nil
-		case -1:
-			return false, errNewerToken
-		}
-		return false, errOtherOwner
+		return l.extendAnswer(ctx, n, vals, err, sent)
 	})
+	return l.extended(start, err)
+}
+
+// nodeTimeout is the per-node timeout of the lock's TTL.
+func (l *Lock) nodeTimeout() time.Duration {
+	timeout, _ := l.c.opts.nodeTimeout(l.a.ttl, "TTL") // checked at acquire
+	return timeout
+}
+
+// extendArgs builds the extend script's command for this lock.
+func (l *Lock) extendArgs() []any {
+	a := l.a
+	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token)
+}
+
+// extendAnswer records what an extend call sent to n at sent left on the
+// node and tells whether the node still holds the lock for us.
+func (l *Lock) extendAnswer(ctx context.Context, n *node, vals []int64, err error, sent time.Time) (bool, error) {
+	outcome := callUnsure // no answer: the script may still run
+	var status int64 = 1  // an unexpected reply counts as ours
+	if errors.Is(err, errNotSent) {
+		outcome = callNoKey
+	}
+	if err == nil {
+		if len(vals) == 3 {
+			status = vals[0]
+		}
+		outcome = callNoKey
+		if status == 1 || status == 2 {
+			outcome = callMayHold
+		}
+	}
+	l.a.leave(n, outcome)
+	if err != nil {
+		return false, err
+	}
+	if len(vals) != 3 {
+		return false, fmt.Errorf("redlock: unexpected extend reply %v", vals)
+	}
+	if err := l.c.recheck(ctx, n, vals[1], vals[2], sent, l.c.clock.Now()); err != nil {
+		return false, err
+	}
+	switch status {
+	case 1, 2:
+		return true, nil
+	case -1:
+		return false, errNewerToken
+	}
+	return false, errOtherOwner
+}
+
+// extended concludes an extension that started at start and whose quorum
+// round ended with err: the new validity, or why there is none.
+func (l *Lock) extended(start time.Time, err error) error {
+	c, a := l.c, l.a
 	now := c.clock.Now()
 	if err != nil {
 		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err})
@@ -255,44 +276,4 @@ func (l *Lock) Release(ctx context.Context) error {
 		return &QuorumError{Op: "release", Name: a.name, Won: deleted, Needed: c.quorum(), Errors: errs}
 	}
 	return fmt.Errorf("%w: %q: only %d of the %d needed nodes still held it at release", ErrLockLost, a.name, deleted, c.quorum())
-}
-
-// startExtender runs the auto-extension. It waits a third of the remaining
-// validity before each extension, so a failed one is retried ever sooner;
-// once too little validity is left to finish an extension (or the wanted
-// number of extensions is done) it lets the lock expire, which closes Done.
-func (l *Lock) startExtender() {
-	l.stopExt = make(chan struct{})
-	timeout, _ := l.c.opts.nodeTimeout(l.a.ttl, "TTL")
-	l.c.bg.add()
-	go func() {
-		defer l.c.bg.done()
-		extensions := 0
-		for {
-			remaining := l.Deadline().Sub(l.c.clock.Now())
-			giveUp := remaining < 2*timeout || (l.cfg.maxExtensions > 0 && extensions >= l.cfg.maxExtensions)
-			wait := remaining / 3
-			if giveUp {
-				wait = remaining
-			}
-			timer := time.NewTimer(max(wait, 0))
-			select {
-			case <-l.stopExt:
-				timer.Stop()
-				return
-			case <-timer.C:
-			}
-			if giveUp {
-				if l.Err() != nil { // the validity is over: lost
-					return
-				}
-				continue // extended by the holder meanwhile
-			}
-			if err := l.Extend(context.Background()); err == nil {
-				extensions++
-			} else if errors.Is(err, ErrLockLost) || errors.Is(err, ErrNotHeld) {
-				return
-			}
-		}
-	}()
 }

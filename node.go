@@ -23,7 +23,7 @@ type node struct {
 	name  string // redacted address, safe to log
 	run   scriptRunner
 	rdb   redis.UniversalClient // nil for test fakes
-	pipe  *pipe                 // the ordered stream run writes to; nil for test fakes
+	pipes *nodePipes            // the ordered streams run writes to; nil for test fakes
 
 	// stale is set whenever go-redis dials a new connection to the node. A
 	// restart always breaks every connection, so a node that restarted is
@@ -77,16 +77,16 @@ func (c *Client) failed(n *node, err error, nodeTimeout time.Duration) {
 // client starved of CPU, or whose own link is cut, sees every node late at
 // once, and that is no reason to stop asking any of them.
 func (c *Client) timedOut(n *node, nodeTimeout time.Duration) {
-	if n.pipe == nil { // a test fake: no evidence to weigh
+	if n.pipes == nil { // a test fake: no evidence to weigh
 		c.markDown(n, nodeTimeout)
 		return
 	}
-	since := n.pipe.writtenAt.Load()
-	if since == 0 || n.pipe.unanswered() < nodeTimeout/2 {
+	since := n.pipes.stuckSince()
+	if since == 0 || sinceEpoch()-time.Duration(since) < nodeTimeout/2 {
 		return // it answered meanwhile, or had little time
 	}
 	for _, m := range c.nodes {
-		if m != n && m.pipe != nil && m.pipe.answeredWrite.Load() > since {
+		if m != n && m.pipes != nil && m.pipes.lastAnswered() > since {
 			c.markDown(n, nodeTimeout)
 			return
 		}
@@ -141,7 +141,7 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 	case now.Before(g.sitOut):
 		return fmt.Errorf("%w: %s", ErrNodeSittingOut, g.reason)
 	case g.clockUnchecked:
-		return fmt.Errorf("%w: too few nodes answered yet to compare its clock with a majority's", ErrNodeSittingOut)
+		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes'", ErrNodeSittingOut)
 	}
 	if grace < 0 || g.persistent {
 		return nil // the guard is off, or the node kept its keys
@@ -389,9 +389,9 @@ func (c *Client) sitOutLocked(n *node, now time.Time, reason string) {
 // before we met it, and it sits out one largest TTL in use, the time for
 // every key it may have dropped early to have expired anyway. (A clock that
 // stays off by a constant amount expires keys on time, so the sit-out is
-// not repeated; a later jump shows in the node's own samples.) Too few
-// samples to judge leave n unchecked: ready judges it again. The caller
-// holds guardMu.
+// not repeated; a later jump shows in the node's own samples.) Until a
+// quorum agrees with it or every node has a sample, n stays unchecked and
+// does not vote: ready judges it again. The caller holds guardMu.
 func (c *Client) compareClocksLocked(n *node) {
 	g := n.guard.Load()
 	threshold := c.clockThreshold()
@@ -402,10 +402,13 @@ func (c *Client) compareClocksLocked(n *node) {
 	now := c.clock.Now()
 	agree, known := clockPeers(samples, have, n.index, now, threshold)
 	ng := *g
-	ng.clockUnchecked = known < c.quorum()
-	ng.clockVetted = !ng.clockUnchecked
+	// Judged only on a quorum that agrees with it, or on every node's
+	// sample: a node compared with a bare quorum that includes the one
+	// whose clock jumped would be blamed for it.
+	ng.clockVetted = agree >= c.quorum() || known == len(c.nodes)
+	ng.clockUnchecked = !ng.clockVetted
 	n.guard.Store(&ng)
-	if ng.clockUnchecked || agree >= c.quorum() {
+	if !ng.clockVetted || agree >= c.quorum() {
 		return
 	}
 	skew, _ := clockSkew(samples, have, n.index)
@@ -474,6 +477,13 @@ func (c *Client) ready(ctx context.Context, n *node) error {
 	if c.down(n) {
 		return ErrNodeDown
 	}
+	return c.guardsPass(ctx, n)
+}
+
+// guardsPass is ready without the down hold-off, which only spares a
+// contended acquire the wait for a node that failed a moment ago: a renewal
+// asks every node, since a node skipped may cost it its quorum.
+func (c *Client) guardsPass(ctx context.Context, n *node) error {
 	if n.rdb != nil && (n.stale.Load() || n.guard.Load() == nil) {
 		if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
 			return err

@@ -29,15 +29,12 @@ import (
 // Time spent queued is the client's own back-pressure, not the node's: a
 // call that gives up before it was written fails with errNotSent, which is
 // known to have left nothing on the node and never marks the node down.
-// Releases and extends go before queued acquires, so a burst of acquires
-// cannot starve the renewals of locks already held.
 type pipe struct {
 	rdb redis.UniversalClient
 
 	mu      sync.Mutex
 	busy    bool        // a write is in flight, or a goroutine is about to make one
-	urgent  []*pipeCall // queued releases and extends
-	normal  []*pipeCall // queued acquires and the rest
+	queue   []*pipeCall // calls waiting for the next write
 	spare   []*pipeCall // storage for the next batch
 	drainer bool        // a goroutine writes the queued calls
 
@@ -80,14 +77,50 @@ const (
 // client: it never reached the node.
 var errNotSent = errors.New("not sent: waited in the client's queue for the node past the node timeout")
 
-func newPipe(rdb redis.UniversalClient) *pipe { return &pipe{rdb: rdb} }
+// nodePipes are a node's two pipes: one for acquires and releases, one for
+// renewals (and the TTL register they depend on), so that a burst of
+// acquisitions, however far above what the nodes can serve, never delays
+// the renewals of the locks already held. Nothing is lost by splitting the
+// stream: the calls whose order on a node matters (an attempt's acquire,
+// extends and release) are ordered by the attempt's own record of the calls
+// running there (quorum.go) and by Lock.extendMu, not by the pipe.
+type nodePipes struct{ acquire, renew *pipe }
+
+func newNodePipes(rdb redis.UniversalClient) *nodePipes {
+	return &nodePipes{acquire: &pipe{rdb: rdb}, renew: &pipe{rdb: rdb}}
+}
+
+func (ps *nodePipes) of(s *script) *pipe {
+	if s == extendScript || s == ttlRegisterScript {
+		return ps.renew
+	}
+	return ps.acquire
+}
+
+func (ps *nodePipes) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	return ps.of(s).run(ctx, s, args)
+}
+
+// stuckSince is when the oldest write still unanswered went out
+// (nanoseconds since writeEpoch), 0 if none is.
+func (ps *nodePipes) stuckSince() int64 {
+	a, r := ps.acquire.writtenAt.Load(), ps.renew.writtenAt.Load()
+	if a == 0 || (r != 0 && r < a) {
+		return r
+	}
+	return a
+}
+
+// lastAnswered is when the last write that was answered went out.
+func (ps *nodePipes) lastAnswered() int64 {
+	return max(ps.acquire.answeredWrite.Load(), ps.renew.answeredWrite.Load())
+}
 
 // run runs a script call through the pipe, falling back to EVAL when the
 // node does not know the script yet (a fresh or restarted node).
 func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) {
-	urgent := s == releaseScript || s == extendScript
 	cmd := redis.NewIntSliceCmd(ctx, args...)
-	if err := p.do(ctx, cmd, urgent); err != nil {
+	if err := p.do(ctx, cmd); err != nil {
 		return nil, err
 	}
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -95,7 +128,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 		copy(eval, args)
 		eval[0], eval[1] = "eval", s.src
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
-		if err := p.do(ctx, cmd, urgent); err != nil {
+		if err := p.do(ctx, cmd); err != nil {
 			return nil, err
 		}
 	}
@@ -105,7 +138,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 // do sends cmd in its turn and waits for its reply, or for ctx: a call
 // still queued then fails with errNotSent; one already written with ctx's
 // error (its fate on the node is unknown). Otherwise the error is in cmd.
-func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd, urgent bool) error {
+func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
 	p.mu.Lock()
 	if !p.busy {
 		// Idle: write it ourselves, at once.
@@ -118,11 +151,7 @@ func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd, urgent bool) erro
 	c := pipeCalls.Get().(*pipeCall)
 	c.ctx, c.cmd = ctx, cmd
 	c.state.Store(callQueued)
-	if urgent {
-		p.urgent = append(p.urgent, c)
-	} else {
-		p.normal = append(p.normal, c)
-	}
+	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
@@ -146,7 +175,7 @@ func (p *pipe) write1(ctx context.Context, cmd *redis.IntSliceCmd) {
 
 // written records a write going out and returns its time.
 func (p *pipe) written() int64 {
-	at := max(int64(time.Since(writeEpoch)), 1)
+	at := max(int64(sinceEpoch()), 1)
 	p.writtenAt.Store(at)
 	return at
 }
@@ -170,7 +199,7 @@ func isTimeout(err error) bool {
 func (p *pipe) idle() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if len(p.urgent)+len(p.normal) == 0 {
+	if len(p.queue) == 0 {
 		p.busy = false
 		return
 	}
@@ -199,21 +228,18 @@ func (p *pipe) drain() {
 	}
 }
 
-// take moves up to maxBatch queued calls, urgent ones first, into a batch;
-// nil if none is queued. The caller holds mu.
+// take moves up to maxBatch queued calls into a batch; nil if none is
+// queued. The caller holds mu.
 func (p *pipe) take() []*pipeCall {
-	if len(p.urgent)+len(p.normal) == 0 {
+	if len(p.queue) == 0 {
 		return nil
 	}
-	batch := p.spare
+	n := min(len(p.queue), maxBatch)
+	batch := append(p.spare, p.queue[:n]...)
 	p.spare = nil
-	for _, q := range []*[]*pipeCall{&p.urgent, &p.normal} {
-		n := min(len(*q), maxBatch-len(batch))
-		batch = append(batch, (*q)[:n]...)
-		rest := copy(*q, (*q)[n:])
-		clear((*q)[rest:])
-		*q = (*q)[:rest]
-	}
+	rest := copy(p.queue, p.queue[n:])
+	clear(p.queue[rest:])
+	p.queue = p.queue[:rest]
 	return batch
 }
 
@@ -247,24 +273,108 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		pl := p.rdb.Pipeline()
-		for _, c := range live {
-			_ = pl.Process(ctx, c.cmd)
+		cmds := make([]*redis.IntSliceCmd, len(live))
+		for i, c := range live {
+			cmds[i] = c.cmd
 		}
-		at := p.written()
-		_, err := pl.Exec(ctx)
-		p.answered(at, err)
+		p.writeMany(ctx, cmds)
 	}
 	for _, c := range live {
 		c.done <- struct{}{} // the last touch of c: its caller may recycle it at once
 	}
 }
 
-// unanswered is how long the node has left the write in flight unanswered.
-func (p *pipe) unanswered() time.Duration {
-	at := p.writtenAt.Load()
-	if at == 0 {
-		return 0
+// writeMany writes cmds as one pipeline and waits for the answers, bounded
+// by ctx.
+func (p *pipe) writeMany(ctx context.Context, cmds []*redis.IntSliceCmd) {
+	if len(cmds) == 1 {
+		p.write1(ctx, cmds[0])
+		return
 	}
-	return time.Since(writeEpoch) - time.Duration(at)
+	pl := p.rdb.Pipeline()
+	for _, cmd := range cmds {
+		_ = pl.Process(ctx, cmd)
+	}
+	at := p.written()
+	_, err := pl.Exec(ctx)
+	p.answered(at, err)
 }
+
+// runMany runs script s once with each of args, all queued at once so they
+// share writes, and fills in each call's reply and error.
+func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]int64, errs []error) {
+	cmds := make([]*redis.IntSliceCmd, len(args))
+	for i, a := range args {
+		cmds[i] = redis.NewIntSliceCmd(ctx, a...)
+	}
+	p.doMany(ctx, cmds, errs)
+	var retry []int // the calls the node did not know the script for
+	for i, cmd := range cmds {
+		if errs[i] == nil && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
+			retry = append(retry, i)
+		}
+	}
+	if len(retry) > 0 {
+		evals := make([]*redis.IntSliceCmd, len(retry))
+		retryErrs := make([]error, len(retry))
+		for j, i := range retry {
+			eval := make([]any, len(args[i]))
+			copy(eval, args[i])
+			eval[0], eval[1] = "eval", s.src
+			evals[j] = redis.NewIntSliceCmd(ctx, eval...)
+		}
+		p.doMany(ctx, evals, retryErrs)
+		for j, i := range retry {
+			cmds[i], errs[i] = evals[j], retryErrs[j]
+		}
+	}
+	for i, cmd := range cmds {
+		if errs[i] == nil {
+			vals[i], errs[i] = cmd.Val(), cmd.Err()
+		}
+	}
+}
+
+// doMany is do for several commands, queued together: written at once in
+// slices of maxBatch if the pipe is idle, else all in the next writes.
+// errs[i] is set when command i was not answered (errNotSent, or ctx's
+// error); otherwise its error is in the command.
+func (p *pipe) doMany(ctx context.Context, cmds []*redis.IntSliceCmd, errs []error) {
+	p.mu.Lock()
+	if !p.busy {
+		p.busy = true
+		p.mu.Unlock()
+		for len(cmds) > 0 {
+			n := min(len(cmds), maxBatch)
+			p.writeMany(ctx, cmds[:n])
+			cmds = cmds[n:]
+		}
+		p.idle()
+		return
+	}
+	calls := make([]*pipeCall, len(cmds))
+	for i, cmd := range cmds {
+		c := pipeCalls.Get().(*pipeCall)
+		c.ctx, c.cmd = ctx, cmd
+		c.state.Store(callQueued)
+		calls[i] = c
+	}
+	p.queue = append(p.queue, calls...)
+	p.mu.Unlock()
+	for i, c := range calls {
+		select {
+		case <-c.done:
+			c.ctx, c.cmd = nil, nil
+			pipeCalls.Put(c)
+		case <-ctx.Done():
+			if c.state.CompareAndSwap(callQueued, callAbandoned) {
+				errs[i] = fmt.Errorf("%w (%w)", errNotSent, ctx.Err())
+			} else {
+				errs[i] = ctx.Err()
+			}
+		}
+	}
+}
+
+// sinceEpoch is the monotonic time the pipes record writes in.
+func sinceEpoch() time.Duration { return time.Since(writeEpoch) }

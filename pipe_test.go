@@ -69,7 +69,7 @@ func stalledPipe(t *testing.T) (*redistest.Server, *pipe, *writeCounter, chan er
 	}
 	wc := &writeCounter{}
 	rdb.AddHook(wc)
-	p := newPipe(rdb)
+	p := &pipe{rdb: rdb}
 	if err := s.Pause(); err != nil {
 		t.Fatal(err)
 	}
@@ -77,10 +77,10 @@ func stalledPipe(t *testing.T) (*redistest.Server, *pipe, *writeCounter, chan er
 	first := make(chan error, 1)
 	go func() {
 		cmd := pushCmd(context.Background(), "order", "first")
-		_ = p.do(context.Background(), cmd, false)
+		_ = p.do(context.Background(), cmd)
 		first <- cmd.Err()
 	}()
-	waitFor(t, "the first call in flight", func() bool { return p.unanswered() > 0 })
+	waitFor(t, "the first call in flight", func() bool { return p.writtenAt.Load() != 0 })
 	return s, p, wc, first
 }
 
@@ -98,23 +98,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func (p *pipe) queued() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return len(p.urgent) + len(p.normal)
+	return len(p.queue)
 }
 
 // Calls that arrive while a write is in flight go out together, in the
-// order they were queued, releases and extends before acquires.
-func TestPipeCoalescesQueuedCallsInOrderUrgentFirst(t *testing.T) {
+// order they were queued.
+func TestPipeCoalescesQueuedCallsInOrder(t *testing.T) {
 	s, p, wc, first := stalledPipe(t)
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	cmds := make([]*redis.IntSliceCmd, 10)
 	for i := range cmds {
-		urgent := i >= 7 // the last three queued are releases or extends
 		cmds[i] = pushCmd(ctx, "order", fmt.Sprint(i))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_ = p.do(ctx, cmds[i], urgent)
+			_ = p.do(ctx, cmds[i])
 		}()
 		waitFor(t, "the call queued", func() bool { return p.queued() == i+1 }) // one at a time: a known order
 	}
@@ -137,7 +136,7 @@ func TestPipeCoalescesQueuedCallsInOrderUrgentFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"first", "7", "8", "9", "0", "1", "2", "3", "4", "5", "6"}
+	want := []string{"first", "0", "1", "2", "3", "4", "5", "6", "7", "8", "9"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("the node ran %v, want %v", got, want)
 	}
@@ -149,7 +148,7 @@ func TestPipeCallThatTimesOutQueuedIsNotSent(t *testing.T) {
 	s, p, wc, first := stalledPipe(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 	defer cancel()
-	err := p.do(ctx, pushCmd(ctx, "order", "late"), false)
+	err := p.do(ctx, pushCmd(ctx, "order", "late"))
 	if !errors.Is(err, errNotSent) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want not sent", err)
 	}
@@ -168,7 +167,7 @@ func TestPipeCallThatTimesOutQueuedIsNotSent(t *testing.T) {
 	}
 	// Not the node's fault: the client does not mark it down.
 	c := &Client{clock: systemClock{}}
-	n := &node{pipe: p}
+	n := &node{pipes: &nodePipes{acquire: p, renew: &pipe{rdb: p.rdb}}}
 	c.failed(n, err, 100*time.Millisecond)
 	if n.downUntil.Load() != 0 {
 		t.Fatal("a call that waited in our own queue marked the node down")

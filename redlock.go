@@ -115,6 +115,7 @@ type Client struct {
 	minTTL    atomic.Int64 // smallest TTL used so far, for the clock threshold
 	lastToken atomic.Int64 // highest fence value seen, for the next proposal
 	waiters   waiters
+	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
 	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
 	closed    atomic.Bool
@@ -140,8 +141,8 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d)", j, i), Err: ErrNotIndependent}
 		}
 		seen[name] = i
-		p := newPipe(rdb)
-		ns[i] = &node{index: i, name: name, rdb: rdb, run: p, pipe: p}
+		ps := newNodePipes(rdb)
+		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)
@@ -171,6 +172,7 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 	c.maxTTL.Store(int64(opts.TTL))
 	c.minTTL.Store(int64(opts.TTL))
 	c.waiters.c = c
+	c.renewals.c = c
 	c.bg.idle = make(chan struct{}, 1)
 	return c, nil
 }
@@ -274,13 +276,15 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 
 // Close waits for background work (late replies, cleanups of failed
 // attempts, releases) to finish, stops the release subscriptions and closes
-// the go-redis clients NewFromURLs created. Locks still held are not
-// released: they expire after their TTL.
+// the go-redis clients NewFromURLs created. Locks still held are neither
+// released nor extended any more: they expire after their TTL, and their
+// Done closes then.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
 	}
 	c.waiters.close()
+	c.renewals.close()
 	c.bg.wait()
 	var errs []error
 	for _, rdb := range c.owned {
@@ -567,7 +571,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	l := &Lock{c: c, a: a, token: token, cfg: lc, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
-		l.startExtender()
+		c.renewals.add(l)
 	}
 	return l, info, nil
 }

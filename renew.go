@@ -1,0 +1,262 @@
+package redlock
+
+import (
+	"container/heap"
+	"context"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// renewals is the client's one scheduler of auto-extensions: a heap of held
+// locks by the time their next renewal falls due, and one goroutine that
+// sleeps until the earliest. The renewals that fall due together go to each
+// node as one batch (one write on its pipe), and each lock is then decided
+// on its own: a lock whose renewal found another owner closes its Done at
+// once, and a node that fails the batch fails it for every lock of the
+// batch, which still counts only as that node's failure in each lock's
+// quorum. Holding many locks thus costs one timer and a few writes per
+// node per renewal round, not a goroutine, a timer and N round trips per
+// lock.
+type renewals struct {
+	c      *Client
+	mu     sync.Mutex
+	queue  renewalHeap
+	wake   chan struct{} // an earlier renewal was queued, or the client closes
+	loop   bool          // the scheduling goroutine runs
+	closed bool
+}
+
+// renewal is one auto-extended lock in the scheduler.
+type renewal struct {
+	l          *Lock
+	due        time.Time
+	extensions int
+}
+
+// renewalCoalesce is how early a renewal may go out to join a batch: a
+// renewal is due with a third of the validity left, and going a little
+// earlier costs nothing.
+func renewalCoalesce(ttl time.Duration) time.Duration { return min(ttl/30, 50*time.Millisecond) }
+
+// add schedules l's first renewal.
+func (r *renewals) add(l *Lock) {
+	r.schedule(&renewal{l: l})
+}
+
+// schedule queues rn for a third of its lock's remaining validity from now,
+// or drops it when the lock ended, has been extended as often as asked, or
+// has too little validity left to finish a renewal: it then expires.
+func (r *renewals) schedule(rn *renewal) {
+	l := rn.l
+	remaining := l.Deadline().Sub(r.c.clock.Now())
+	if l.Err() != nil || remaining < 2*l.nodeTimeout() ||
+		(l.cfg.maxExtensions > 0 && rn.extensions >= l.cfg.maxExtensions) {
+		return
+	}
+	rn.due = r.c.clock.Now().Add(remaining / 3)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return
+	}
+	heap.Push(&r.queue, rn)
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	if !r.loop {
+		r.loop = true
+		r.c.bg.add()
+		go r.run()
+	} else if r.queue[0] == rn {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// run sends the renewals as they fall due, until none is left or the
+// client closes.
+func (r *renewals) run() {
+	defer r.c.bg.done()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		r.mu.Lock()
+		if r.closed || len(r.queue) == 0 {
+			r.loop = false
+			r.mu.Unlock()
+			return
+		}
+		now := r.c.clock.Now()
+		if wait := r.queue[0].due.Sub(now); wait > 0 {
+			wake := r.wake
+			r.mu.Unlock()
+			timer.Reset(wait)
+			select {
+			case <-timer.C:
+			case <-wake:
+				if !timer.Stop() {
+					<-timer.C
+				}
+			}
+			continue
+		}
+		var batch []*renewal
+		for len(r.queue) > 0 && !r.queue[0].due.After(now.Add(renewalCoalesce(r.queue[0].l.a.ttl))) {
+			batch = append(batch, heap.Pop(&r.queue).(*renewal))
+		}
+		r.mu.Unlock()
+		r.c.bg.add()
+		go func() {
+			defer r.c.bg.done()
+			r.renew(batch)
+		}()
+	}
+}
+
+// close stops the renewals: the locks still held expire with their TTL.
+func (r *renewals) close() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed = true
+	r.queue = nil
+	if r.wake != nil {
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// renew extends every lock of batch in one round: each node gets all of
+// them in one batch, and each lock is decided by its own quorum.
+func (r *renewals) renew(batch []*renewal) {
+	c := r.c
+	// One extend or release at a time per lock (Lock.extendMu): a lock
+	// busy with its holder's own call is tried again soon.
+	live := batch[:0]
+	for _, rn := range batch {
+		if rn.l.extendMu.TryLock() {
+			live = append(live, rn)
+			continue
+		}
+		r.schedule(rn)
+	}
+	if len(live) == 0 {
+		return
+	}
+	// A renewal has more time than an acquire: it runs with a third of the
+	// validity left, and the validity it gets back is measured from its
+	// start. Waiting longer than the node timeout for a busy node (or a
+	// busy client) costs some of that validity; giving up costs the round.
+	timeout := live[0].l.nodeTimeout()
+	least := live[0].l.Deadline().Sub(c.clock.Now())
+	for _, rn := range live {
+		timeout = max(timeout, rn.l.nodeTimeout())
+		least = min(least, rn.l.Deadline().Sub(c.clock.Now()))
+	}
+	timeout = max(timeout, least/3)
+	type answer struct {
+		yes bool
+		err error
+	}
+	answers := make([][]answer, len(c.nodes)) // per node, per lock
+	start := c.clock.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		answers[i] = make([]answer, len(live))
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			got := answers[i]
+			if err := c.guardsPass(ctx, n); err != nil {
+				for k := range got {
+					got[k].err = err
+				}
+				return
+			}
+			var sent []int // indices of the locks sent to n
+			var args [][]any
+			for k, rn := range live {
+				l := rn.l
+				if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
+					got[k].err = err
+					continue
+				}
+				if !l.a.enter(n) {
+					got[k].err = ErrNotHeld
+					continue
+				}
+				sent = append(sent, k)
+				args = append(args, l.extendArgs())
+			}
+			at := c.clock.Now()
+			vals, errs := runMany(ctx, n, extendScript, args)
+			for j, k := range sent {
+				yes, err := live[k].l.extendAnswer(ctx, n, vals[j], errs[j], at)
+				if err != nil {
+					c.failed(n, err, timeout)
+				}
+				got[k] = answer{yes, err}
+			}
+		}()
+	}
+	wg.Wait()
+
+	for k, rn := range live {
+		l := rn.l
+		qe := &QuorumError{Op: "extend", Name: l.a.name, Needed: c.quorum()}
+		for i, n := range c.nodes {
+			switch a := answers[i][k]; {
+			case a.yes:
+				qe.Won++
+			case a.err != nil:
+				qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: a.err})
+			}
+		}
+		var err error
+		if qe.Won < qe.Needed {
+			err = qe
+		}
+		if l.extended(start, err) == nil {
+			rn.extensions++
+		}
+		l.extendMu.Unlock()
+		r.schedule(rn)
+	}
+}
+
+// runMany runs one script with each of args on n, in one write when n has
+// a pipe, and gives each call's reply and error.
+func runMany(ctx context.Context, n *node, s *script, args [][]any) ([][]int64, []error) {
+	vals := make([][]int64, len(args))
+	errs := make([]error, len(args))
+	if n.pipes != nil {
+		n.pipes.of(s).runMany(ctx, s, args, vals, errs)
+		return vals, errs
+	}
+	for i, a := range args {
+		vals[i], errs[i] = n.run.run(ctx, s, a)
+	}
+	return vals, errs
+}
+
+// renewalHeap orders renewals by due time.
+type renewalHeap []*renewal
+
+func (h renewalHeap) Len() int           { return len(h) }
+func (h renewalHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
+func (h renewalHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *renewalHeap) Push(x any)        { *h = append(*h, x.(*renewal)) }
+func (h *renewalHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	return x
+}

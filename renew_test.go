@@ -1,0 +1,157 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// extendWrites counts the writes to a node that carry extend calls (and
+// acquire calls, which look the same: the test resets it after acquiring).
+type extendWrites struct {
+	mu            sync.Mutex
+	writes, calls int
+}
+
+func isExtend(cmd redis.Cmder) bool {
+	return cmd.Name() == "evalsha" && len(cmd.Args()) > 6 && fmt.Sprint(cmd.Args()[2]) == "2" && len(cmd.Args()) == 8
+}
+
+func (w *extendWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (w *extendWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if isExtend(cmd) {
+			w.mu.Lock()
+			w.writes++
+			w.calls++
+			w.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (w *extendWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		n := 0
+		for _, cmd := range cmds {
+			if isExtend(cmd) {
+				n++
+			}
+		}
+		if n > 0 {
+			w.mu.Lock()
+			w.writes++
+			w.calls += n
+			w.mu.Unlock()
+		}
+		return next(ctx, cmds)
+	}
+}
+
+// Locks held together are renewed together: one write per node carries the
+// renewals that fall due at once, and no lock is lost.
+func TestAutoExtendedLocksAreRenewedInBatches(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	counters := make([]*extendWrites, 3)
+	for i, rdb := range cl.Clients() {
+		counters[i] = &extendWrites{}
+		rdb.AddHook(counters[i])
+	}
+	var extended atomic.Int64
+	c := newClient(t, cl, redlock.Options{TTL: time.Second, Observer: redlock.ObserverFunc(func(e redlock.Event) {
+		if e.Kind == redlock.EventExtended {
+			extended.Add(1)
+		}
+	})})
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for i := range 200 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("batch-%d", i), redlock.WithAutoExtend())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	for _, w := range counters {
+		w.mu.Lock()
+		w.writes, w.calls = 0, 0
+		w.mu.Unlock()
+	}
+	extended.Store(0)
+	// Three renewal rounds at least: every lock renews each third of its validity.
+	for extended.Load() < 3*200 {
+		select {
+		case <-held[0].Done():
+			t.Fatalf("lost: %v", held[0].Err())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	for i, l := range held {
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("batch-%d: %v", i, err)
+		}
+	}
+	for i, w := range counters {
+		w.mu.Lock()
+		writes, calls := w.writes, w.calls
+		w.mu.Unlock()
+		t.Logf("node %d: %d extend calls in %d writes", i, calls, writes)
+		if calls < 3*200 || writes > calls/10 {
+			t.Fatalf("node %d: %d extend calls in %d writes, want at least 600 calls, ten or more a write", i, calls, writes)
+		}
+	}
+}
+
+// A lock whose renewal finds another owner is told at once; the locks
+// renewed in the same batch are not.
+func TestRenewalTellsOnlyTheLockThatWasLost(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Second})
+	ctx := context.Background()
+	var held []*redlock.Lock
+	for i := range 20 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("lost-%d", i), redlock.WithAutoExtend())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	// Another owner takes lock 7 on every node behind our back.
+	for _, s := range cl.Servers {
+		if err := s.Client().Set(ctx, c.LockKey("lost-7"), "someone else", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	select {
+	case <-held[7].Done():
+	case <-time.After(time.Second):
+		t.Fatal("the lost lock's Done did not close within one TTL")
+	}
+	if err := held[7].Err(); !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("lost lock: %v", err)
+	}
+	if d := time.Until(held[7].Deadline()); d <= 0 {
+		t.Fatalf("Done closed only at the end of the validity (%v), not at once", d)
+	}
+	for i, l := range held {
+		if i == 7 {
+			continue
+		}
+		if err := l.Err(); err != nil {
+			t.Fatalf("lost-%d, renewed in the same batch: %v", i, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("lost-%d: %v", i, err)
+		}
+	}
+}
