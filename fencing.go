@@ -43,7 +43,7 @@ func (a *attempt) token(d decision) (int64, error) {
 // raiseFence is the slow path: raise the fence register to token on a
 // quorum of nodes that still hold our key.
 func (a *attempt) raiseFence(token int64) error {
-	args := raiseScript.args(a.keys[:], a.value, token)
+	args := raiseScript.args(a.keys[:], a.value, token, a.c.fenceLifetimeArg)
 	// Its time counts against the lock's validity, like the acquire's.
 	timeout := max(a.nodeTimeout, DefaultNodeTimeout)
 	return a.c.broadcast(context.Background(), "fence", a.name, timeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {

@@ -3,6 +3,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -173,5 +175,69 @@ func TestInspectAndForceUnlock(t *testing.T) {
 	st, err = c.Inspect(ctx, "ops")
 	if !errors.Is(err, redlock.ErrNoQuorum) || st == nil || st.Nodes[2].Err != nil {
 		t.Fatalf("2 of 3 nodes down: %+v, %v; want the partial status and ErrNoQuorum", st, err)
+	}
+}
+
+// A lock name's fence register expires FenceLifetime after the name's last
+// acquisition, so names used once do not pile up on the nodes; every
+// acquisition renews it. Tokens still increase after it expired, being
+// time-based.
+func TestFenceRegisterLivesFenceLifetimePastTheLastAcquisition(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		lifetime time.Duration
+		want     time.Duration // PTTL; -1: no expiry
+	}{
+		{0, redlock.DefaultFenceLifetime},
+		{2 * time.Hour, 2 * time.Hour},
+		{redlock.NoFenceExpiry, -1},
+	} {
+		c, err := redlock.New(cl.Clients(), redlock.Options{RestartGrace: redlock.NoRestartGrace, FenceLifetime: tc.lifetime})
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := fmt.Sprintf("lifetime-%v", tc.lifetime)
+		var last int64
+		for range 2 {
+			l, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if l.Token() <= last {
+				t.Fatalf("token %d after %d", l.Token(), last)
+			}
+			last = l.Token()
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+			seen := 0 // the node that decided nothing may not have run its acquire yet
+			for _, s := range cl.Servers {
+				pttl, err := s.Client().PTTL(ctx, c.FenceKey(name)).Result()
+				if err != nil {
+					t.Fatal(err)
+				}
+				if pttl == -2 {
+					continue
+				}
+				seen++
+				if tc.want < 0 && pttl != -1 || tc.want > 0 && (pttl > tc.want || pttl < tc.want-time.Minute) {
+					t.Fatalf("lifetime %v: fence register PTTL %v on %s, want %v", tc.lifetime, pttl, s.Addr, tc.want)
+				}
+			}
+			if seen < c.Quorum() {
+				t.Fatalf("lifetime %v: the fence register on %d nodes, want a quorum", tc.lifetime, seen)
+			}
+			// The register expires: the next token is still higher.
+			for _, s := range cl.Servers {
+				if err := s.Client().Del(ctx, c.FenceKey(name)).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		_ = c.Close()
+	}
+	if _, err := redlock.New(cl.Clients(), redlock.Options{FenceLifetime: time.Minute}); err == nil || !strings.Contains(err.Error(), "FenceLifetime") {
+		t.Fatalf("a 1m fence lifetime: %v, want a config error", err)
 	}
 }

@@ -155,7 +155,7 @@ func (l *Lock) nodeTimeout() time.Duration {
 // extendArgs builds the extend script's command for this lock.
 func (l *Lock) extendArgs() []any {
 	a := l.a
-	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token)
+	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
 }
 
 // extendAnswer records what an extend call sent to n at sent left on the

@@ -120,9 +120,9 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	if ttl != c.opts.TTL {
 		ttlArg = ttl.Milliseconds()
 	}
-	args := make([]any, 14)
-	a.acquireArgs = append(args[:0:8], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal)
-	a.releaseArgs = append(args[8:8:14], "evalsha", releaseScript.shaArg, 1, lockKey, value, c.channelArg)
+	args := make([]any, 15)
+	a.acquireArgs = append(args[:0:9], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal, c.fenceLifetimeArg)
+	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, c.channelArg)
 	return a
 }
 

@@ -36,6 +36,10 @@ const NoRestartGrace time.Duration = -1
 // NoClockGuard, as Options.ClockJumpThreshold, turns off the clock-jump guard.
 const NoClockGuard time.Duration = -1
 
+// NoFenceExpiry, as Options.FenceLifetime, keeps every fence register for
+// ever.
+const NoFenceExpiry time.Duration = -1
+
 // MaxNameLen is the longest lock name accepted, in bytes.
 const MaxNameLen = 512
 
@@ -47,6 +51,7 @@ const (
 	DefaultRetryDelayMax = 500 * time.Millisecond
 	DefaultDriftFactor   = 0.01
 	DefaultKeyPrefix     = "redlock:"
+	DefaultFenceLifetime = 24 * time.Hour
 )
 
 const fenceSuffix = ":fence"
@@ -87,6 +92,15 @@ type Options struct {
 	ClockJumpThreshold time.Duration
 	// DisableFencing skips the fence register: Token() is 0.
 	DisableFencing bool
+	// FenceLifetime is how long a lock name's fence register outlives the
+	// last acquisition of that name; every acquisition renews it. A
+	// service that locks per entity would otherwise keep one register per
+	// name ever used on every node. Tokens stay strictly increasing across
+	// an expired register because proposals are the acquiring client's
+	// time in microseconds: the assumption is that client clocks (and a
+	// token counter pushed ahead of them by the slow path) are off by less
+	// than the lifetime. Default 24h; NoFenceExpiry keeps registers for ever.
+	FenceLifetime time.Duration
 	// Logger receives warnings about nodes (restarts, clock jumps,
 	// refused nodes) and lost locks. Default: discard.
 	Logger *slog.Logger
@@ -106,9 +120,10 @@ type Client struct {
 	base    time.Time // anchors monotonic readings to wall time (clock guard)
 	logger  *slog.Logger
 	channel string // pub/sub channel on which releases are announced
-	// channel and the default TTL in ms, boxed once for the hot path
-	channelArg, defaultTTLArg any
-	owned                     []redis.UniversalClient
+	// channel, the default TTL and the fence lifetime in ms, boxed once
+	// for the hot path
+	channelArg, defaultTTLArg, fenceLifetimeArg any
+	owned                                       []redis.UniversalClient
 
 	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
 	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
@@ -168,6 +183,7 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 		channel: opts.KeyPrefix + "released",
 	}
 	c.channelArg, c.defaultTTLArg = c.channel, opts.TTL.Milliseconds()
+	c.fenceLifetimeArg = max(opts.FenceLifetime, 0).Milliseconds()
 	c.base = c.clock.Now()
 	c.maxTTL.Store(int64(opts.TTL))
 	c.minTTL.Store(int64(opts.TTL))
@@ -241,6 +257,13 @@ func (o *Options) setDefaults() error {
 		return configErr("RestartGrace", o.RestartGrace, "must be NoRestartGrace, 0 or positive")
 	case o.ClockJumpThreshold < NoClockGuard:
 		return configErr("ClockJumpThreshold", o.ClockJumpThreshold, "must be NoClockGuard, 0 or positive")
+	case o.FenceLifetime < NoFenceExpiry:
+		return configErr("FenceLifetime", o.FenceLifetime, "must be NoFenceExpiry, 0 or positive")
+	case o.FenceLifetime > 0 && o.FenceLifetime < time.Hour:
+		return configErr("FenceLifetime", o.FenceLifetime, "must be at least 1h: tokens rely on client clocks agreeing within it")
+	}
+	if o.FenceLifetime == 0 {
+		o.FenceLifetime = DefaultFenceLifetime
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
@@ -320,8 +343,9 @@ func (c *Client) nameOf(key string) (string, bool) {
 	return key[len(p)+1 : len(key)-1], true
 }
 
-// FenceKey is the key of the lock's fence register. It never expires: it is
-// what makes tokens monotonic across holders.
+// FenceKey is the key of the lock's fence register: what makes tokens
+// monotonic across holders. It lives Options.FenceLifetime past the last
+// acquisition of the name.
 func (c *Client) FenceKey(name string) string { return c.LockKey(name) + fenceSuffix }
 
 // releaseTimeout bounds the wait for a node's answer to a release. It is

@@ -1,7 +1,8 @@
 -- Take the lock on this node and, in the same round trip, read and raise
 -- the fence register (DESIGN §2).
 -- KEYS[1] lock key, KEYS[2] fence register (both share one hash tag)
--- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] fencing proposal (0: fencing off)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] fencing proposal (0: fencing off),
+-- ARGV[4] the fence register's lifetime in ms (0: it never expires)
 -- Returns {1, fence before, sec, usec} when the lock is ours here,
 --         {0, pttl of the holder, sec, usec} when another owner has it.
 -- The node's TIME rides along so the client can spot a clock jump for free.
@@ -12,9 +13,18 @@ if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or redis.call('GET',
   if ARGV[3] == '0' then
     return {1, 0, sec, usec}
   end
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if tonumber(ARGV[3]) > fence then
-    redis.call('SET', KEYS[2], ARGV[3])
+  local stored = redis.call('GET', KEYS[2])
+  local fence = tonumber(stored or '0')
+  -- Values stay strings: a Lua number may be written back in exponent form.
+  local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
+  if not higher then
+    raised = stored
+  end
+  if ARGV[4] ~= '0' then
+    -- Every acquisition renews the register's lifetime.
+    redis.call('SET', KEYS[2], raised, 'PX', ARGV[4])
+  elseif higher then
+    redis.call('SET', KEYS[2], raised)
   end
   return {1, fence, sec, usec}
 end

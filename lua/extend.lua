@@ -2,7 +2,8 @@
 -- its data, or our key expired and nobody took it) set it again, unless the
 -- fence register shows a newer holder: that repairs a node that restarted empty.
 -- KEYS[1] lock key, KEYS[2] fence register
--- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the lock's token (0: fencing off)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the lock's token (0: fencing off),
+-- ARGV[4] the fence register's lifetime in ms (0: it never expires)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds it,
 -- -1 a newer token was issued here (our lock is stale).
 local now = redis.call('TIME')
@@ -21,7 +22,9 @@ if token > 0 then
   if fence > token then
     return {-1, sec, usec}
   end
-  if token > fence then
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
+  elseif token > fence then
     redis.call('SET', KEYS[2], ARGV[3])
   end
 end
