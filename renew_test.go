@@ -23,7 +23,7 @@ type extendWrites struct {
 }
 
 func isExtend(cmd redis.Cmder) bool {
-	return cmd.Name() == "evalsha" && len(cmd.Args()) > 6 && fmt.Sprint(cmd.Args()[2]) == "2" && len(cmd.Args()) == 8
+	return cmd.Name() == "evalsha" && len(cmd.Args()) == 9 && fmt.Sprint(cmd.Args()[2]) == "2"
 }
 
 func (w *extendWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
