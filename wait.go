@@ -59,7 +59,9 @@ const subscriptionLinger = time.Second
 // PING written after the SUBSCRIBE (see confirm); a waiter waits until a
 // quorum of nodes confirmed before its next attempt. The holder's key is on
 // a quorum of nodes too, so the two meet on at least one node, and a
-// release after the confirmation publishes there: it cannot be missed.
+// release after the confirmation publishes there: it cannot be missed,
+// unless that node's connection breaks meanwhile (go-redis subscribes the
+// new connection again; the jittered retries cover the gap).
 type waiters struct {
 	c      *Client
 	mu     sync.Mutex
@@ -259,7 +261,10 @@ func (w *waiters) notify(name, value string, local bool) {
 // was asked for and, on any new connection, subscribes to all of them
 // before it writes anything else; so whichever connection carried the PING
 // was subscribed to them when the node answered it. Nothing UNSUBSCRIBEs a
-// topic's channel while the topic exists (see sync).
+// topic's channel while the topic exists (see sync). The SUBSCRIBE's own
+// reply would not do: after an UNSUBSCRIBE and a new SUBSCRIBE of the same
+// channel, or a reconnection, a reply to an earlier SUBSCRIBE looks the
+// same; a numbered PING cannot be mistaken.
 func (w *waiters) confirm(s *nodeSub, seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
