@@ -299,3 +299,54 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 		t.Fatal("the waiter acquired a lock that is still held")
 	}
 }
+
+// TestWaiterIsWokenAfterItsPubSubConnectionBroke kills the waiter's pub/sub
+// connections while it waits: go-redis makes new ones and subscribes them
+// again, and the release still wakes the waiter.
+func TestWaiterIsWokenAfterItsPubSubConnectionBroke(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	holder := newClient(t, cl, slowRetries())
+	wopts, failed := failures(slowRetries())
+	waiter := newClient(t, cl, wopts)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	l, err := holder.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l2, err := waiter.Acquire(ctx, "k")
+		if err == nil {
+			err = l2.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitWaiting(t, ctx, failed, "k")
+	want := []string{"redlock:{k}:released"}
+	subscribed := func() bool {
+		for _, chs := range subscriptions(t, cl) {
+			if !slices.Equal(chs, want) {
+				return false
+			}
+		}
+		return true
+	}
+	eventually(t, 5*time.Second, "every node subscribed to k", subscribed)
+	for _, s := range cl.Servers {
+		if n, err := s.Client().ClientKillByFilter(ctx, "TYPE", "pubsub").Result(); err != nil || n != 1 {
+			t.Fatalf("%s: CLIENT KILL TYPE pubsub: %d killed, %v", s.Addr, n, err)
+		}
+	}
+	eventually(t, 5*time.Second, "every node subscribed to k again", subscribed)
+	start := time.Now()
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("the waiter took the lock %v after the release: not woken by it", took)
+	}
+}
