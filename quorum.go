@@ -111,8 +111,9 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	}
 	// The lock key, the fence register, the release channel and the owner
 	// value, in one allocation: "<lock key>:fence<lock key>:released<value>".
-	// The hot path allocated the first three and the value apart before the
-	// channel became per lock; together they cost no more than it did.
+	// The keys and the value took one allocation each before; the one saved
+	// pays for boxing the channel, which is per lock now, so an attempt
+	// allocates no more than it did.
 	p := c.opts.KeyPrefix
 	keyLen := len(p) + len(name) + 2
 	channelEnd := 2*keyLen + len(fenceSuffix) + len(releasedSuffix)

@@ -427,8 +427,8 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // Acquire waits for the lock until it is acquired, ctx is done or MaxWait
 // passes. A waiter is woken as soon as the holder releases (the client
 // listens to the lock's own release channel while it waits); jittered
-// retries cover lost wake-ups. When it gives up, the error matches both the context's
-// error and the last attempt's (ErrLocked, say).
+// retries cover lost wake-ups. When it gives up, the error matches both the
+// context's error and the last attempt's (ErrLocked, say).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {
