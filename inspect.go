@@ -126,7 +126,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		pipe := n.rdb.Pipeline()
 		del := pipe.Del(ctx, key)
 		pipe.Incr(ctx, fence)
-		pipe.Publish(ctx, c.channel, forced+key)
+		pipe.Publish(ctx, c.releaseChannel(name), forced)
 		_, err := pipe.Exec(ctx)
 		mu.Lock()
 		defer mu.Unlock()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -101,7 +102,6 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	a := &attempt{
 		c:       c,
 		name:    name,
-		value:   c.ownerValue(),
 		ttl:     ttl,
 		replies: make(chan nodeReply, 2*len(c.nodes)), // per node one acquire reply and at most one release result
 	}
@@ -110,19 +110,41 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	} else {
 		a.state = make([]atomic.Int32, len(c.nodes))
 	}
-	fence := c.FenceKey(name)
-	a.keys = [2]string{fence[:len(fence)-len(fenceSuffix)], fence}
+	// The lock key, the fence register, the release channel and the owner
+	// value, in one allocation: "<lock key>:fence<lock key>:released<value>".
+	// The keys and the value took one allocation each before; the one saved
+	// pays for boxing the channel, which is per lock now, so an attempt
+	// allocates no more than it did.
+	p := c.opts.KeyPrefix
+	keyLen := len(p) + len(name) + 2
+	channelEnd := 2*keyLen + len(fenceSuffix) + len(releasedSuffix)
+	var b strings.Builder
+	b.Grow(channelEnd + ownerValueLen)
+	b.WriteString(p)
+	b.WriteByte('{')
+	b.WriteString(name)
+	b.WriteString("}" + fenceSuffix)
+	b.WriteString(p)
+	b.WriteByte('{')
+	b.WriteString(name)
+	b.WriteString("}" + releasedSuffix)
+	var v [ownerValueLen]byte
+	ownerValue(&v)
+	b.Write(v[:])
+	names := b.String()
+	a.keys = [2]string{names[:keyLen], names[:keyLen+len(fenceSuffix)]}
+	a.value = names[channelEnd:]
 	if !c.opts.DisableFencing {
 		a.proposal = max(c.lastToken.Load()+1, c.clock.Now().UnixMicro())
 	}
 	// Every value is boxed once, for both commands.
-	var lockKey, value, ttlArg any = a.keys[0], a.value, c.defaultTTLArg
+	var lockKey, value, ttlArg, channel any = a.keys[0], a.value, c.defaultTTLArg, names[keyLen+len(fenceSuffix) : channelEnd]
 	if ttl != c.opts.TTL {
 		ttlArg = ttl.Milliseconds()
 	}
 	args := make([]any, 15)
 	a.acquireArgs = append(args[:0:9], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal, c.fenceLifetimeArg)
-	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, c.channelArg)
+	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, channel)
 	return a
 }
 

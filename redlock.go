@@ -114,16 +114,15 @@ type Options struct {
 // Client takes locks on a fixed set of independent Redis masters. It is safe
 // for concurrent use; create one per process and share it.
 type Client struct {
-	opts    Options
-	nodes   []*node
-	clock   Clock
-	base    time.Time // anchors monotonic readings to wall time (clock guard)
-	logger  *slog.Logger
-	channel string // pub/sub channel on which releases are announced
-	// channel, the default TTL and the fence lifetime in ms, boxed once
-	// for the hot path
-	channelArg, defaultTTLArg, fenceLifetimeArg any
-	owned                                       []redis.UniversalClient
+	opts   Options
+	nodes  []*node
+	clock  Clock
+	base   time.Time // anchors monotonic readings to wall time (clock guard)
+	logger *slog.Logger
+	// the default TTL and the fence lifetime in ms, boxed once for the
+	// hot path
+	defaultTTLArg, fenceLifetimeArg any
+	owned                           []redis.UniversalClient
 
 	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
 	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
@@ -176,13 +175,12 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{
-		opts:    opts,
-		nodes:   nodes,
-		clock:   opts.Clock,
-		logger:  opts.Logger,
-		channel: opts.KeyPrefix + "released",
+		opts:   opts,
+		nodes:  nodes,
+		clock:  opts.Clock,
+		logger: opts.Logger,
 	}
-	c.channelArg, c.defaultTTLArg = c.channel, opts.TTL.Milliseconds()
+	c.defaultTTLArg = opts.TTL.Milliseconds()
 	c.fenceLifetimeArg = max(opts.FenceLifetime, 0).Milliseconds()
 	c.base = c.clock.Now()
 	c.maxTTL.Store(int64(opts.TTL))
@@ -343,6 +341,22 @@ func (c *Client) nameOf(key string) (string, bool) {
 	return key[len(p)+1 : len(key)-1], true
 }
 
+// releaseChannel is the pub/sub channel on which the releases of the lock
+// called name are announced. Its hash tag puts it in the lock's cluster
+// slot, and it starts with the key prefix, so one ACL channel pattern
+// ("&<prefix>*") covers every lock's channel.
+func (c *Client) releaseChannel(name string) string {
+	return c.LockKey(name) + releasedSuffix
+}
+
+// nameOfChannel is the inverse of releaseChannel.
+func (c *Client) nameOfChannel(channel string) (string, bool) {
+	if len(channel) < len(releasedSuffix) || channel[len(channel)-len(releasedSuffix):] != releasedSuffix {
+		return "", false
+	}
+	return c.nameOf(channel[:len(channel)-len(releasedSuffix)])
+}
+
 // FenceKey is the key of the lock's fence register: what makes tokens
 // monotonic across holders. It lives Options.FenceLifetime past the last
 // acquisition of the name.
@@ -440,10 +454,10 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 }
 
 // Acquire waits for the lock until it is acquired, ctx is done or MaxWait
-// passes. A waiter is woken as soon as the holder releases (through a
-// subscription shared by all locks of the client); jittered retries cover
-// lost wake-ups. When it gives up, the error matches both the context's
-// error and the last attempt's (ErrLocked, say).
+// passes. A waiter is woken as soon as the holder releases (the client
+// listens to the lock's own release channel while it waits); jittered
+// retries cover lost wake-ups. When it gives up, the error matches both the
+// context's error and the last attempt's (ErrLocked, say).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
+	"strconv"
 	"sync"
 	"time"
 
@@ -13,90 +14,223 @@ import (
 const ownerValueLen = 26
 
 // ownerValue makes the random value that marks our keys, new for every
-// attempt (DESIGN §1): a retry never reuses the value being cleaned up.
-func (c *Client) ownerValue() string { return rand.Text() }
+// attempt (DESIGN §1): a retry never reuses the value being cleaned up. It
+// is what rand.Text makes (26 base32 characters of crypto/rand, 130 bits),
+// written into the caller's buffer so that the attempt allocates it with
+// its keys.
+func ownerValue(v *[ownerValueLen]byte) {
+	rand.Read(v[:])
+	for i, x := range v {
+		v[i] = base32Alphabet[x%32]
+	}
+}
+
+const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // RFC 4648, as rand.Text
+
+// releasedSuffix ends a lock's release channel: "<prefix>{<name>}:released".
+const releasedSuffix = ":released"
+
+// subscriptionLinger is how long a client stays subscribed to a lock's
+// channel after the last of its Acquire calls stopped waiting for that lock.
+// A hot lock is waited for again and again: without the linger every wait
+// would cost an UNSUBSCRIBE, a SUBSCRIBE and a confirmation round trip on
+// every node, and the confirmation delays the wait's next attempt. One
+// second is far longer than the gap between two waits of a hot lock and
+// than a hand-off, and it bounds what a lingering subscription costs: the
+// releases of that one lock during one second. It is not tied to
+// RetryDelayMax, which paces the attempts inside one wait, not how often
+// waits start.
+const subscriptionLinger = time.Second
 
 // waiters wakes blocked Acquire calls when a lock they wait for is released.
 //
-// Releases are announced on one pub/sub channel per key prefix, from inside
-// the release script. The client subscribes once per node, lazily, when the
-// first Acquire has to wait, and shares that subscription among all locks.
-// A release by this client wakes its local waiters directly, with no round
-// trip. Each release wakes one waiter of the lock per client: the others
-// would only compete for it and split the votes.
+// A release is announced, from inside the release script, on a channel of
+// its own lock in the lock's hash slot (releaseChannel). The client listens
+// to a lock's channel only while one of its Acquire calls waits for that
+// lock, and subscriptionLinger longer, so a release nobody waits for
+// reaches no client. All channels share one pub/sub connection per node,
+// made when the client first waits; a writer goroutine per node SUBSCRIBEs
+// and UNSUBSCRIBEs as waits start and end, and a reader goroutine per node
+// delivers the messages. A release by this client wakes its local waiters
+// directly, with no round trip. Each release wakes one waiter of the lock
+// per client: the others would only compete for it and split the votes.
+//
+// A subscription counts as confirmed on a node when the node answered a
+// PING written after the SUBSCRIBE (see confirm); a waiter waits until a
+// quorum of nodes confirmed before its next attempt. The holder's key is on
+// a quorum of nodes too, so the two meet on at least one node, and a
+// release after the confirmation publishes there: it cannot be missed,
+// unless that node's connection breaks meanwhile (go-redis subscribes the
+// new connection again; the jittered retries cover the gap).
 type waiters struct {
-	c       *Client
-	mu      sync.Mutex
-	queues  map[string]*waitQueue
-	subs    []*redis.PubSub
-	started bool
-	closed  bool
-	ready   chan struct{} // closed once a node confirmed the subscription
+	c      *Client
+	mu     sync.Mutex
+	topics map[string]*topic // by lock name: locks waited for now or lately
+	subs   []*nodeSub        // by node index, made on the first wait; nil for a node without a client
+	need   int               // confirmations a subscription needs: a quorum of the nodes that can subscribe
+	closed bool
+
+	ctx    context.Context // the per-node goroutines' calls; cancelled by close
+	cancel context.CancelFunc
 }
 
 // waiter is one blocked Acquire. It is woken with true for a release by
 // this client, false for one announced by another.
 type waiter struct{ ch chan bool }
 
-type waitQueue struct {
-	list []*waiter
-	last string // owner value of the last release that woke a waiter
+// topic is one lock that this client's Acquire calls wait for, or did
+// until less than subscriptionLinger ago.
+type topic struct {
+	list   []*waiter
+	last   string      // owner value of the last release that woke a waiter
+	linger *time.Timer // running while nobody waits: ends the subscription
+
+	// Per node: the sequence number of the first PING written after our
+	// SUBSCRIBE reached go-redis (0 until then), and whether that PING (or
+	// a later one) was answered.
+	subscribed []uint64
+	confirmed  []bool
+	nconfirmed int
+	ready      chan struct{} // closed once need nodes confirmed
 }
 
-// add registers a waiter for name. The first waiter subscribes; every
-// waiter then waits (up to timeout) until a node confirmed the
-// subscription, so that a release published afterwards reaches it.
+// nodeSub is the pub/sub connection to one node.
+type nodeSub struct {
+	index int
+	ps    *redis.PubSub
+	kick  chan struct{} // wakes the writer: the topics changed, or a PING is owed
+
+	// Under waiters.mu:
+	active map[string]struct{} // locks whose channel we SUBSCRIBEd and not UNSUBSCRIBEd since
+	seq    uint64              // last PING sequence number handed out
+	repin  bool                // the connection broke: PINGs written before may never be answered
+}
+
+// add registers a waiter for name, subscribing to the lock's channel if no
+// other waiter of this client did, and waits (up to timeout) until a
+// quorum of nodes confirmed the subscription: a release published
+// afterwards reaches the waiter, so the caller tries once more at once and
+// may then wait for the wake-up.
 func (w *waiters) add(ctx context.Context, name string, timeout time.Duration) *waiter {
 	wt := &waiter{ch: make(chan bool, 1)}
 	w.mu.Lock()
-	if !w.started && !w.closed {
-		w.started = true
-		w.ready = make(chan struct{})
-		w.subscribe()
+	if w.topics == nil {
+		w.topics = make(map[string]*topic)
 	}
-	ready := w.ready
-	w.register(name, wt)
+	t := w.topics[name]
+	if t == nil {
+		t = w.newTopic(name)
+	}
+	t.list = append(t.list, wt)
+	if t.linger != nil {
+		t.linger.Stop()
+		t.linger = nil
+	}
+	ready := t.ready
 	w.mu.Unlock()
-	if ready != nil {
-		timer := time.NewTimer(timeout)
-		defer timer.Stop()
-		select { // without a confirmation, the retries still find the lock free
-		case <-ready:
-		case <-timer.C:
-		case <-ctx.Done():
-		}
+	select {
+	case <-ready:
+		return wt
+	default:
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	select { // without a confirmation, the retries still find the lock free
+	case <-ready:
+	case <-timer.C:
+	case <-ctx.Done():
 	}
 	return wt
 }
 
-func (w *waiters) register(name string, wt *waiter) {
-	if w.queues == nil {
-		w.queues = make(map[string]*waitQueue)
+// newTopic starts listening to name's channel on every node. w.mu is held.
+func (w *waiters) newTopic(name string) *topic {
+	if w.subs == nil && !w.closed {
+		w.start()
 	}
-	q := w.queues[name]
-	if q == nil {
-		q = &waitQueue{}
-		w.queues[name] = q
+	n := len(w.c.nodes)
+	t := &topic{subscribed: make([]uint64, n), confirmed: make([]bool, n), ready: make(chan struct{})}
+	w.topics[name] = t
+	if w.need == 0 || w.closed { // nothing can confirm: do not make every wait time out
+		close(t.ready)
+		return t
 	}
-	q.list = append(q.list, wt)
+	w.kickAll()
+	return t
 }
 
+// start makes the pub/sub connections and their goroutines. w.mu is held.
+// go-redis makes a PubSub without a connection; the reader dials it.
+func (w *waiters) start() {
+	w.ctx, w.cancel = context.WithCancel(context.Background())
+	w.subs = make([]*nodeSub, len(w.c.nodes))
+	for i, n := range w.c.nodes {
+		if n.rdb == nil {
+			continue
+		}
+		s := &nodeSub{index: i, ps: n.rdb.Subscribe(w.ctx), kick: make(chan struct{}, 1), active: make(map[string]struct{})}
+		w.subs[i] = s
+		w.need++
+		w.c.bg.add()
+		go w.read(s)
+		w.c.bg.add()
+		go w.write(s)
+	}
+	w.need = min(w.need, w.c.quorum())
+}
+
+func (w *waiters) kickAll() {
+	for _, s := range w.subs {
+		if s != nil {
+			s.wake()
+		}
+	}
+}
+
+func (s *nodeSub) wake() {
+	select {
+	case s.kick <- struct{}{}:
+	default: // a kick is pending: the writer will see every change
+	}
+}
+
+// remove unregisters a waiter. When it was the last of its lock, the
+// subscription lingers a little, then ends.
 func (w *waiters) remove(name string, wt *waiter) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.queues[name]
-	if q == nil {
+	t := w.topics[name]
+	if t == nil {
 		return
 	}
-	for i, x := range q.list {
+	for i, x := range t.list {
 		if x == wt {
-			q.list = append(q.list[:i], q.list[i+1:]...)
+			t.list = append(t.list[:i], t.list[i+1:]...)
 			break
 		}
 	}
-	if len(q.list) == 0 {
-		delete(w.queues, name)
+	if len(t.list) > 0 || t.linger != nil {
+		return
 	}
+	if w.closed {
+		delete(w.topics, name)
+		return
+	}
+	var timer *time.Timer
+	timer = time.AfterFunc(subscriptionLinger, func() {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		// A waiter that came meanwhile stopped this timer, maybe too late:
+		// then the topic is in use, or lingers on another timer.
+		if t.linger != timer || w.topics[name] != t {
+			return
+		}
+		delete(w.topics, name)
+		if !w.closed {
+			w.kickAll()
+		}
+	})
+	t.linger = timer
 }
 
 // notify wakes one waiter of name for the release of the owner value. The
@@ -106,54 +240,213 @@ func (w *waiters) remove(name string, wt *waiter) {
 func (w *waiters) notify(name, value string, local bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	q := w.queues[name]
-	if q == nil || q.last == value {
+	t := w.topics[name]
+	if t == nil || t.last == value {
 		return
 	}
-	q.last = value
-	for i, wt := range q.list {
+	t.last = value
+	for i, wt := range t.list {
 		select {
 		case wt.ch <- local:
-			q.list = append(append(q.list[:i:i], q.list[i+1:]...), wt)
+			t.list = append(append(t.list[:i:i], t.list[i+1:]...), wt)
 			return
 		default: // already woken, not yet back to waiting
 		}
 	}
 }
 
-// subscribe starts one subscription per node.
-func (w *waiters) subscribe() {
-	var confirmed sync.Once
-	for _, n := range w.c.nodes {
-		if n.rdb == nil {
-			continue
+// confirm records that node s answered the PING numbered seq: every
+// subscription whose SUBSCRIBE reached go-redis before that PING was
+// written is in effect on the node. go-redis keeps the set of channels it
+// was asked for and, on any new connection, subscribes to all of them
+// before it writes anything else; so whichever connection carried the PING
+// was subscribed to them when the node answered it. Nothing UNSUBSCRIBEs a
+// topic's channel while the topic exists (see sync). The SUBSCRIBE's own
+// reply would not do: after an UNSUBSCRIBE and a new SUBSCRIBE of the same
+// channel, or a reconnection, a reply to an earlier SUBSCRIBE looks the
+// same; a numbered PING cannot be mistaken.
+func (w *waiters) confirm(s *nodeSub, seq uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	i := s.index
+	for _, t := range w.topics {
+		if at := t.subscribed[i]; at != 0 && at <= seq && !t.confirmed[i] {
+			t.confirmed[i] = true
+			t.nconfirmed++
+			if t.nconfirmed == w.need {
+				close(t.ready)
+			}
 		}
-		ps := n.rdb.Subscribe(context.Background(), w.c.channel)
-		w.subs = append(w.subs, ps)
-		w.c.bg.add()
-		go func() {
-			defer w.c.bg.done()
-			// The first reply is the confirmation; go-redis resubscribes
-			// by itself after a reconnection.
-			if _, err := ps.Receive(context.Background()); err != nil {
-				return // closed
-			}
-			confirmed.Do(func() { close(w.ready) })
-			for msg := range ps.Channel() {
-				if name, ok := w.c.nameOf(msg.Payload[min(ownerValueLen, len(msg.Payload)):]); ok {
-					w.notify(name, msg.Payload[:ownerValueLen], false)
-				}
-			}
-		}()
 	}
 }
 
+// read delivers what node s sends: release messages and PING answers.
+func (w *waiters) read(s *nodeSub) {
+	defer w.c.bg.done()
+	for failures := 0; ; {
+		msg, err := s.ps.Receive(w.ctx)
+		if err != nil {
+			if w.ctx.Err() != nil {
+				return // closed
+			}
+			// The connection broke. go-redis makes a new one and subscribes
+			// it again to every channel, but a PING written to the old one
+			// may never be answered: the writer pings again.
+			w.mu.Lock()
+			s.repin = true
+			w.mu.Unlock()
+			s.wake()
+			failures++
+			if !w.pause(failures) {
+				return
+			}
+			continue
+		}
+		failures = 0
+		switch m := msg.(type) {
+		case *redis.Message:
+			if name, ok := w.c.nameOfChannel(m.Channel); ok {
+				w.notify(name, m.Payload, false)
+			}
+		case *redis.Pong:
+			if seq, err := strconv.ParseUint(m.Payload, 10, 64); err == nil {
+				w.confirm(s, seq)
+			}
+		}
+	}
+}
+
+// write keeps node s's subscriptions in line with the topics.
+func (w *waiters) write(s *nodeSub) {
+	defer w.c.bg.done()
+	for {
+		select {
+		case <-s.kick:
+		case <-w.ctx.Done():
+			return
+		}
+		for failures := 0; w.sync(s) != nil; {
+			failures++
+			if !w.pause(failures) {
+				return
+			}
+		}
+	}
+}
+
+// sync UNSUBSCRIBEs node s from the channels of locks nobody waits for any
+// more, SUBSCRIBEs it to those of new topics, and writes a PING to confirm
+// them. On an error the caller calls again: whatever did not succeed is
+// still to do.
+func (w *waiters) sync(s *nodeSub) error {
+	i := s.index
+	var subNames, subChannels, unsubChannels []string
+	w.mu.Lock()
+	for name, t := range w.topics {
+		if t.subscribed[i] == 0 {
+			subNames = append(subNames, name)
+			subChannels = append(subChannels, w.c.releaseChannel(name))
+		}
+	}
+	var gone []string
+	for name := range s.active {
+		if w.topics[name] == nil {
+			gone = append(gone, name)
+			unsubChannels = append(unsubChannels, w.c.releaseChannel(name))
+		}
+	}
+	ping := len(subNames) > 0
+	if s.repin {
+		s.repin = false
+		for _, t := range w.topics {
+			ping = ping || (t.subscribed[i] != 0 && !t.confirmed[i])
+		}
+	}
+	w.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.releaseTimeout())
+	defer cancel()
+	if len(unsubChannels) > 0 {
+		// go-redis forgets the channels before it writes the command: even
+		// if that fails, no new connection subscribes to them again.
+		_ = s.ps.Unsubscribe(ctx, unsubChannels...)
+		w.mu.Lock()
+		for _, name := range gone {
+			delete(s.active, name)
+		}
+		w.mu.Unlock()
+	}
+	if len(subNames) > 0 {
+		// Active from now on, even if the call fails: go-redis remembers
+		// the channels either way, and only an UNSUBSCRIBE makes it forget.
+		w.mu.Lock()
+		for _, name := range subNames {
+			s.active[name] = struct{}{}
+		}
+		w.mu.Unlock()
+		if err := s.ps.Subscribe(ctx, subChannels...); err != nil {
+			return err // maybe not subscribed on the connection now in use: again
+		}
+	}
+	if !ping {
+		return nil
+	}
+	w.mu.Lock()
+	s.seq++
+	seq := s.seq
+	for _, name := range subNames {
+		// The topic may have been replaced meanwhile: the new one wants
+		// the same channel, and no UNSUBSCRIBE came after ours.
+		if t := w.topics[name]; t != nil && t.subscribed[i] == 0 {
+			t.subscribed[i] = seq
+		}
+	}
+	w.mu.Unlock()
+	if err := s.ps.Ping(ctx, strconv.FormatUint(seq, 10)); err != nil {
+		w.mu.Lock()
+		s.repin = true
+		w.mu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// pause waits before the next try after the given number of failures in a
+// row: not at all after the first (a broken connection is made anew at
+// once), then 10ms doubling up to 1s. It is false once the client closed.
+func (w *waiters) pause(failures int) bool {
+	if failures <= 1 {
+		return w.ctx.Err() == nil
+	}
+	timer := time.NewTimer(min(10*time.Millisecond<<min(failures-2, 7), time.Second))
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-w.ctx.Done():
+		return false
+	}
+}
+
+// close ends every subscription: closing a PubSub closes its connection,
+// and with it the node drops the connection's subscriptions.
 func (w *waiters) close() {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	w.closed = true
-	for _, ps := range w.subs {
-		_ = ps.Close()
+	for name, t := range w.topics {
+		if t.linger != nil {
+			t.linger.Stop()
+			delete(w.topics, name)
+		}
 	}
-	w.subs = nil
+	subs := w.subs
+	w.mu.Unlock()
+	if w.cancel != nil {
+		w.cancel()
+	}
+	for _, s := range subs {
+		if s != nil {
+			_ = s.ps.Close()
+		}
+	}
 }

@@ -20,7 +20,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	flags := flag.NewFlagSet(name, flag.ContinueOnError)
 	flags.SetOutput(stderr)
 	nodes := flags.String("nodes", "1,3,5,7", "cluster sizes, comma-separated")
-	workloads := flags.String("workloads", "all", "workloads, comma-separated: "+strings.Join(AllWorkloads, ","))
+	workloads := flags.String("workloads", "all", "workloads, comma-separated: "+strings.Join(AllWorkloads, ",")+" ("+WorkloadIdleSubscribers+" selects the three of it)")
 	contenders := flags.String("contenders", "all", "contenders, comma-separated: "+strings.Join(AllContenders, ","))
 	repeats := flags.Int("repeats", DefaultRepeats, "runs of every cell, interleaved; the table shows medians")
 	duration := flags.Duration("duration", DefaultDuration, "length of one run")

@@ -33,6 +33,19 @@ type PerWorker interface {
 	ForWorker(i int) (Waiter, error)
 }
 
+// IdleMaker is a contender that can put other clients of its library beside
+// itself, with its key prefix, each having waited once for a lock and now
+// idle: what a waiting client leaves behind (subscriptions) must not slow
+// the others. The idle-subscribers workloads run only contenders that
+// implement it.
+type IdleMaker interface {
+	Contender
+	// StartIdle makes n such clients, with connections of their own as
+	// separate processes would have; lock names the lock they wait for.
+	// stop closes them.
+	StartIdle(ctx context.Context, n int, lock string) (stop func() error, err error)
+}
+
 // Held is a lock a Contender took. Every implementation is a pointer type, so
 // handing it back through this interface costs no allocation of its own.
 type Held interface {

@@ -70,7 +70,15 @@ func (c Config) normalize() (Config, error) {
 		}
 	}
 	var err error
-	if c.Workloads, err = selectNames("workload", c.Workloads, AllWorkloads); err != nil {
+	var workloads []string
+	for _, name := range c.Workloads {
+		if group, ok := workloadGroups[name]; ok {
+			workloads = append(workloads, group...)
+		} else {
+			workloads = append(workloads, name)
+		}
+	}
+	if c.Workloads, err = selectNames("workload", workloads, AllWorkloads); err != nil {
 		return c, err
 	}
 	if c.Contenders, err = selectNames("contender", c.Contenders, AllContenders); err != nil {
@@ -204,6 +212,10 @@ type Cell struct {
 	// VsNoFault (slow-node only) is AcquireP50 over the same contender's
 	// uncontended-1 AcquireP50 on the same nodes.
 	VsNoFault float64 `json:"vs_no_fault,omitempty"`
+	// VsNoIdle and ServerCPUVsNoIdle (idle-subscribers only) are OpsPerSec
+	// and ServerCPU over those of the same contender with no idle client.
+	VsNoIdle          float64 `json:"vs_no_idle,omitempty"`
+	ServerCPUVsNoIdle float64 `json:"server_cpu_vs_no_idle,omitempty"`
 	// HandoffRTTs (contended only) is HandoffP50 in units of RTT.
 	HandoffRTTs float64 `json:"handoff_rtts,omitempty"`
 }
@@ -278,9 +290,21 @@ func runClusterSize(ctx context.Context, cfg Config, n int, res *Results) (err e
 
 // runOnce warms the contender up on keys of its own, then runs one measured
 // run and counts the allocations the whole process made during it and the
-// CPU time it and the servers (reached directly) used.
-func runOnce(ctx context.Context, cfg Config, w workload, c Contender, view, servers []redis.UniversalClient, n, rep int) (Run, error) {
+// CPU time it and the servers (reached directly) used. The idle clients of
+// an idle-subscribers workload are made before and closed after, untimed.
+func runOnce(ctx context.Context, cfg Config, w workload, c Contender, view, servers []redis.UniversalClient, n, rep int) (_ Run, err error) {
 	prefix := fmt.Sprintf("bench:n%d:%s:%s:r%d", n, w.name, c.Name(), rep)
+	if w.idle > 0 {
+		maker, ok := c.(IdleMaker)
+		if !ok {
+			return Run{}, fmt.Errorf("workload %s needs idle clients, %s cannot make them", w.name, c.Name())
+		}
+		stop, err := maker.StartIdle(ctx, w.idle, prefix+":idle")
+		if err != nil {
+			return Run{}, fmt.Errorf("%s/%s: %w", w.name, c.Name(), err)
+		}
+		defer func() { err = errors.Join(err, stop()) }()
+	}
 	if err := warmUp(ctx, w, c, view, prefix, cfg.Hold); err != nil {
 		return Run{}, err
 	}
@@ -454,6 +478,12 @@ func summarize(runs []Run) []Cell {
 		}
 		if j, ok := index[cellKey{c.Nodes, c.Workload, ContenderFloor}]; ok {
 			c.VsFloor = ratio(c.OpsPerSec, cells[j].OpsPerSec)
+		}
+		if workloadByName(c.Workload).idleSubs {
+			if j, ok := index[cellKey{c.Nodes, WorkloadIdleSubscribers0, c.Contender}]; ok && c.Workload != WorkloadIdleSubscribers0 {
+				c.VsNoIdle = ratio(c.OpsPerSec, cells[j].OpsPerSec)
+				c.ServerCPUVsNoIdle = ratio(float64(c.ServerCPU), float64(cells[j].ServerCPU))
+			}
 		}
 		if c.Workload == WorkloadSlowNode {
 			if j, ok := index[cellKey{c.Nodes, WorkloadUncontended1, c.Contender}]; ok {

@@ -47,6 +47,29 @@ func TestConfigDefaults(t *testing.T) {
 	}
 }
 
+func TestIdleSubscribersSelectsItsThreeWorkloadsAndComparesWithNoIdle(t *testing.T) {
+	cfg, err := Config{Workloads: []string{WorkloadIdleSubscribers, WorkloadUncontended1}}.normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(cfg.Workloads, ","); got != "uncontended-1,idle-subscribers-0,idle-subscribers-10,idle-subscribers-100" {
+		t.Errorf("workloads %q", got)
+	}
+	run := func(workload string, ops float64, cpu time.Duration) Run {
+		return Run{Nodes: 5, Workload: workload, Contender: ContenderRedlock, Figures: Figures{OpsPerSec: ops, ServerCPU: cpu}}
+	}
+	cells := summarize([]Run{
+		run(WorkloadIdleSubscribers0, 2000, 400*time.Microsecond),
+		run(WorkloadIdleSubscribers100, 1000, 800*time.Microsecond),
+	})
+	if len(cells) != 2 || cells[0].VsNoIdle != 0 || cells[1].VsNoIdle != 0.5 || cells[1].ServerCPUVsNoIdle != 2 {
+		t.Errorf("ratios against no idle client: %+v", cells)
+	}
+	if w := workloadByName(WorkloadIdleSubscribers100); w.idle != 100 || w.workers != 4 || !w.runsOn(ContenderRedlock, 5) || w.runsOn(ContenderRedsync, 5) {
+		t.Errorf("idle-subscribers-100: %+v", w)
+	}
+}
+
 func TestSummarizeTakesMediansAndRatios(t *testing.T) {
 	run := func(workload, contender string, rep int, ops float64, p50 time.Duration) Run {
 		return Run{Nodes: 5, Workload: workload, Contender: contender, Repeat: rep,

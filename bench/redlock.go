@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/redis/go-redis/v9"
@@ -17,12 +18,16 @@ type redlockContender struct {
 	name   string
 	client *redlock.Client
 	// waitClient serves Acquire, the blocking wait. It is a second client
-	// with a key prefix (and so a release channel) of its own: a client that
-	// ever waited stays subscribed to its release channel, and in this one
-	// process the messages it receives for every later release would be
-	// counted against the TryAcquire workloads' time and allocations. Across
-	// processes, as users run it, that cost lands on the waiting process.
+	// with a key prefix (and so release channels) of its own, so that what
+	// its waits leave behind (subscriptions, wake-up state) never counts
+	// against the TryAcquire workloads' time and allocations. What such
+	// leftovers cost is measured on purpose, by the idle-subscribers
+	// workloads.
 	waitClient *redlock.Client
+
+	// nodes and fencing are what the clients were built with (StartIdle).
+	nodes   []redis.UniversalClient
+	fencing bool
 
 	// newClient makes a client like the above with another key prefix;
 	// workerClients are the ones ForWorker made, under a prefix of their own.
@@ -63,7 +68,7 @@ func newRedlockContender(ctx context.Context, name string, nodes []redis.Univers
 	if err != nil {
 		return nil, errors.Join(err, client.Close())
 	}
-	return &redlockContender{name: name, client: client, waitClient: waitClient, newClient: newClient}, nil
+	return &redlockContender{name: name, client: client, waitClient: waitClient, nodes: nodes, fencing: fencing, newClient: newClient}, nil
 }
 
 // checkVoting makes sure every node's vote counts before anything is
@@ -115,6 +120,87 @@ func (r *redlockContender) ForWorker(i int) (Waiter, error) {
 		r.workerClients = append(r.workerClients, client)
 	}
 	return &redlockContender{name: r.name, client: r.workerClients[i], waitClient: r.workerClients[i]}, nil
+}
+
+// StartIdle makes n clients with the contender's key prefix, so the same
+// release channels, and with go-redis clients of their own: New adds a hook
+// to the clients it is given, and a hundred hooks on the shared ones would
+// slow the measured client's every command. The main client holds lock while
+// every idle client waits for it once, concurrently, until a short MaxWait
+// gives up; then it releases. The idle clients stay until stop.
+func (r *redlockContender) StartIdle(ctx context.Context, n int, lock string) (_ func() error, err error) {
+	var idle []*redlock.Client
+	stop := func() error {
+		var errs []error
+		for _, c := range idle {
+			errs = append(errs, c.Close())
+		}
+		return errors.Join(errs...)
+	}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, stop())
+		}
+	}()
+	urls := make([]string, len(r.nodes))
+	for i, node := range r.nodes {
+		rdb, ok := node.(*redis.Client)
+		if !ok {
+			return nil, fmt.Errorf("idle clients: node %d is a %T, not a *redis.Client", i, node)
+		}
+		urls[i] = "redis://" + rdb.Options().Addr
+	}
+	for range n {
+		c, err := redlock.NewFromURLs(urls, redlock.Options{
+			RestartGrace:   redlock.NoRestartGrace,
+			DisableFencing: !r.fencing,
+			KeyPrefix:      r.name + ":", // the main client's
+
+		})
+		if err != nil {
+			return nil, fmt.Errorf("idle client: %w", err)
+		}
+		idle = append(idle, c)
+		// One at a time: a hundred first contacts at once overload two
+		// cores past the node timeout.
+		if err := c.Verify(ctx); err != nil {
+			return nil, fmt.Errorf("idle client: %w", err)
+		}
+	}
+	held, err := r.client.TryAcquire(ctx, lock)
+	if err != nil {
+		return nil, fmt.Errorf("idle clients: hold %s: %w", lock, err)
+	}
+	// Long enough for a first attempt, the subscription and a second
+	// attempt of ten clients at once on a loaded machine.
+	const wait = 500 * time.Millisecond
+	errs := make(chan error, len(idle))
+	slots := make(chan struct{}, 10) // waits at once
+	for _, c := range idle {
+		slots <- struct{}{}
+		go func() {
+			defer func() { <-slots }()
+			_, err := c.Acquire(ctx, lock, redlock.WithMaxWait(wait))
+			if errors.Is(err, context.DeadlineExceeded) {
+				// Waited, as meant, and gave up. The last attempt may have
+				// failed on a node too busy to answer in time rather than
+				// on the held lock: no matter, the client waited.
+				err = nil
+			} else if err == nil {
+				err = fmt.Errorf("an idle client took %s, which was held", lock)
+			}
+			errs <- err
+		}()
+	}
+	var waitErrs []error
+	for range idle {
+		waitErrs = append(waitErrs, <-errs)
+	}
+	waitErrs = append(waitErrs, held.Release(ctx))
+	if err := errors.Join(waitErrs...); err != nil {
+		return nil, fmt.Errorf("idle clients: %w", err)
+	}
+	return stop, nil
 }
 
 func (r *redlockContender) Close() error {

@@ -20,6 +20,9 @@ func (r *Results) tableRows() [][]string {
 		if c.VsNoFault != 0 {
 			notes = append(notes, fmt.Sprintf("p50 %.2f× no-fault", c.VsNoFault))
 		}
+		if c.VsNoIdle != 0 {
+			notes = append(notes, fmt.Sprintf("ops/s %.2f×, server CPU/op %.2f× no idle client", c.VsNoIdle, c.ServerCPUVsNoIdle))
+		}
 		if c.HandoffP50 != 0 {
 			notes = append(notes, fmt.Sprintf("hand-off p50 %s = %.1f RTT", formatDuration(c.HandoffP50), c.HandoffRTTs))
 		}

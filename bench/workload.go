@@ -39,12 +39,30 @@ const (
 	// register is seeded above the client's proposal before each acquire
 	// (untimed), which forces the second round trip of the slow path.
 	WorkloadFencingSlow = "fencing-slow"
+	// WorkloadIdleSubscribers0, 10 and 100: this library only. One client's
+	// four workers, a key each, TryAcquire+Release, beside 0, 10 or 100
+	// other clients of this library with the same key prefix, each of which
+	// waited once for a lock (held meanwhile, and given up on after a
+	// short wait) and then sits idle. Shows what the busy client's release
+	// announcements cost the idle clients and the servers: a release that
+	// nobody waits for should cost nothing.
+	WorkloadIdleSubscribers0   = "idle-subscribers-0"
+	WorkloadIdleSubscribers10  = "idle-subscribers-10"
+	WorkloadIdleSubscribers100 = "idle-subscribers-100"
+	// WorkloadIdleSubscribers selects the three above (-workloads).
+	WorkloadIdleSubscribers = "idle-subscribers"
 )
 
 // AllWorkloads lists every workload in the order tables show them.
 var AllWorkloads = []string{
 	WorkloadUncontended1, WorkloadUncontended16, WorkloadContended16, WorkloadContended16Clients,
 	WorkloadSlowNode, WorkloadFencingFast, WorkloadFencingSlow,
+	WorkloadIdleSubscribers0, WorkloadIdleSubscribers10, WorkloadIdleSubscribers100,
+}
+
+// workloadGroups are names that select several workloads at once.
+var workloadGroups = map[string][]string{
+	WorkloadIdleSubscribers: {WorkloadIdleSubscribers0, WorkloadIdleSubscribers10, WorkloadIdleSubscribers100},
 }
 
 // workload describes how one cell drives a contender.
@@ -56,6 +74,8 @@ type workload struct {
 	slow      bool // the cluster's slow view
 	fencing   bool // this library with fencing only, timed per operation
 	forceSlow bool // seed the fence register before each acquire
+	idleSubs  bool // an idle-subscribers workload (this library only)
+	idle      int  // idle clients beside the measured one (see IdleMaker)
 }
 
 func workloadByName(name string) workload {
@@ -72,6 +92,12 @@ func workloadByName(name string) workload {
 		return workload{name: name, workers: 1, fencing: true}
 	case WorkloadFencingSlow:
 		return workload{name: name, workers: 1, fencing: true, forceSlow: true}
+	case WorkloadIdleSubscribers0:
+		return workload{name: name, workers: 4, idleSubs: true}
+	case WorkloadIdleSubscribers10:
+		return workload{name: name, workers: 4, idleSubs: true, idle: 10}
+	case WorkloadIdleSubscribers100:
+		return workload{name: name, workers: 4, idleSubs: true, idle: 100}
 	default:
 		return workload{name: WorkloadUncontended1, workers: 1}
 	}
@@ -85,7 +111,7 @@ func (w workload) runsOn(contender string, n int) bool {
 		return false // a single-instance lock
 	case w.slow && n < 3:
 		return false // with one node slow out of one or two, every quorum waits for it
-	case w.fencing:
+	case w.fencing, w.idleSubs:
 		return contender == ContenderRedlock
 	case w.contended:
 		return contender != ContenderFloor // the floor has no wait of its own
