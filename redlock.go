@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -185,6 +186,14 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 		// Per-node timeouts are context deadlines: make go-redis honour them.
 		o.ContextTimeoutEnabled = true
+		// A refused connection is an answer: report it at once. go-redis would
+		// dial 5 times, 100ms apart, and retry the command 3 times more on top,
+		// which turned 3 stopped nodes of 5 into seconds of waiting. The client
+		// has its own retry loop (Acquire) with jitter and a wake-up on release.
+		o.DialerRetries = 1
+		if !hasQuery(u, "max_retries") {
+			o.MaxRetries = -1 // -1, not 0: 0 means go-redis' default of 3
+		}
 		clients = append(clients, redis.NewClient(o))
 	}
 	c, err := New(clients, opts)
@@ -194,6 +203,13 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	}
 	c.owned = clients
 	return c, nil
+}
+
+// hasQuery tells whether a node URL sets the query option key itself: an
+// explicit choice there wins over the client's defaults.
+func hasQuery(raw, key string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Query().Has(key)
 }
 
 func nodeName(rdb redis.UniversalClient, i int) string {

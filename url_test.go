@@ -1,11 +1,17 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestParseURL(t *testing.T) {
@@ -81,4 +87,62 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("password in %q", r)
 		}
 	})
+}
+
+// recordingLogger keeps go-redis' own log lines, which say how many dials a
+// connection attempt took.
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordingLogger) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+// refusedAddr is a local address that refuses connections: a port that was
+// just bound and released.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// A refused connection is an answer: NewFromURLs' clients dial once, not five
+// times with backoff, and the node's error says "connection refused".
+func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
+	rec := &recordingLogger{}
+	redis.SetLogger(rec)
+	t.Cleanup(func() { redis.SetLogger(quietLogger{}) })
+
+	c, err := redlock.NewFromURLs([]string{"redis://" + refusedAddr(t)}, redlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	infos := c.Nodes(context.Background())
+	if !errors.Is(infos[0].Err, syscall.ECONNREFUSED) {
+		t.Fatalf("want connection refused, got %v", infos[0].Err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	dials := 0
+	for _, line := range rec.lines {
+		if strings.Contains(line, "failed to dial after") {
+			dials++
+			if !strings.Contains(line, "after 1 attempts") {
+				t.Errorf("go-redis retried the dial: %s", line)
+			}
+		}
+	}
+	if dials == 0 {
+		t.Fatalf("go-redis logged no failed dial (the check above cannot tell): %q", rec.lines)
+	}
 }
