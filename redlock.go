@@ -52,10 +52,21 @@ const (
 
 const fenceSuffix = ":fence"
 
+// MinNodeTimeout is the shortest per-node timeout accepted, given or derived
+// from the TTL. A round trip over loopback takes ~100µs, but one across a
+// real network ~1ms (and a busy Redis or a GC pause adds to it): below 1ms
+// healthy nodes would time out, and the lock would fail for no fault.
+const MinNodeTimeout = time.Millisecond
+
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
 	// TTL is how long a lock lives on the nodes unless extended or
 	// released. Default 10s. WithTTL overrides it per lock.
+	//
+	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
+	// 200ms) to answer, and that tenth must be at least MinNodeTimeout: the
+	// smallest TTL accepted is 10ms. A shorter one would make every node
+	// look down on a real network, and the failure would be blamed on them.
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -273,7 +284,14 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
 	}
 	if o.NodeTimeout == 0 {
-		return min(DefaultNodeTimeout, max(ttl/10, time.Millisecond)), nil
+		d := min(DefaultNodeTimeout, ttl/10)
+		if d < MinNodeTimeout {
+			return 0, configErr(field, ttl, fmt.Sprintf("leaves a node timeout of %v (a tenth of it), below the %v a node needs to answer over a network; use at least %v", d, MinNodeTimeout, 10*MinNodeTimeout))
+		}
+		return d, nil
+	}
+	if o.NodeTimeout < MinNodeTimeout {
+		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", MinNodeTimeout))
 	}
 	if o.NodeTimeout >= ttl/2 {
 		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("must be below half the %s %v", field, ttl))
