@@ -140,11 +140,11 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	seen := make(map[string]int)
 	for i, rdb := range nodes {
 		if rdb == nil {
-			return nil, configErr("node", i, "is nil")
+			return nil, configErr("node", i+1, "is nil") // counted from 1, as in every message
 		}
 		name := nodeName(rdb, i)
 		if j, dup := seen[name]; dup {
-			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d)", j, i), Err: ErrNotIndependent}
+			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d, counted from 1)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: redisRunner{rdb}}

@@ -146,3 +146,44 @@ func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
 		t.Fatalf("go-redis logged no failed dial (the check above cannot tell): %q", rec.lines)
 	}
 }
+
+// A port outside 1..65535 is a configuration error naming it, not a dial
+// failure later; "redis://secret@host" puts a password in the user slot, so
+// the whole user info is hidden wherever a URL is shown.
+func TestParseURLChecksThePortAndHidesAllUserInfo(t *testing.T) {
+	for _, raw := range []string{"redis://127.0.0.1:99999", "redis://127.0.0.1:0", "redis://s3cretpw@127.0.0.1:65536"} {
+		_, err := redlock.ParseURL(raw)
+		var ce *redlock.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "want 1 to 65535") {
+			t.Errorf("%s: got %v, want a ConfigError about the port", redlock.RedactURL(raw), err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cretpw") {
+			t.Errorf("the user info shows in %q", err)
+		}
+	}
+	if _, err := redlock.ParseURL("redis://127.0.0.1:65535"); err != nil {
+		t.Errorf("port 65535: %v", err)
+	}
+	for raw, want := range map[string]string{
+		"redis://s3cretpw@host:1":          "redis://xxxxx@host:1",
+		"redis://user:s3cretpw@host:1/2":   "redis://xxxxx@host:1/2",
+		"rediss://:s3cretpw@host:1":        "rediss://xxxxx@host:1",
+		"redis://host:1?password=s3cretpw": "redis://host:1?password=xxxxx",
+	} {
+		if got := redlock.RedactURL(raw); got != want {
+			t.Errorf("RedactURL: got %q, want %q", got, want)
+		}
+	}
+}
+
+// Node numbers in messages count from 1, as a person counts the URLs given.
+func TestDuplicateNodeMessageCountsFromOne(t *testing.T) {
+	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"})
+	defer a.Close()
+	defer b.Close()
+	_, err := redlock.New([]redis.UniversalClient{a, b, b}, redlock.Options{})
+	if !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), "nodes 2 and 3 of 3") {
+		t.Fatalf("got %v, want the 2nd and 3rd nodes named", err)
+	}
+}
