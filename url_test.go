@@ -187,3 +187,20 @@ func TestDuplicateNodeMessageCountsFromOne(t *testing.T) {
 		t.Fatalf("got %v, want the 2nd and 3rd nodes named", err)
 	}
 }
+
+// The quorum error counts in words a reader parses at once, and a verify
+// (which concerns no lock) shows no empty name.
+func TestQuorumErrorWording(t *testing.T) {
+	for _, tc := range []struct {
+		err  *redlock.QuorumError
+		want string
+	}{
+		{&redlock.QuorumError{Op: "acquire", Name: "job", Won: 0, Needed: 3}, `redlock: acquire "job": no quorum: 0 nodes agreed, 3 needed`},
+		{&redlock.QuorumError{Op: "acquire", Name: "job", Won: 1, Needed: 2}, `redlock: acquire "job": no quorum: 1 node agreed, 2 needed`},
+		{&redlock.QuorumError{Op: "verify", Won: 2, Needed: 3}, `redlock: verify: no quorum: 2 nodes agreed, 3 needed`},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
