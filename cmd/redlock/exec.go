@@ -81,6 +81,9 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 // keys expire by themselves within the TTL anyway.
 const releaseTimeout = 5 * time.Second
 
+// verboseProbeTimeout bounds the node probe exec -v makes before acquiring.
+const verboseProbeTimeout = 2 * time.Second
+
 func runExec(ctx context.Context, a *app, args []string) error {
 	var nf nodeFlags
 	var grace graceFlag
@@ -115,6 +118,15 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
+	if nf.verbose {
+		// A lock won on a quorum says nothing of the nodes that failed: with -v, probe
+		// them first so that a node refusing authentication, say, shows up even then.
+		probeCtx, cancel := context.WithTimeout(ctx, verboseProbeTimeout)
+		for _, n := range client.Nodes(probeCtx) {
+			nf.logNodeError(a, n.Node, n.Err)
+		}
+		cancel()
+	}
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwardedSignals...)

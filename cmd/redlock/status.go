@@ -71,7 +71,7 @@ func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
 	fmt.Fprintln(tw, "NODE\tOWNER\tTTL\tFENCE")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreachable: %v\t\t\n", n.Node, n.Err)
+			fmt.Fprintf(tw, "%s\t%s\t\t\n", n.Node, nodeProblem(n.Err))
 			continue
 		}
 		owner, ttl := "-", "-"

@@ -166,8 +166,13 @@ func TestVerboseShowsNodeProblems(t *testing.T) {
 		}
 	}
 
+	r := run(t, "exec", ttlFlag, noGrace, "-v", "--nodes="+strings.Join(auth.urls, ","), lockName(t), "--", "true")
+	if r.code != 0 || !regexp.MustCompile(`node problem.*`+regexp.QuoteMeta(auth.node)+`.*NOAUTH`).MatchString(r.stderr) {
+		t.Fatalf("exec -v with a node refusing auth: want exit 0 and a line naming it: %v", r)
+	}
+
 	// A refused connection: one dial, reported at once (go-redis says how many it made).
-	r := run(t, "nodes", ttlFlag, "-v", "--nodes="+strings.Join(down.urls, ","))
+	r = run(t, "nodes", ttlFlag, "-v", "--nodes="+strings.Join(down.urls, ","))
 	if !strings.Contains(r.stderr, "failed to dial after 1 attempts") || !strings.Contains(r.stderr, "from=go-redis") {
 		t.Fatalf("-v: want go-redis' line about a single dial of %s: %v", down.node, r)
 	}
