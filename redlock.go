@@ -181,7 +181,10 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 }
 
 // NewFromURLs builds a client from node URLs (see ParseURL). It owns the
-// go-redis clients it creates: Close closes them.
+// go-redis clients it creates: Close closes them. Their connections are
+// dialled once, not retried, and go-redis does not retry commands unless a
+// URL sets max_retries: a node that refuses connections is reported at once,
+// and the client's own Acquire loop does the retrying.
 func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	var clients []redis.UniversalClient
 	closeAll := func() {
