@@ -87,6 +87,11 @@ var (
 	flagNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
 )
 
+func isDurationValue(g flag.Getter) bool {
+	_, ok := g.Get().(time.Duration)
+	return ok
+}
+
 // flagErrorMessage rewrites a flag package error in this command's words: flags spelled
 // --name as the help shows them, and for a duration written as a bare number, how to write it.
 func flagErrorMessage(fs *flag.FlagSet, err error) string {
@@ -94,7 +99,8 @@ func flagErrorMessage(fs *flag.FlagSet, err error) string {
 	if m := flagBadValue.FindStringSubmatch(msg); m != nil {
 		value, name, reason := m[1], m[2], m[3]
 		if f := fs.Lookup(name); f != nil {
-			if _, isDuration := f.Value.(flag.Getter).Get().(time.Duration); isDuration {
+			// Only the flag package's own values are Getters; --restart-grace is not.
+			if g, ok := f.Value.(flag.Getter); ok && isDurationValue(g) {
 				if _, numErr := strconv.ParseFloat(value, 64); numErr == nil {
 					return fmt.Sprintf("--%s %s: a duration needs a unit: write %ss (or ms, m, h)", name, value, value)
 				}
@@ -284,7 +290,7 @@ func (g *graceFlag) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return fmt.Errorf("want a positive duration such as 30s, or off; got %q", s)
+		return errors.New("want a positive duration such as 30s, or off") // the caller names the value
 	}
 	g.d = d
 	return nil

@@ -212,6 +212,11 @@ func TestHelpAndFlags(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, `--timeout "soon": not a duration`) || len(lines(r.stderr)) > 2 {
 		t.Errorf("--timeout soon: want exit %d and one line, got %v", exitUsage, r)
 	}
+	// A flag of redlock's own type (no flag.Getter) with a bad value: one line, no panic.
+	r = run(t, "exec", "--restart-grace", "bogus", "job", "--", "true")
+	if r.code != exitUsage || !strings.Contains(r.stderr, `--restart-grace "bogus": want a positive duration such as 30s, or off`) || len(lines(r.stderr)) > 2 {
+		t.Errorf("--restart-grace bogus: want exit %d and one line, got %v", exitUsage, r)
+	}
 	r = run(t, "chaos", "--no-such-flag")
 	if r.code == 0 || !strings.Contains(r.stderr, "--no-such-flag") || strings.Contains(r.stderr, "--duration") {
 		t.Errorf("chaos with an unknown flag: want one line naming it, got %v", r)
