@@ -72,7 +72,16 @@ type QuorumError struct {
 
 func (e *QuorumError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "redlock: %s %q: no quorum (%d of %d needed)", e.Op, e.Name, e.Won, e.Needed)
+	agreed := fmt.Sprintf("%d nodes agreed", e.Won)
+	if e.Won == 1 {
+		agreed = "1 node agreed"
+	}
+	// Some operations (verify) concern no lock: no empty name in quotes then.
+	if e.Name != "" {
+		fmt.Fprintf(&b, "redlock: %s %q: no quorum: %s, %d needed", e.Op, e.Name, agreed, e.Needed)
+	} else {
+		fmt.Fprintf(&b, "redlock: %s: no quorum: %s, %d needed", e.Op, agreed, e.Needed)
+	}
 	if e.Errors != nil {
 		for _, err := range e.Errors.Errors {
 			b.WriteString("; ")

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -56,10 +57,21 @@ const (
 
 const fenceSuffix = ":fence"
 
+// MinNodeTimeout is the shortest per-node timeout accepted, given or derived
+// from the TTL. A round trip over loopback takes ~100µs, but one across a
+// real network ~1ms (and a busy Redis or a GC pause adds to it): below 1ms
+// healthy nodes would time out, and the lock would fail for no fault.
+const MinNodeTimeout = time.Millisecond
+
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
 	// TTL is how long a lock lives on the nodes unless extended or
 	// released. Default 10s. WithTTL overrides it per lock.
+	//
+	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
+	// 200ms) to answer, and that tenth must be at least MinNodeTimeout: the
+	// smallest TTL accepted is 10ms. A shorter one would make every node
+	// look down on a real network, and the failure would be blamed on them.
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -148,11 +160,11 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	seen := make(map[string]int)
 	for i, rdb := range nodes {
 		if rdb == nil {
-			return nil, configErr("node", i, "is nil")
+			return nil, configErr("node", i+1, "is nil") // counted from 1, as in every message
 		}
 		name := nodeName(rdb, i)
 		if j, dup := seen[name]; dup {
-			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d)", j, i), Err: ErrNotIndependent}
+			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d, counted from 1)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
 		ps := newNodePipes(rdb)
@@ -192,7 +204,10 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 }
 
 // NewFromURLs builds a client from node URLs (see ParseURL). It owns the
-// go-redis clients it creates: Close closes them.
+// go-redis clients it creates: Close closes them. Their connections are
+// dialled once, not retried, and go-redis does not retry commands unless a
+// URL sets max_retries: a node that refuses connections is reported at once,
+// and the client's own Acquire loop does the retrying.
 func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	var clients []redis.UniversalClient
 	closeAll := func() {
@@ -208,6 +223,14 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 		// Per-node timeouts are context deadlines: make go-redis honour them.
 		o.ContextTimeoutEnabled = true
+		// A refused connection is an answer: report it at once. go-redis would
+		// dial 5 times, 100ms apart, and retry the command 3 times more on top,
+		// which turned 3 stopped nodes of 5 into seconds of waiting. The client
+		// has its own retry loop (Acquire) with jitter and a wake-up on release.
+		o.DialerRetries = 1
+		if !hasQuery(u, "max_retries") {
+			o.MaxRetries = -1 // -1, not 0: 0 means go-redis' default of 3
+		}
 		clients = append(clients, redis.NewClient(o))
 	}
 	c, err := New(clients, opts)
@@ -217,6 +240,13 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	}
 	c.owned = clients
 	return c, nil
+}
+
+// hasQuery tells whether a node URL sets the query option key itself: an
+// explicit choice there wins over the client's defaults.
+func hasQuery(raw, key string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && u.Query().Has(key)
 }
 
 func nodeName(rdb redis.UniversalClient, i int) string {
@@ -287,7 +317,14 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
 	}
 	if o.NodeTimeout == 0 {
-		return min(DefaultNodeTimeout, max(ttl/10, time.Millisecond)), nil
+		d := min(DefaultNodeTimeout, ttl/10)
+		if d < MinNodeTimeout {
+			return 0, configErr(field, ttl, fmt.Sprintf("leaves a node timeout of %v (a tenth of it), below the %v a node needs to answer over a network; use at least %v", d, MinNodeTimeout, 10*MinNodeTimeout))
+		}
+		return d, nil
+	}
+	if o.NodeTimeout < MinNodeTimeout {
+		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", MinNodeTimeout))
 	}
 	if o.NodeTimeout >= ttl/2 {
 		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("must be below half the %s %v", field, ttl))

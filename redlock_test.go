@@ -482,6 +482,8 @@ func TestLockErrors(t *testing.T) {
 			{"ok", []redlock.LockOption{redlock.WithTTL(0)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(-time.Second)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "leaves no validity"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(5 * time.Millisecond)}, "TTL 5ms: leaves a node timeout of 500µs"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(9 * time.Millisecond)}, "use at least 10ms"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
 		} {
 			_, err := c.TryAcquire(ctx, tc.name, tc.opts...)
@@ -502,6 +504,8 @@ func TestLockErrors(t *testing.T) {
 			{redlock.Options{DriftFactor: 1.5}, "DriftFactor"},
 			{redlock.Options{RetryDelayMin: time.Second, RetryDelayMax: time.Millisecond}, "RetryDelayMax"},
 			{redlock.Options{RestartGrace: -2}, "RestartGrace"},
+			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: leaves a node timeout of 500µs"},
+			{redlock.Options{TTL: time.Second, NodeTimeout: 500 * time.Microsecond}, "NodeTimeout 500µs"},
 		} {
 			_, err := redlock.New(cl.Clients(), tc.opts)
 			if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {

@@ -1,7 +1,9 @@
 package redlock
 
 import (
+	"fmt"
 	"net/url"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -25,19 +27,31 @@ func ParseURL(raw string) (*redis.Options, error) {
 	if u.Hostname() == "" {
 		return nil, configErr("node URL", shown, "has no host")
 	}
+	if p := u.Port(); p != "" {
+		// go-redis accepts any digits here and the dial fails much later, as a node
+		// error instead of a configuration error naming the value.
+		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+			return nil, configErr("node URL", shown, fmt.Sprintf("has port %s: want 1 to 65535", p))
+		}
+	}
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		reason := err.Error()
 		if pw, ok := u.User.Password(); ok && pw != "" {
 			reason = strings.ReplaceAll(reason, pw, "xxxxx")
 		}
+		if name := u.User.Username(); name != "" {
+			reason = strings.ReplaceAll(reason, name, "xxxxx") // may be a password (see RedactURL)
+		}
 		return nil, configErr("node URL", shown, strings.TrimPrefix(reason, "redis: "))
 	}
 	return opts, nil
 }
 
-// RedactURL hides the password of a node URL, for logs and errors. It
-// hides everything before an '@' when the URL does not even parse.
+// RedactURL hides the credentials of a node URL, for logs and errors: all of
+// the user info, since "redis://s3cret@host" puts a password where the user
+// name goes (Redis' AUTH with one argument is a password). It hides
+// everything before an '@' when the URL does not even parse.
 func RedactURL(raw string) string {
 	u, err := url.Parse(raw)
 	if err == nil {
@@ -45,7 +59,10 @@ func RedactURL(raw string) string {
 			q.Set("password", "xxxxx")
 			u.RawQuery = q.Encode()
 		}
-		return u.Redacted()
+		if u.User != nil {
+			u.User = url.User("xxxxx")
+		}
+		return u.String()
 	}
 	prefix, rest := "", raw
 	if i := strings.Index(raw, "://"); i >= 0 {

@@ -1,11 +1,17 @@
 package redlock_test
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/redis/go-redis/v9"
 )
 
 func TestParseURL(t *testing.T) {
@@ -81,4 +87,120 @@ func FuzzParseURL(f *testing.F) {
 			t.Fatalf("password in %q", r)
 		}
 	})
+}
+
+// recordingLogger keeps go-redis' own log lines, which say how many dials a
+// connection attempt took.
+type recordingLogger struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (l *recordingLogger) Printf(_ context.Context, format string, v ...any) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lines = append(l.lines, fmt.Sprintf(format, v...))
+}
+
+// refusedAddr is a local address that refuses connections: a port that was
+// just bound and released.
+func refusedAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// A refused connection is an answer: NewFromURLs' clients dial once, not five
+// times with backoff, and the node's error says "connection refused".
+func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
+	rec := &recordingLogger{}
+	redis.SetLogger(rec)
+	t.Cleanup(func() { redis.SetLogger(quietLogger{}) })
+
+	c, err := redlock.NewFromURLs([]string{"redis://" + refusedAddr(t)}, redlock.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	infos := c.Nodes(context.Background())
+	if !errors.Is(infos[0].Err, syscall.ECONNREFUSED) {
+		t.Fatalf("want connection refused, got %v", infos[0].Err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	dials := 0
+	for _, line := range rec.lines {
+		if strings.Contains(line, "failed to dial after") {
+			dials++
+			if !strings.Contains(line, "after 1 attempts") {
+				t.Errorf("go-redis retried the dial: %s", line)
+			}
+		}
+	}
+	if dials == 0 {
+		t.Fatalf("go-redis logged no failed dial (the check above cannot tell): %q", rec.lines)
+	}
+}
+
+// A port outside 1..65535 is a configuration error naming it, not a dial
+// failure later; "redis://secret@host" puts a password in the user slot, so
+// the whole user info is hidden wherever a URL is shown.
+func TestParseURLChecksThePortAndHidesAllUserInfo(t *testing.T) {
+	for _, raw := range []string{"redis://127.0.0.1:99999", "redis://127.0.0.1:0", "redis://s3cretpw@127.0.0.1:65536"} {
+		_, err := redlock.ParseURL(raw)
+		var ce *redlock.ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), "want 1 to 65535") {
+			t.Errorf("%s: got %v, want a ConfigError about the port", redlock.RedactURL(raw), err)
+		}
+		if err != nil && strings.Contains(err.Error(), "s3cretpw") {
+			t.Errorf("the user info shows in %q", err)
+		}
+	}
+	if _, err := redlock.ParseURL("redis://127.0.0.1:65535"); err != nil {
+		t.Errorf("port 65535: %v", err)
+	}
+	for raw, want := range map[string]string{
+		"redis://s3cretpw@host:1":          "redis://xxxxx@host:1",
+		"redis://user:s3cretpw@host:1/2":   "redis://xxxxx@host:1/2",
+		"rediss://:s3cretpw@host:1":        "rediss://xxxxx@host:1",
+		"redis://host:1?password=s3cretpw": "redis://host:1?password=xxxxx",
+	} {
+		if got := redlock.RedactURL(raw); got != want {
+			t.Errorf("RedactURL: got %q, want %q", got, want)
+		}
+	}
+}
+
+// Node numbers in messages count from 1, as a person counts the URLs given.
+func TestDuplicateNodeMessageCountsFromOne(t *testing.T) {
+	a := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	b := redis.NewClient(&redis.Options{Addr: "127.0.0.1:2"})
+	defer a.Close()
+	defer b.Close()
+	_, err := redlock.New([]redis.UniversalClient{a, b, b}, redlock.Options{})
+	if !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), "nodes 2 and 3 of 3") {
+		t.Fatalf("got %v, want the 2nd and 3rd nodes named", err)
+	}
+}
+
+// The quorum error counts in words a reader parses at once, and a verify
+// (which concerns no lock) shows no empty name.
+func TestQuorumErrorWording(t *testing.T) {
+	for _, tc := range []struct {
+		err  *redlock.QuorumError
+		want string
+	}{
+		{&redlock.QuorumError{Op: "acquire", Name: "job", Won: 0, Needed: 3}, `redlock: acquire "job": no quorum: 0 nodes agreed, 3 needed`},
+		{&redlock.QuorumError{Op: "acquire", Name: "job", Won: 1, Needed: 2}, `redlock: acquire "job": no quorum: 1 node agreed, 2 needed`},
+		{&redlock.QuorumError{Op: "verify", Won: 2, Needed: 3}, `redlock: verify: no quorum: 2 nodes agreed, 3 needed`},
+	} {
+		if got := tc.err.Error(); got != tc.want {
+			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
 }

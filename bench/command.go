@@ -18,8 +18,9 @@ import (
 // table to stdout and progress to stderr; ctx stops it early.
 func RunCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet(name, flag.ContinueOnError)
-	flags.SetOutput(stderr)
-	nodes := flags.String("nodes", "1,3,5,7", "cluster sizes, comma-separated")
+	// --sizes, not --nodes: everywhere else in redlock --nodes means node URLs.
+	sizes := flags.String("sizes", "1,3,5,7", "cluster sizes (numbers of nodes), comma-separated")
+	urls := flags.String("nodes", "", "not a bench flag: the bench starts its own nodes; cluster sizes are --sizes")
 	workloads := flags.String("workloads", "all", "workloads, comma-separated: "+strings.Join(AllWorkloads, ",")+" ("+WorkloadIdleSubscribers+" selects the three of it)")
 	contenders := flags.String("contenders", "all", "contenders, comma-separated: "+strings.Join(AllContenders, ","))
 	repeats := flags.Int("repeats", DefaultRepeats, "runs of every cell, interleaved; the table shows medians")
@@ -31,8 +32,11 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	markdown := flags.Bool("markdown", false, "print the table as Markdown")
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
 	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
-	if err := flags.Parse(args); err != nil {
+	if err := parseFlags(flags, name, args, stdout); err != nil {
 		return err
+	}
+	if *urls != "" {
+		return fmt.Errorf("--nodes %s: the bench starts its own local nodes and takes no URLs; for cluster sizes write --sizes %s", *urls, *urls)
 	}
 	if flags.NArg() > 0 {
 		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
@@ -50,10 +54,10 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		Repeats: *repeats, Duration: *duration, MaxOps: *maxOps, Hold: *hold, SlowLatency: *slow,
 		Workloads: splitList(*workloads), Contenders: splitList(*contenders),
 	}
-	for _, field := range splitList(*nodes) {
+	for _, field := range splitList(*sizes) {
 		n, err := strconv.Atoi(field)
 		if err != nil {
-			return fmt.Errorf("-nodes: %q is not a number", field)
+			return fmt.Errorf("--sizes: %q is not a number", field)
 		}
 		cfg.Nodes = append(cfg.Nodes, n)
 	}
@@ -116,4 +120,30 @@ func writeJSON(path string, res *Results) (err error) {
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
 	return res.WriteJSON(f)
+}
+
+// parseFlags parses args with flags spelled --name, as the redlock command
+// spells them everywhere: -h prints the flag list once, on stdout; a bad flag
+// is one line, not the flag list.
+func parseFlags(flags *flag.FlagSet, name string, args []string, stdout io.Writer) error {
+	flags.SetOutput(io.Discard)
+	flags.Usage = func() {}
+	err := flags.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stdout, "Usage of %s:\n", name)
+		flags.VisitAll(func(f *flag.Flag) {
+			kind, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(stdout, "  --%s %s\n        %s", f.Name, kind, usage)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+				fmt.Fprintf(stdout, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(stdout)
+		})
+		return err
+	case err != nil:
+		msg := strings.Replace(err.Error(), " -", " --", 1)
+		return fmt.Errorf("%s (run '%s --help' for the flags)", msg, name)
+	}
+	return nil
 }

@@ -16,8 +16,10 @@ func TestRunRefusesBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-nodes", "3,five"}, `"five" is not a number`},
-		{[]string{"-nodes", "0"}, "node count 0"},
+		{[]string{"--sizes", "3,five"}, `"five" is not a number`},
+		{[]string{"--sizes", "0"}, "node count 0"},
+		{[]string{"--nodes", "5"}, "write --sizes 5"},
+		{[]string{"--repeats", "x"}, `--repeats: parse error`},
 		{[]string{"-workloads", "uncontended-1,bogus"}, `workload "bogus"`},
 		{[]string{"-contenders", "redsinc"}, `contender "redsinc"`},
 		{[]string{"-duration", "-1s"}, "duration -1s"},

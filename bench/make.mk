@@ -2,7 +2,7 @@
 # run from the repository root, like every make.mk the root Makefile includes.
 #
 #   make bench                     the whole matrix, table on stdout, JSON in bench/results/
-#   make bench BENCH_FLAGS='-nodes 5 -workloads uncontended-1'
+#   make bench BENCH_FLAGS='--sizes 5 --workloads uncontended-1'
 #   make bench-go                  go test benchmarks with -benchmem
 #   make bench-profile             CPU and allocation profiles of the hot path
 

@@ -76,6 +76,12 @@ func NewDockerBackend(ctx context.Context) (*DockerBackend, error) {
 		cli.Close()
 		return nil, fmt.Errorf("%w: docker engine does not answer: %v", ErrBackendUnavailable, err)
 	}
+	// Containers of earlier runs whose process is gone (killed, timed out)
+	// would hold ports and memory forever: nothing else removes them.
+	if _, err := removeOrphans(pingCtx, cli.Client); err != nil {
+		cli.Close()
+		return nil, err
+	}
 	image, faketime, err := ensureImage(ctx, cli)
 	if err != nil {
 		cli.Close()
@@ -194,13 +200,16 @@ func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir strin
 		testcontainers.WithCmd(args...),
 		testcontainers.WithExposedPorts("6379/tcp"),
 		testcontainers.WithEnv(env),
-		testcontainers.WithLabels(map[string]string{"org.quorumlabs.redlock": "chaos-node"}),
+		testcontainers.WithLabels(containerLabels()),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.PortBindings = network.PortMap{hostPort: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}}}
 			hc.Binds = append(hc.Binds, binds...)
 		}),
 	)
 	n.ctr = ctr
+	if ctr != nil {
+		track(b.cli.Client, ctr.GetContainerID())
+	}
 	if err != nil {
 		return n, fmt.Errorf("chaos: start container %s: %w", name, err)
 	}
@@ -321,5 +330,9 @@ func (n *dockerNode) terminate() error {
 	_, _ = n.backend.cli.ContainerUnpause(context.Background(), n.ctr.GetContainerID(), client.ContainerUnpauseOptions{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	return n.ctr.Terminate(ctx, testcontainers.StopTimeout(0))
+	if err := n.ctr.Terminate(ctx, testcontainers.StopTimeout(0)); err != nil {
+		return err
+	}
+	untrack(n.ctr.GetContainerID())
+	return nil
 }

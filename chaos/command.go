@@ -21,7 +21,6 @@ var ErrUnexpectedVerdict = errors.New("chaos: scenario runs differ from their ex
 // scenario to stdout and, with -out, writes the report files; ctx stops it.
 func RunCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) error {
 	flags := flag.NewFlagSet(name, flag.ContinueOnError)
-	flags.SetOutput(stderr)
 	duration := flags.Duration("duration", 2*time.Minute, "how long each scenario runs (0: each schedule once)")
 	backend := flags.String("backend", "auto", "docker, process, auto (docker if an engine answers) or both")
 	scenarios := flags.String("scenarios", "", "comma-separated scenario names (default: all)")
@@ -29,7 +28,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	out := flags.String("out", "", "directory for the report (default: print the table only)")
 	list := flags.Bool("list", false, "list the scenarios and exit")
 	verbose := flags.Bool("v", false, "log every nemesis step")
-	if err := flags.Parse(args); err != nil {
+	if err := parseFlags(flags, name, args, stdout); err != nil {
 		return err
 	}
 	if flags.NArg() > 0 {
@@ -65,6 +64,32 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	if !rep.OK() {
 		return fmt.Errorf("%w: %d differ, %d could not run", ErrUnexpectedVerdict, rep.Mismatches(), len(rep.Failed))
+	}
+	return nil
+}
+
+// parseFlags parses args with flags spelled --name, as the redlock command
+// spells them everywhere: -h prints the flag list once, on stdout; a bad flag
+// is one line, not the flag list.
+func parseFlags(flags *flag.FlagSet, name string, args []string, stdout io.Writer) error {
+	flags.SetOutput(io.Discard)
+	flags.Usage = func() {}
+	err := flags.Parse(args)
+	switch {
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprintf(stdout, "Usage of %s:\n", name)
+		flags.VisitAll(func(f *flag.Flag) {
+			kind, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(stdout, "  --%s %s\n        %s", f.Name, kind, usage)
+			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
+				fmt.Fprintf(stdout, " (default %s)", f.DefValue)
+			}
+			fmt.Fprintln(stdout)
+		})
+		return err
+	case err != nil:
+		msg := strings.Replace(err.Error(), " -", " --", 1)
+		return fmt.Errorf("%s (run '%s --help' for the flags)", msg, name)
 	}
 	return nil
 }

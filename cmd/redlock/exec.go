@@ -11,12 +11,13 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"golang.org/x/sys/unix"
 	"golang.org/x/term"
 )
 
 var execHelp = cmdHelp{
 	name:     "exec",
-	synopsis: "NAME [--] COMMAND [ARGS...]",
+	synopsis: "NAME -- COMMAND [ARGS...]",
 	about: `Acquire the lock NAME on a quorum of the nodes, run COMMAND while holding it, then release it.
 The lock is extended in the background for as long as COMMAND runs.
 
@@ -32,8 +33,11 @@ SIGUSR1 and SIGUSR2 sent to redlock are passed on to it. It is not meant for int
 commands: when stdin is a terminal, COMMAND reads end-of-file from it.
 
 With --wait 0 (the default) redlock makes a single attempt and exits 75 if the lock is taken:
-what a cron job that must run on one host only wants. Flags go before NAME; everything after
-NAME belongs to COMMAND.
+what a cron job that must run on one host only wants. It exits 69 instead when no quorum of
+the nodes could be reached: then nobody holds the lock, and the job ran nowhere.
+
+Flags go before NAME. NAME and COMMAND are always separated by "--", so that a forgotten
+NAME ("exec -- make deploy") is an error instead of a lock named "make".
 
 ` + exitCodesHelp,
 	examples: `
@@ -43,6 +47,32 @@ REDLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 redlock exec billing 
 redlock exec nightly-report -- ./report.sh || [ $? -eq 75 ]   # another host has it: fine`,
 }
 
+// splitNameAndCommand takes NAME -- COMMAND [ARGS...] from what follows the flags (rest, the
+// tail of args). The "--" is required: without it, "exec -- make deploy" or "exec make deploy"
+// would run "deploy" under a lock named "make".
+func splitNameAndCommand(args, rest []string) (string, []string, error) {
+	const want = `want "redlock exec [flags] NAME -- COMMAND [ARGS...]"`
+	if consumed := len(args) - len(rest); consumed > 0 && args[consumed-1] == "--" {
+		// The flag parser ate a "--" right before rest: nothing stood between the flags
+		// and the command.
+		return "", nil, usagef("missing lock NAME before \"--\": %s", want)
+	}
+	if len(rest) == 0 {
+		return "", nil, usagef("missing lock NAME and COMMAND: %s", want)
+	}
+	name := rest[0]
+	if len(rest) == 1 {
+		return "", nil, usagef("missing \"--\" and COMMAND after the lock name %q: %s", name, want)
+	}
+	if rest[1] != "--" {
+		return "", nil, usagef("missing \"--\" between the lock name %q and the command %q: %s", name, rest[1], want)
+	}
+	if len(rest) == 2 {
+		return "", nil, usagef("missing COMMAND after \"--\": %s", want)
+	}
+	return name, rest[2:], nil
+}
+
 // forwardedSignals reach COMMAND through redlock. SIGINT, SIGTERM, SIGHUP and SIGQUIT also
 // abandon the wait when they arrive before COMMAND starts.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
@@ -50,6 +80,9 @@ var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGH
 // releaseTimeout bounds the release after COMMAND ends: the nodes may be unreachable, and the
 // keys expire by themselves within the TTL anyway.
 const releaseTimeout = 5 * time.Second
+
+// verboseProbeTimeout bounds the node probe exec -v makes before acquiring.
+const verboseProbeTimeout = 2 * time.Second
 
 func runExec(ctx context.Context, a *app, args []string) error {
 	var nf nodeFlags
@@ -64,15 +97,9 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(rest) == 0 {
-		return usagef("missing lock NAME and COMMAND")
-	}
-	name, argv := rest[0], rest[1:]
-	if len(argv) > 0 && argv[0] == "--" {
-		argv = argv[1:]
-	}
-	if len(argv) == 0 {
-		return usagef("missing COMMAND after the lock name %q", name)
+	name, argv, err := splitNameAndCommand(args, rest)
+	if err != nil {
+		return err
 	}
 	if err := positiveDuration("ttl", *ttl); err != nil {
 		return err
@@ -91,6 +118,15 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
+	if nf.verbose {
+		// A lock won on a quorum says nothing of the nodes that failed: with -v, probe
+		// them first so that a node refusing authentication, say, shows up even then.
+		probeCtx, cancel := context.WithTimeout(ctx, verboseProbeTimeout)
+		for _, n := range client.Nodes(probeCtx) {
+			nf.logNodeError(a, n.Node, n.Err)
+		}
+		cancel()
+	}
 
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, forwardedSignals...)
@@ -185,10 +221,12 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 					_ = release(context.WithoutCancel(ctx), r.lock)
 				}
 				abandon()
-				return nil, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %v while waiting for lock %q", interrupted, name))
+				return nil, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(interrupted), name))
 			case r.err == nil:
 				return r.lock, abandon, nil
-			case errors.Is(r.err, redlock.ErrInvalidConfig):
+			case errors.Is(r.err, redlock.ErrInvalidConfig) && !errors.Is(r.err, redlock.ErrNotIndependent):
+				// A replica or a server listed twice also matches ErrInvalidConfig, but it
+				// is found on the nodes, not in the command line: 69 below, like a node down.
 				abandon()
 				return nil, nil, withExitCode(exitUsage, r.err)
 			default:
@@ -197,10 +235,32 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 				if wait > 0 {
 					how = "within " + wait.String()
 				}
-				return nil, nil, withExitCode(exitNotAcquired, fmt.Errorf("lock %q not acquired %s: %w", name, how, r.err))
+				return nil, nil, withExitCode(notAcquiredCode(r.err), fmt.Errorf("lock %q not acquired %s: %w", name, how, r.err))
 			}
 		}
 	}
+}
+
+// signalName gives a signal's conventional name ("SIGINT"), not Go's description ("interrupt").
+func signalName(sig os.Signal) string {
+	if s, ok := sig.(syscall.Signal); ok {
+		if name := unix.SignalName(s); name != "" {
+			return name
+		}
+	}
+	return sig.String()
+}
+
+// notAcquiredCode tells a busy lock (75: another owner has it, the job runs elsewhere) from a
+// lock service that is down (69: no quorum of the nodes could be reached, so nobody can hold
+// it). A script that treats 75 as "fine, another host has it" must not skip its job because
+// the nodes are down.
+func notAcquiredCode(err error) int {
+	var locked *redlock.LockedError
+	if errors.As(err, &locked) {
+		return exitNotAcquired
+	}
+	return exitUnavailable
 }
 
 // retryable tells whether waiting may help: the lock is held, or too few nodes said yes.

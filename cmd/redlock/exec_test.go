@@ -98,15 +98,15 @@ func TestExecUsageAndConfigErrors(t *testing.T) {
 		mention string // the message must name the problem
 	}{
 		{"no arguments", []string{"exec"}, nil, "missing lock NAME"},
-		{"no command", []string{"exec", "job"}, nil, "missing COMMAND"},
+		{"no command", []string{"exec", "job"}, nil, "missing \"--\" and COMMAND"},
 		{"no command after --", []string{"exec", "job", "--"}, nil, "missing COMMAND"},
-		{"unknown flag", []string{"exec", "--no-such-flag", "job", "true"}, nil, "no-such-flag"},
-		{"zero TTL", []string{"exec", "--ttl", "0s", "job", "true"}, nil, "--ttl"},
-		{"negative wait", []string{"exec", "--wait", "-1s", "job", "true"}, nil, "--wait"},
-		{"no nodes", []string{"exec", "job", "true"}, []string{"REDLOCK_NODES="}, "no nodes"},
-		{"http URL", []string{"exec", "--nodes", "http://127.0.0.1:6379", "job", "true"}, nil, "http://127.0.0.1:6379"},
-		{"bad port in REDLOCK_NODES", []string{"exec", "job", "true"}, []string{"REDLOCK_NODES=redis://127.0.0.1:1,redis://127.0.0.1:notaport"}, "node 2 of 2"},
-		{"empty lock name", []string{"exec", ttlFlag, "", "true"}, nil, "lock name"},
+		{"unknown flag", []string{"exec", "--no-such-flag", "job", "--", "true"}, nil, "unknown flag --no-such-flag"},
+		{"zero TTL", []string{"exec", "--ttl", "0s", "job", "--", "true"}, nil, "--ttl"},
+		{"negative wait", []string{"exec", "--wait", "-1s", "job", "--", "true"}, nil, "--wait"},
+		{"no nodes", []string{"exec", "job", "--", "true"}, []string{"REDLOCK_NODES="}, "no nodes"},
+		{"http URL", []string{"exec", "--nodes", "http://127.0.0.1:6379", "job", "--", "true"}, nil, "http://127.0.0.1:6379"},
+		{"bad port in REDLOCK_NODES", []string{"exec", "job", "--", "true"}, []string{"REDLOCK_NODES=redis://127.0.0.1:1,redis://127.0.0.1:notaport"}, "node 2 of 2"},
+		{"empty lock name", []string{"exec", ttlFlag, "", "--", "true"}, nil, "lock name"},
 		{"unknown command", []string{"frobnicate"}, nil, "frobnicate"},
 	}
 	for _, tc := range cases {
@@ -140,7 +140,7 @@ func TestPasswordsAreNeverPrinted(t *testing.T) {
 		{"right password", []string{"nodes", "-v", "--ttl", "1s", "--nodes", good}, -1},
 		{"wrong password", []string{"nodes", "-v", "--nodes", wrong}, exitFailure},
 		{"malformed URL", []string{"status", "--nodes", malformed, "job"}, exitUsage},
-		{"exec with the wrong password", []string{"exec", "-v", "--nodes", wrong, "job", "true"}, exitNotAcquired},
+		{"exec with the wrong password", []string{"exec", "-v", "--nodes", wrong, "job", "--", "true"}, exitUnavailable},
 		{"status with the wrong password", []string{"status", "--nodes", wrong, "job"}, exitFailure},
 		{"unlock with the wrong password", []string{"unlock", "--force", "--yes", "--nodes", wrong, "job"}, exitFailure},
 	}
@@ -330,6 +330,10 @@ func TestExecInterruptedWhileWaiting(t *testing.T) {
 	code := exitCodeOf(t, cmd.Wait())
 	if code != 128+int(syscall.SIGINT) {
 		t.Fatalf("want exit %d, got %d:\n%s", 128+int(syscall.SIGINT), code, stderr)
+	}
+	// The signal by its name, not Go's description ("interrupted by interrupt").
+	if !strings.Contains(stderr.String(), "interrupted by SIGINT while waiting") {
+		t.Fatalf("the message does not name the signal:\n%s", stderr)
 	}
 	if err := lock.Extend(context.Background()); err != nil {
 		t.Fatalf("the holder lost its lock: %v", err)

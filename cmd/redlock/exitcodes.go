@@ -16,8 +16,12 @@ const (
 	exitFailure = 1
 	// exitUsage: bad flags or arguments, bad node URL, bad lock name, missing nodes.
 	exitUsage = 64
-	// exitNotAcquired: exec could not get the lock within --wait (held elsewhere, or no quorum).
-	// Nothing was run: safe to retry later.
+	// exitUnavailable (EX_UNAVAILABLE): exec could not reach a quorum of the nodes (down,
+	// timing out, refusing connections, sitting out after a restart, not independent), so
+	// nobody may hold the lock: the lock service is down, not busy. Nothing was run.
+	exitUnavailable = 69
+	// exitNotAcquired: exec could not get the lock within --wait because another owner holds
+	// it. Nothing was run: the job runs elsewhere, or can be retried later.
 	exitNotAcquired = 75
 	// exitLockLost: exec lost the lock while the command ran; the command was stopped and its
 	// work may be incomplete or may have overlapped with another holder.
@@ -36,7 +40,9 @@ const exitCodesHelp = `Exit codes:
   1..    exec: the command's own exit code, 128+N if it died of signal N
   1      status/nodes/unlock: a problem was found; demo: a safety check failed
   64     usage or configuration error (bad flag, bad URL, missing nodes)
-  75     exec: lock not acquired within --wait; the command did not run
+  69     exec: no quorum of the nodes could be reached (down, timing out, refusing,
+         sitting out, not independent): the lock service is down; the command did not run
+  75     exec: the lock is held by another owner (after --wait); the command did not run
   76     exec: lock lost while the command ran; the command was stopped
   126    exec: the command could not be executed
   127    exec: the command was not found

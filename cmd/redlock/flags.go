@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +39,9 @@ func printHelp(w io.Writer, fs *flag.FlagSet, h cmdHelp) {
 		kind, usage := flag.UnquoteUsage(f)
 		fmt.Fprintf(w, "  --%s %s\n", f.Name, kind)
 		fmt.Fprintf(w, "        %s", usage)
-		if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" {
+		// A zero default says nothing, and a usage that explains its own default
+		// ("default min(200ms, TTL/10)") must not get a second one ("default 0s").
+		if !isZeroDefault(f.DefValue) && !strings.Contains(usage, "(default") {
 			fmt.Fprintf(w, " (default %s)", f.DefValue)
 		}
 		fmt.Fprintln(w)
@@ -48,18 +52,70 @@ func printHelp(w io.Writer, fs *flag.FlagSet, h cmdHelp) {
 	}
 }
 
+func isZeroDefault(v string) bool {
+	switch v {
+	case "", "false", "0", "0s":
+		return true
+	}
+	return false
+}
+
 // parseLeadingFlags parses the flags before the first positional argument and returns the
 // rest untouched (exec: what follows NAME belongs to the command). -h/--help prints the help
-// and returns flag.ErrHelp.
+// once and returns flag.ErrHelp; a bad flag gives a one-line error, not the whole help.
 func parseLeadingFlags(fs *flag.FlagSet, args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
+	// The flag package prints the usage itself on -h and on every error: silence it while
+	// parsing, and print the help once here when it was asked for.
+	usage := fs.Usage
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.Usage = usage
+	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
-			fs.Usage()
+			usage()
 			return nil, err
 		}
-		return nil, &usageError{err.Error()}
+		return nil, &usageError{flagErrorMessage(fs, err)}
 	}
 	return fs.Args(), nil
+}
+
+// flagError matches the errors of the flag package that name a flag and a value.
+var (
+	flagBadValue  = regexp.MustCompile(`^invalid value "(.*)" for flag -([^:]+): (.*)$`)
+	flagUndefined = regexp.MustCompile(`^flag provided but not defined: -+(.*)$`)
+	flagNeedsArg  = regexp.MustCompile(`^flag needs an argument: -+(.*)$`)
+)
+
+func isDurationValue(g flag.Getter) bool {
+	_, ok := g.Get().(time.Duration)
+	return ok
+}
+
+// flagErrorMessage rewrites a flag package error in this command's words: flags spelled
+// --name as the help shows them, and for a duration written as a bare number, how to write it.
+func flagErrorMessage(fs *flag.FlagSet, err error) string {
+	msg := err.Error()
+	if m := flagBadValue.FindStringSubmatch(msg); m != nil {
+		value, name, reason := m[1], m[2], m[3]
+		if f := fs.Lookup(name); f != nil {
+			// Only the flag package's own values are Getters; --restart-grace is not.
+			if g, ok := f.Value.(flag.Getter); ok && isDurationValue(g) {
+				if _, numErr := strconv.ParseFloat(value, 64); numErr == nil {
+					return fmt.Sprintf("--%s %s: a duration needs a unit: write %ss (or ms, m, h)", name, value, value)
+				}
+				return fmt.Sprintf("--%s %q: not a duration: write e.g. 500ms, 10s, 2m", name, value)
+			}
+		}
+		return fmt.Sprintf("--%s %q: %s", name, value, reason)
+	}
+	if m := flagUndefined.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("unknown flag --%s", m[1])
+	}
+	if m := flagNeedsArg.FindStringSubmatch(msg); m != nil {
+		return fmt.Sprintf("--%s needs a value", m[1])
+	}
+	return msg
 }
 
 // parseFlags parses args and returns the positional arguments. Flags may come before or
@@ -89,13 +145,14 @@ type nodeFlags struct {
 	keyPrefix   string
 	nodeTimeout time.Duration
 	verbose     bool
+	log         *slog.Logger // the -v logger, made on first use
 }
 
 func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent Redis masters, redis://[user:pass@]host:port[/db] or rediss:// (default $REDLOCK_NODES)")
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
-	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions to stderr")
+	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
 }
 
 // urls returns the node URLs from --nodes or REDLOCK_NODES, each checked, with an error
@@ -122,14 +179,65 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 	return urls, nil
 }
 
-// options returns the client options these flags describe, for a lock TTL of ttl.
+// options returns the client options these flags describe, for a lock TTL of ttl. With -v
+// the client's own log, its events (each attempt's outcome with every node's error) and
+// go-redis' log lines go to stderr through one slog logger.
 func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
 	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix}
 	if nf.verbose {
-		opts.Logger = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+		opts.Logger = nf.logger(a)
+		opts.Observer = eventLog{opts.Logger}
 		redis.SetLogger(redisLog{opts.Logger})
 	}
 	return opts
+}
+
+// logger is the -v logger (nil without -v).
+func (nf *nodeFlags) logger(a *app) *slog.Logger {
+	if !nf.verbose {
+		return nil
+	}
+	if nf.log == nil {
+		nf.log = slog.New(slog.NewTextHandler(a.stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nf.log
+}
+
+// logNodeError logs, with -v, a node's failure: which node, and why.
+func (nf *nodeFlags) logNodeError(a *app, node string, err error) {
+	if l := nf.logger(a); l != nil && err != nil {
+		l.Warn("node problem", "node", node, "err", err)
+	}
+}
+
+// eventLog writes the client's events to the -v log: the decisions it took (acquired with
+// which token, an attempt failed and why, node by node) and the nodes it stopped counting.
+type eventLog struct{ logger *slog.Logger }
+
+// Observe implements redlock.Observer.
+func (l eventLog) Observe(e redlock.Event) {
+	attrs := []any{"event", e.Kind.String()}
+	if e.Name != "" {
+		attrs = append(attrs, "lock", e.Name)
+	}
+	if e.Node != "" {
+		attrs = append(attrs, "node", e.Node)
+	}
+	if e.Token != 0 {
+		attrs = append(attrs, "token", e.Token)
+	}
+	if e.Elapsed != 0 {
+		attrs = append(attrs, "elapsed", e.Elapsed)
+	}
+	if e.Validity != 0 {
+		attrs = append(attrs, "validity", e.Validity)
+	}
+	level := slog.LevelInfo
+	if e.Err != nil {
+		level = slog.LevelWarn
+		attrs = append(attrs, "err", e.Err)
+	}
+	l.logger.Log(context.Background(), level, "redlock "+e.Kind.String(), attrs...)
 }
 
 // redisLog takes go-redis' own log lines (a failed dial, once per attempt): with -v they go
@@ -154,6 +262,11 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	if err != nil {
 		return nil, withExitCode(exitUsage, err)
 	}
+	if len(urls) < 3 {
+		// Legal (tests, a single-node setup on purpose) but worth a word: with 1 or 2
+		// nodes the quorum is all of them, so any one node down stops every lock.
+		fmt.Fprintf(a.stderr, "redlock: warning: with %s, no node may fail (the quorum is all of them); use 3 or 5 independent masters\n", plural(len(urls), "node"))
+	}
 	return c, nil
 }
 
@@ -177,7 +290,7 @@ func (g *graceFlag) Set(s string) error {
 	}
 	d, err := time.ParseDuration(s)
 	if err != nil || d <= 0 {
-		return fmt.Errorf("want a positive duration such as 30s, or off; got %q", s)
+		return errors.New("want a positive duration such as 30s, or off") // the caller names the value
 	}
 	g.d = d
 	return nil
@@ -190,6 +303,14 @@ func (g *graceFlag) register(fs *flag.FlagSet) {
 // registerTimeout adds --timeout, which bounds an operator command's calls to the nodes.
 func registerTimeout(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("timeout", 5*time.Second, "give up on the nodes after this `long`")
+}
+
+// plural writes "1 node", "3 nodes".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }
 
 // oneLockName returns the single lock name among the positional arguments.

@@ -37,8 +37,8 @@ redsync (default and fail-fast), bsm/redislock and a raw SET NX floor, uncontend
 contended, with one slow node, fencing fast and slow path. Prints medians of interleaved
 repeats with ratios against redsync and the floor. See bench/README.md.`,
 	examples: `
-redlock bench --nodes 5 --duration 2s
-redlock bench --nodes 5 --workloads uncontended-1,contended-16 --json results/matrix.json
+redlock bench --sizes 5 --duration 2s
+redlock bench --sizes 5 --workloads uncontended-1,contended-16 --json results/matrix.json
 redlock bench --render results/matrix.json --markdown`,
 }
 

@@ -7,6 +7,7 @@ require (
 	github.com/quorumlabs/redlock/bench v0.0.0-00010101000000-000000000000
 	github.com/quorumlabs/redlock/chaos v0.0.0-00010101000000-000000000000
 	github.com/redis/go-redis/v9 v9.23.0
+	golang.org/x/sys v0.49.0
 	golang.org/x/term v0.47.0
 )
 
@@ -76,7 +77,6 @@ require (
 	go.uber.org/atomic v1.12.0 // indirect
 	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/crypto v0.58.0 // indirect
-	golang.org/x/sys v0.49.0 // indirect
 	google.golang.org/protobuf v1.36.1 // indirect
 	gopkg.in/tomb.v1 v1.0.0-20141024135613-dd632973f1e7 // indirect
 )

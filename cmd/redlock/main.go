@@ -33,6 +33,7 @@ func commands() []command {
 		{"demo", "start 5 local Redis masters and watch the lock hold up under faults", runDemo},
 		{"chaos", "run the chaos scenarios and check the recorded histories (see chaos/)", runChaos},
 		{"bench", "benchmark the lock beside redsync, redislock and a raw floor (see bench/)", runBench},
+		{"version", "print redlock's version and the Go version it was built with", runVersion},
 	}
 }
 
@@ -59,6 +60,8 @@ func (a *app) main(ctx context.Context, args []string) int {
 	}
 	name := args[0]
 	switch name {
+	case "--version":
+		return a.main(ctx, []string{"version"})
 	case "-h", "-help", "--help", "help":
 		if len(args) > 1 {
 			// `redlock help exec` is the same as `redlock exec --help`.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -19,8 +20,10 @@ var nodesHelp = cmdHelp{
 	about: `Probe every node: reachability, role, run id, uptime, persistence, clock offset against this
 host and round-trip time, and whether its vote counts now (a node that restarted recently, or
 whose clock jumped, sits out for a while). Then check that the set is independent: no replica,
-no server listed twice. Exits 1 if the set is not independent or fewer than a quorum of nodes
-vote.
+no server listed twice. Each verdict is yes, no or unknown (a node that did not answer could
+not be checked) with the reason, and the last line says whether exec would get a lock now.
+Exits 1 if any node could not be probed, the set is not independent, or fewer than a quorum
+of nodes vote.
 
 A node without appendfsync always loses its keys and fence register when it crashes; the
 restart grace (on by default, one lock TTL) keeps it out until every lock it knew about has
@@ -63,53 +66,164 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	defer cancel()
 
 	infos := client.Nodes(ctx)
-	printNodes(a.stdout, infos)
-	voting := 0
 	for _, n := range infos {
-		if n.Err == nil && n.Voting {
-			voting++
-		}
+		nf.logNodeError(a, n.Node, n.Err)
 	}
+	rows := judgeNodes(infos)
+	printNodes(a.stdout, rows)
 	fmt.Fprintln(a.stdout)
 	for _, warning := range persistenceWarnings(infos, grace.d, *ttl) {
 		fmt.Fprintln(a.stdout, warning)
 	}
-
-	var problems []error
-	if voting >= client.Quorum() {
-		fmt.Fprintf(a.stdout, "quorum: %d of %d nodes vote, %d needed: locks can be acquired\n", voting, len(infos), client.Quorum())
-	} else {
-		fmt.Fprintf(a.stdout, "quorum: only %d of %d nodes vote, %d needed: locks cannot be acquired now\n", voting, len(infos), client.Quorum())
-		problems = append(problems, fmt.Errorf("only %d of %d nodes vote, quorum is %d", voting, len(infos), client.Quorum()))
-	}
-	if err := client.Verify(ctx); err != nil {
-		fmt.Fprintf(a.stdout, "independent: NO: %v\n", err)
-		problems = append(problems, err)
-	} else {
-		fmt.Fprintf(a.stdout, "independent: yes, %d distinct masters\n", len(infos))
-	}
-	if len(problems) > 0 {
-		// A problem the probe found, not a mistake in how redlock was called: exit 1 even
-		// when the error also matches ErrInvalidConfig (ErrNotIndependent does).
-		return withExitCode(exitFailure, errors.Join(problems...))
+	v := verdicts(rows, client.Quorum())
+	fmt.Fprintf(a.stdout, "quorum: %s\n", v.quorum)
+	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
+	fmt.Fprintf(a.stdout, "locks: %s\n", v.locks)
+	if len(v.problems) > 0 {
+		// A problem the probe found, not a mistake in how redlock was called: exit 1.
+		return withExitCode(exitFailure, errors.Join(v.problems...))
 	}
 	return nil
 }
 
-func printNodes(w io.Writer, infos []redlock.NodeInfo) {
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tCLOCK_OFFSET\tRTT\tVOTES")
+// nodeRow is one node's line: what the probe learned and the two per-node verdicts.
+type nodeRow struct {
+	info        redlock.NodeInfo
+	votes       string // "yes", or "no: why"
+	independent string // "yes", "no: why", or "unknown: why"
+}
+
+// judgeNodes gives every node its verdicts by the rules exec applies: a node's vote counts
+// only if it answered, is a master, is not another entry's server, and is not sitting out.
+// A node that did not answer could not be checked: its independence is unknown, not yes.
+func judgeNodes(infos []redlock.NodeInfo) []nodeRow {
+	rows := make([]nodeRow, len(infos))
+	byRunID := make(map[string][]string)
 	for _, n := range infos {
+		if n.Err == nil && n.RunID != "" {
+			byRunID[n.RunID] = append(byRunID[n.RunID], n.Node)
+		}
+	}
+	for i, n := range infos {
+		r := &rows[i]
+		r.info = n
+		switch {
+		case n.Err != nil:
+			r.independent = "unknown: not checked"
+			r.votes = "no: " + nodeProblem(n.Err)
+			continue
+		case n.Role != "master":
+			r.independent = fmt.Sprintf("no: a replica (role %s), not a master", n.Role)
+		case len(byRunID[n.RunID]) > 1:
+			var others []string
+			for _, o := range byRunID[n.RunID] {
+				if o != n.Node {
+					others = append(others, o)
+				}
+			}
+			r.independent = fmt.Sprintf("no: same server as %s (same run id)", strings.Join(others, ", "))
+		default:
+			r.independent = "yes"
+		}
+		switch {
+		case r.independent != "yes":
+			r.votes = "no: not independent"
+		case !n.Voting:
+			r.votes = "no: " + strings.TrimPrefix(n.SitOutReason, "redlock: ")
+		default:
+			r.votes = "yes"
+		}
+	}
+	return rows
+}
+
+// nodeProblem says why a node could not be probed, in an operator's words.
+func nodeProblem(err error) string {
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &netErr) && netErr.Timeout():
+		return "unreachable: no answer in time: " + err.Error()
+	case errors.As(err, &netErr):
+		return "unreachable: " + err.Error()
+	case strings.Contains(err.Error(), "NOAUTH"), strings.Contains(err.Error(), "WRONGPASS"):
+		return "authentication refused: " + err.Error()
+	}
+	return "probe failed: " + err.Error()
+}
+
+// nodeVerdicts are the summary lines under the table and the problems behind exit 1.
+type nodeVerdicts struct {
+	quorum, independent, locks string
+	problems                   []error
+}
+
+// verdicts sums the rows up. Each verdict is yes, no or unknown with the reason, and the
+// locks line says what exec would do with these nodes now.
+func verdicts(rows []nodeRow, quorum int) nodeVerdicts {
+	var v nodeVerdicts
+	voting, checked := 0, 0
+	var notIndependent, unchecked []string
+	for _, r := range rows {
+		if r.votes == "yes" {
+			voting++
+		}
+		switch {
+		case r.info.Err != nil:
+			unchecked = append(unchecked, fmt.Sprintf("%s (%s)", r.info.Node, nodeProblem(r.info.Err)))
+		case r.independent != "yes":
+			checked++
+			notIndependent = append(notIndependent, fmt.Sprintf("%s: %s", r.info.Node, strings.TrimPrefix(r.independent, "no: ")))
+		default:
+			checked++
+		}
+	}
+	total := len(rows)
+	if voting >= quorum {
+		v.quorum = fmt.Sprintf("yes: %d of %s vote, %d needed", voting, plural(total, "node"), quorum)
+	} else {
+		v.quorum = fmt.Sprintf("no: only %d of %s vote, %d needed", voting, plural(total, "node"), quorum)
+		v.problems = append(v.problems, fmt.Errorf("only %d of %s vote, quorum is %d", voting, plural(total, "node"), quorum))
+	}
+	switch {
+	case len(notIndependent) > 0:
+		v.independent = "NO: " + strings.Join(notIndependent, "; ")
+		v.problems = append(v.problems, fmt.Errorf("not independent: %s", strings.Join(notIndependent, "; ")))
+	case len(unchecked) > 0:
+		v.independent = fmt.Sprintf("unknown: %d of %s could not be checked: %s", len(unchecked), plural(total, "node"), strings.Join(unchecked, "; "))
+		switch {
+		case checked == 1:
+			v.independent += "; the one checked is a master"
+		case checked > 1:
+			v.independent += fmt.Sprintf("; the %d checked are distinct masters", checked)
+		}
+		v.problems = append(v.problems, fmt.Errorf("%d of %s could not be checked", len(unchecked), plural(total, "node")))
+	default:
+		v.independent = fmt.Sprintf("yes: %d distinct masters", total)
+	}
+	switch {
+	case len(notIndependent) > 0:
+		v.locks = "no: exec refuses a set of nodes that is not independent (exit 69)"
+	case voting < quorum:
+		v.locks = fmt.Sprintf("no: too few nodes vote for a quorum of %d (exec exits 69)", quorum)
+	case len(unchecked) > 0:
+		v.locks = fmt.Sprintf("yes, %d of %s vote; but a node that could not be checked may turn out a replica or a duplicate", voting, plural(total, "node"))
+	default:
+		v.locks = "yes"
+	}
+	return v
+}
+
+func printNodes(w io.Writer, rows []nodeRow) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tCLOCK_OFFSET\tRTT\tINDEPENDENT\tVOTES")
+	for _, r := range rows {
+		n := r.info
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreachable: %v\t\t\t\t\t\tno\n", n.Node, n.Err)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
 			continue
 		}
-		votes := "yes"
-		if !n.Voting {
-			votes = "no: " + n.SitOutReason
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
-			n.Uptime.Round(time.Second), persistence(n), signedDuration(n.ClockOffset), formatDuration(n.RTT), votes)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
+			n.Uptime.Round(time.Second), persistence(n), signedDuration(n.ClockOffset), formatDuration(n.RTT), r.independent, r.votes)
 	}
 	tw.Flush()
 }

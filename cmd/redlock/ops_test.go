@@ -76,7 +76,7 @@ func TestNodesReportsEveryNodeAndIndependence(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
 	}
-	for _, want := range []string{"independent: yes, 3 distinct masters", "quorum: 3 of 3 nodes vote", "master", "persist with no append-only file"} {
+	for _, want := range []string{"independent: yes: 3 distinct masters", "quorum: yes: 3 of 3 nodes vote", "locks: yes", "master", "persist with no append-only file"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("nodes output lacks %q: %v", want, r)
 		}
@@ -151,6 +151,10 @@ func TestUnlockDeletesAndRaisesTheFence(t *testing.T) {
 			if r.code != 0 || !strings.Contains(r.stdout, "deleted the lock key on 3 of 3 nodes") {
 				t.Fatalf("want exit 0 and 3 keys deleted, got %v", r)
 			}
+			// The output says what was done: the fence registers were raised, not kept.
+			if !strings.Contains(r.stdout, "raised the fence register by one on 3 of 3 nodes") || strings.Contains(r.stdout, "kept") {
+				t.Fatalf("the output does not say the fence registers were raised: %v", r)
+			}
 			st, err := c.Inspect(context.Background(), name)
 			if err != nil {
 				t.Fatal(err)
@@ -214,7 +218,7 @@ func TestChaosAndBenchFrontEnds(t *testing.T) {
 	if r.code != 0 || !strings.Contains(r.stdout, "baseline-failover") || !strings.Contains(r.stdout, "restart-empty-grace") {
 		t.Fatalf("chaos --list: %v", r)
 	}
-	r = run(t, "bench", "--nodes", "3,five")
+	r = run(t, "bench", "--sizes", "3,five")
 	if r.code == 0 || !strings.Contains(r.stderr, `"five" is not a number`) {
 		t.Fatalf("bench with a bad node count: %v", r)
 	}

@@ -48,10 +48,15 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	defer cancel()
 
 	st, err := client.Inspect(ctx, name)
+	if st != nil {
+		for _, n := range st.Nodes {
+			nf.logNodeError(a, n.Node, n.Err)
+		}
+	}
 	var qe *redlock.QuorumError
 	if errors.As(err, &qe) && st != nil {
 		printStatus(a.stdout, client, st)
-		return fmt.Errorf("only %d of %d nodes answered, fewer than the quorum of %d: the verdict above may be wrong", qe.Won, len(st.Nodes), qe.Needed)
+		return fmt.Errorf("only %d of %s answered, fewer than the quorum of %d: the verdict above may be wrong", qe.Won, plural(len(st.Nodes), "node"), qe.Needed)
 	}
 	if err != nil {
 		return err
@@ -61,12 +66,12 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 }
 
 func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
-	fmt.Fprintf(w, "lock %q: key %s on %d nodes, quorum %d\n\n", st.Name, client.LockKey(st.Name), len(st.Nodes), client.Quorum())
+	fmt.Fprintf(w, "lock %q: key %s on %s, quorum %d\n\n", st.Name, client.LockKey(st.Name), plural(len(st.Nodes), "node"), client.Quorum())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tOWNER\tTTL\tFENCE")
 	for _, n := range st.Nodes {
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\tunreachable: %v\t\t\n", n.Node, n.Err)
+			fmt.Fprintf(tw, "%s\t%s\t\t\n", n.Node, nodeProblem(n.Err))
 			continue
 		}
 		owner, ttl := "-", "-"
@@ -88,11 +93,11 @@ func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
 		}
 	}
 	if st.Held {
-		fmt.Fprintf(w, "held: yes, by %s on %d of %d nodes, valid for at least %s\n", shortID(st.Owner), holding, len(st.Nodes), formatDuration(st.Remaining))
+		fmt.Fprintf(w, "held: yes, by %s on %d of %s, valid for at least %s\n", shortID(st.Owner), holding, plural(len(st.Nodes), "node"), formatDuration(st.Remaining))
 	} else {
-		fmt.Fprintf(w, "held: no, no owner holds a quorum of %d nodes\n", client.Quorum())
+		fmt.Fprintf(w, "held: no, no owner holds a quorum of %s\n", plural(client.Quorum(), "node"))
 		if withKeys > 0 {
-			fmt.Fprintf(w, "      %d node(s) keep keys of an expired or failed attempt; they expire by themselves\n", withKeys)
+			fmt.Fprintf(w, "      %s keep keys of an expired or failed attempt; they expire by themselves\n", plural(withKeys, "node"))
 		}
 	}
 	fmt.Fprintf(w, "highest fence: %d (the next holder's token is higher)\n", st.Fence)

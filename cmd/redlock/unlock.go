@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/quorumlabs/redlock"
 	"golang.org/x/term"
 )
 
@@ -23,6 +24,27 @@ Asks for confirmation on the terminal unless --yes is given; without a terminal 
 	examples: `
 redlock unlock --force nightly-report
 redlock unlock --force --yes nightly-report     # in scripts`,
+}
+
+// nodeErrors lists the per-node failures inside err.
+func nodeErrors(err error) []*redlock.NodeError {
+	var out []*redlock.NodeError
+	var walk func(error)
+	walk = func(err error) {
+		switch e := err.(type) {
+		case nil:
+		case *redlock.NodeError:
+			out = append(out, e)
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				walk(inner)
+			}
+		case interface{ Unwrap() error }:
+			walk(e.Unwrap())
+		}
+	}
+	walk(err)
+	return out
 }
 
 func runUnlock(ctx context.Context, a *app, args []string) error {
@@ -69,7 +91,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "lock %q is not held by a quorum\n", name)
 	}
 	if !*yes {
-		fmt.Fprintf(a.stdout, "Delete lock %q on all %d nodes? [y/N] ", name, len(client.NodeNames()))
+		fmt.Fprintf(a.stdout, "Delete lock %q on all %s? [y/N] ", name, plural(len(client.NodeNames()), "node"))
 		answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return withExitCode(exitFailure, fmt.Errorf("not confirmed: lock %q left as it is", name))
@@ -78,6 +100,11 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	unlockCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	deleted, err := client.ForceUnlock(unlockCtx, name)
-	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %d nodes; fence registers kept\n", deleted, len(client.NodeNames()))
+	total := len(client.NodeNames())
+	// ForceUnlock deletes the key and raises the fence register in one pipeline per node:
+	// every node that answered did both, the others neither.
+	answered := total - len(nodeErrors(err))
+	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %s (the others had none or did not answer)\n", deleted, plural(total, "node"))
+	fmt.Fprintf(a.stdout, "raised the fence register by one on %d of %s: the next holder's token is higher than the old holder's\n", answered, plural(total, "node"))
 	return err
 }

@@ -3,7 +3,7 @@
 // table and, with -json, writes every run to a file. `redlock bench` is the
 // same command.
 //
-//	go run ./cmd/redlock-bench -nodes 5 -duration 2s -json results/matrix.json
+//	go run ./cmd/redlock-bench --sizes 5 --duration 2s --json results/matrix.json
 package main
 
 import (
