@@ -60,7 +60,46 @@ func (r *Results) WriteTable(w io.Writer) error {
 	for _, row := range r.tableRows() {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.HeldCells) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\n"+r.heldCaption())
+	fmt.Fprintln(tw, strings.Join(heldHeader, "\t"))
+	for _, row := range r.heldRows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
 	return tw.Flush()
+}
+
+var heldHeader = []string{"nodes", "locks held", "take all", "client CPU/s", "servers CPU/s", "extends/s", "extend failures", "lost", "goroutines", "heap in use", "notes"}
+
+func (r *Results) heldCaption() string {
+	return fmt.Sprintf("%s: one client holds the locks (TTL %v, WithAutoExtend, Done watched), taken %d at a time; CPU is seconds per second over %v of holding (1.00 = one core). Medians of the repeats; lost and failures summed.",
+		WorkloadHeldLocks, HeldTTL, heldBatch, r.Config.HeldFor)
+}
+
+func (r *Results) heldRows() [][]string {
+	rows := make([][]string, 0, len(r.HeldCells))
+	for _, c := range r.HeldCells {
+		var notes []string
+		if c.Failures != 0 {
+			notes = append(notes, count(c.Failures, "failure"))
+		}
+		if c.Lost != 0 {
+			notes = append(notes, "LOCKS LOST")
+		}
+		rows = append(rows, []string{
+			fmt.Sprint(c.Nodes), fmt.Sprint(c.Locks), formatDuration(c.AcquireAll),
+			fmt.Sprintf("%.3f", c.ClientCPU), fmt.Sprintf("%.3f", c.ServerCPU),
+			fmt.Sprintf("%.0f", c.ExtendsPerSec), fmt.Sprint(c.ExtendFailures), fmt.Sprint(c.Lost),
+			fmt.Sprint(c.Goroutines), fmt.Sprintf("%.0f MiB", float64(c.HeapInUse)/(1<<20)),
+			strings.Join(notes, "; "),
+		})
+	}
+	return rows
 }
 
 // WriteMarkdown prints the same table as Markdown, for a README.
@@ -71,6 +110,14 @@ func (r *Results) WriteMarkdown(w io.Writer) error {
 	b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
 	for _, row := range r.tableRows() {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	if len(r.HeldCells) > 0 {
+		b.WriteString("\n" + r.heldCaption() + "\n\n")
+		b.WriteString("| " + strings.Join(heldHeader, " | ") + " |\n")
+		b.WriteString("|" + strings.Repeat("---|", len(heldHeader)) + "\n")
+		for _, row := range r.heldRows() {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
