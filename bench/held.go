@@ -69,11 +69,21 @@ type HeldRun struct {
 	// Goroutines and HeapInUse are taken in the middle of the hold.
 	Goroutines int    `json:"goroutines"`
 	HeapInUse  uint64 `json:"heap_in_use_bytes"`
+	// FirstLoss is when the first lock was lost, counted from the start of
+	// the acquires (0: none was); FirstExtendError is the first failed
+	// extension's error. Together they tell an overload (extensions time
+	// out while the locks are still being taken) from a bug.
+	FirstLoss        time.Duration `json:"first_loss_ns,omitempty"`
+	FirstExtendError string        `json:"first_extend_error,omitempty"`
 }
 
 // heldCounter counts the client's lock events for a held-locks run.
 type heldCounter struct {
+	start                  time.Time
 	extended, extendFailed atomic.Int64
+	firstLoss              atomic.Int64 // nanoseconds since start
+	mu                     sync.Mutex
+	firstExtendErr         error
 }
 
 func (h *heldCounter) Observe(e redlock.Event) {
@@ -81,7 +91,13 @@ func (h *heldCounter) Observe(e redlock.Event) {
 	case redlock.EventExtended:
 		h.extended.Add(1)
 	case redlock.EventExtendFailed:
-		h.extendFailed.Add(1)
+		if h.extendFailed.Add(1) == 1 {
+			h.mu.Lock()
+			h.firstExtendErr = e.Err
+			h.mu.Unlock()
+		}
+	case redlock.EventLost:
+		h.firstLoss.CompareAndSwap(0, int64(time.Since(h.start)))
 	}
 }
 
@@ -118,6 +134,7 @@ func runHeld(ctx context.Context, nodes []redis.UniversalClient, n, locks, rep i
 
 	held := make([]*redlock.Lock, locks)
 	start := time.Now()
+	counter.start = start
 	inBatches(locks, func(i int) {
 		name := fmt.Sprintf("lock%d", i)
 		var err error
@@ -197,6 +214,12 @@ func runHeld(ctx context.Context, nodes []redis.UniversalClient, n, locks, rep i
 		}
 	})
 	run.Lost = lost.Load()
+	run.FirstLoss = time.Duration(counter.firstLoss.Load())
+	counter.mu.Lock()
+	if counter.firstExtendErr != nil {
+		run.FirstExtendError = counter.firstExtendErr.Error()
+	}
+	counter.mu.Unlock()
 	if firstErr != nil {
 		run.FirstError = firstErr.Error()
 	}

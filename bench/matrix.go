@@ -318,6 +318,10 @@ func runHeldCounts(ctx context.Context, cfg Config, c *cluster, n, rep int, res 
 		if cfg.Progress != nil {
 			fmt.Fprintf(cfg.Progress, "nodes=%d %-14s %6d locks   rep %d: client %.3f CPU/s  servers %.3f CPU/s  %.0f extends/s  lost %d  failures %d\n",
 				n, WorkloadHeldLocks, locks, rep+1, run.ClientCPU, run.ServerCPU, run.ExtendsPerSec, run.Lost, run.Failures)
+			if run.Lost != 0 {
+				fmt.Fprintf(cfg.Progress, "    took them all in %v; first loss %v after the first acquire; first failed extension: %s\n",
+					run.AcquireAll.Round(time.Millisecond), run.FirstLoss.Round(time.Millisecond), run.FirstExtendError)
+			}
 		}
 	}
 	return nil
