@@ -3,6 +3,8 @@
 #
 #   make bench                     the whole matrix, table on stdout, JSON in bench/results/
 #   make bench BENCH_FLAGS='-nodes 5 -workloads uncontended-1'
+#   make bench BENCH_FLAGS='-nodes 5 -workloads uncontended-1,uncontended-16,uncontended-64,uncontended-256'
+#   make bench BENCH_FLAGS='-nodes 5 -workloads held-locks'    (-held-locks 1000,10000 -held-for 10s)
 #   make bench-go                  go test benchmarks with -benchmem
 #   make bench-profile             CPU and allocation profiles of the hot path
 
