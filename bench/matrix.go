@@ -221,6 +221,9 @@ type Cell struct {
 	// options) and of the raw floor in the same cell.
 	VsRedsync float64 `json:"vs_redsync,omitempty"`
 	VsFloor   float64 `json:"vs_floor,omitempty"`
+	// VsRueidislock is OpsPerSec over rueidislock's in the same cell (which
+	// runs on one node of the cluster: see rueidislockContender).
+	VsRueidislock float64 `json:"vs_rueidislock,omitempty"`
 	// VsNoFault (slow-node only) is AcquireP50 over the same contender's
 	// uncontended-1 AcquireP50 on the same nodes.
 	VsNoFault float64 `json:"vs_no_fault,omitempty"`
@@ -505,6 +508,9 @@ func summarize(runs []Run) []Cell {
 		}
 		if j, ok := index[cellKey{c.Nodes, c.Workload, ContenderFloor}]; ok {
 			c.VsFloor = ratio(c.OpsPerSec, cells[j].OpsPerSec)
+		}
+		if j, ok := index[cellKey{c.Nodes, c.Workload, ContenderRueidislock}]; ok {
+			c.VsRueidislock = ratio(c.OpsPerSec, cells[j].OpsPerSec)
 		}
 		if c.Workload == WorkloadSlowNode {
 			if j, ok := index[cellKey{c.Nodes, WorkloadUncontended1, c.Contender}]; ok {

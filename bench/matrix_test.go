@@ -62,12 +62,13 @@ func TestSummarizeTakesMediansAndRatios(t *testing.T) {
 		run(WorkloadUncontended1, ContenderRedlock, 2, 1000, 120*time.Microsecond),
 		run(WorkloadUncontended1, ContenderRedsync, 2, 550, 190*time.Microsecond),
 		run(WorkloadUncontended1, ContenderFloor, 2, 1050, 92*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRueidislock, 0, 2000, 80*time.Microsecond),
 		run(WorkloadSlowNode, ContenderRedlock, 0, 800, 132*time.Microsecond),
 		run(WorkloadContended16, ContenderRedlock, 0, 300, time.Millisecond),
 	}
 	cells := summarize(runs)
-	if len(cells) != 5 {
-		t.Fatalf("%d cells, want 5: %+v", len(cells), cells)
+	if len(cells) != 6 {
+		t.Fatalf("%d cells, want 6: %+v", len(cells), cells)
 	}
 	byName := map[string]Cell{}
 	for _, c := range cells {
@@ -79,6 +80,9 @@ func TestSummarizeTakesMediansAndRatios(t *testing.T) {
 	}
 	if redlock.VsRedsync != 1000.0/550 || redlock.VsFloor != 1000.0/1050 {
 		t.Errorf("redlock ratios: ×redsync %v (want %v), ×floor %v (want %v)", redlock.VsRedsync, 1000.0/550, redlock.VsFloor, 1000.0/1050)
+	}
+	if redlock.VsRueidislock != 0.5 {
+		t.Errorf("redlock ×rueidislock %v, want 1000/2000 = 0.5", redlock.VsRueidislock)
 	}
 	if slow := byName["slow-node/redlock"]; slow.VsNoFault != 1.2 {
 		t.Errorf("slow-node ×no-fault %v, want 132µs/110µs = 1.2", slow.VsNoFault)

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-var tableHeader = []string{"nodes", "workload", "contender", "ops/s", "×redsync", "×floor", "acquire p50", "acquire p99", "release p50", "allocs/op", "CPU/op client+servers", "notes"}
+var tableHeader = []string{"nodes", "workload", "contender", "ops/s", "×redsync", "×floor", "×rueidislock", "acquire p50", "acquire p99", "release p50", "allocs/op", "CPU/op client+servers", "notes"}
 
 // tableRows renders the cells as text, one row per cell, in the order of
 // Results.Cells.
@@ -32,7 +32,7 @@ func (r *Results) tableRows() [][]string {
 		rows = append(rows, []string{
 			fmt.Sprint(c.Nodes), c.Workload, c.Contender,
 			fmt.Sprintf("%.0f", c.OpsPerSec),
-			formatRatio(c.VsRedsync), formatRatio(c.VsFloor),
+			formatRatio(c.VsRedsync), formatRatio(c.VsFloor), formatRatio(c.VsRueidislock),
 			formatDuration(c.AcquireP50), formatDuration(c.AcquireP99), formatDuration(c.ReleaseP50),
 			fmt.Sprintf("%.0f", c.AllocsPerOp),
 			formatCPU(c.ClientCPU, c.ServerCPU),
@@ -44,7 +44,7 @@ func (r *Results) tableRows() [][]string {
 
 func (r *Results) caption() string {
 	m := r.Machine
-	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync and ×floor are ops/s against redsync (default options) and the raw floor in the same cell.\n"+
+	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync, ×floor and ×rueidislock are ops/s against redsync (default options), the raw floor and rueidislock in the same cell.\n"+
 		"Machine: %d CPUs (%s), %s %s/%s, redis %s, load average %s at start, %s at end.",
 		r.Config.Repeats, r.Config.Duration, m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Arch, m.RedisVersion, m.LoadBefore, m.LoadAfter)
 }
