@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 )
@@ -33,6 +34,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	markdown := flags.Bool("markdown", false, "print the table as Markdown")
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
 	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
+	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the whole run to this file (held-locks has no go test benchmark to profile)")
 	if err := flags.Parse(args); err != nil {
 		return err
 	}
@@ -68,6 +70,17 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	res, err := RunMatrix(ctx, cfg)
