@@ -193,3 +193,30 @@ func TestRunMatrixSmoke(t *testing.T) {
 		t.Errorf("machine not described: %+v", res.Machine)
 	}
 }
+
+func TestSummarizeHeldTakesMediansAndSumsLosses(t *testing.T) {
+	run := func(locks, rep int, client float64, lost int64) HeldRun {
+		return HeldRun{Nodes: 5, Locks: locks, Repeat: rep, HeldFor: time.Second, ClientCPU: client, Lost: lost, ExtendsPerSec: float64(locks)}
+	}
+	cells := summarizeHeld([]HeldRun{
+		run(10_000, 0, 0.3, 5), run(1_000, 0, 0.05, 0),
+		run(10_000, 1, 0.1, 0), run(1_000, 1, 0.07, 0),
+		run(10_000, 2, 0.2, 1), run(1_000, 2, 0.06, 0),
+	})
+	if len(cells) != 2 || cells[0].Locks != 1_000 || cells[1].Locks != 10_000 {
+		t.Fatalf("cells %+v, want 1,000 then 10,000 locks", cells)
+	}
+	if c := cells[1]; c.ClientCPU != 0.2 || c.Lost != 6 || c.Repeats != 3 {
+		t.Errorf("10,000 locks: %+v, want the median client CPU 0.2, 6 lost over 3 repeats", c)
+	}
+	res := &Results{Config: Config{HeldFor: time.Second}, HeldCells: cells}
+	var text bytes.Buffer
+	if err := res.WriteTable(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"held-locks", "10000", "0.200", "LOCKS LOST"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, text.String())
+		}
+	}
+}

@@ -56,7 +56,10 @@ func (r *Results) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	// A held-locks-only run has no throughput cells: no empty table then.
+	if len(r.Cells) > 0 {
+		fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	}
 	for _, row := range r.tableRows() {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
@@ -106,8 +109,10 @@ func (r *Results) heldRows() [][]string {
 func (r *Results) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(r.caption() + "\n\n")
-	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
+	if len(r.Cells) > 0 {
+		b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
+		b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
+	}
 	for _, row := range r.tableRows() {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
 	}
