@@ -135,6 +135,14 @@ func BenchmarkUncontended1(b *testing.B) { benchmarkWorkload(b, WorkloadUnconten
 // BenchmarkUncontended16: sixteen workers, a key each; ns/op is 1/throughput.
 func BenchmarkUncontended16(b *testing.B) { benchmarkWorkload(b, WorkloadUncontended16) }
 
+// BenchmarkUncontended64: 64 workers, a key each; ns/op is 1/throughput.
+func BenchmarkUncontended64(b *testing.B) { benchmarkWorkload(b, WorkloadUncontended64) }
+
+// BenchmarkUncontended256: 256 workers, a key each; ns/op is 1/throughput.
+// The held-locks workload has no go test benchmark: it measures CPU per
+// second of holding, not a cost per operation that b.N could scale.
+func BenchmarkUncontended256(b *testing.B) { benchmarkWorkload(b, WorkloadUncontended256) }
+
 // BenchmarkContended16: sixteen workers on one key with each library's own
 // wait; run it with a small -benchtime (e.g. 200x): redsync's waiters sleep
 // 50-250ms.

@@ -133,6 +133,13 @@ func buildContenders(ctx context.Context, want []string, nodes []redis.Universal
 			if len(nodes) == 1 {
 				out = append(out, newRedislockContender(nodes[0]))
 			}
+		case ContenderRueidislock:
+			c, err := newRueidislockContender(nodes)
+			if err != nil {
+				closeAll(out)
+				return nil, err
+			}
+			out = append(out, c)
 		case ContenderFloor:
 			out = append(out, newFloor(nodes))
 		default:

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 )
@@ -28,10 +29,13 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	maxOps := flags.Int64("max-ops", DefaultMaxOps, "cap on the operations of one run")
 	hold := flags.Duration("hold", DefaultHold, "how long a contended worker keeps the lock")
 	slow := flags.Duration("slow-latency", DefaultSlowLatency, "delay added to one node's replies in the slow-node workload (whole ms)")
+	heldCounts := flags.String("held-locks", "1000,10000,50000", "numbers of locks the held-locks workload holds, comma-separated")
+	heldFor := flags.Duration("held-for", DefaultHeldFor, "how long the held-locks workload measures the holding")
 	jsonPath := flags.String("json", "", "write every run and the medians as JSON to this file")
 	markdown := flags.Bool("markdown", false, "print the table as Markdown")
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
 	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
+	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the whole run to this file (held-locks has no go test benchmark to profile)")
 	if err := parseFlags(flags, name, args, stdout); err != nil {
 		return err
 	}
@@ -52,7 +56,14 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 
 	cfg := Config{
 		Repeats: *repeats, Duration: *duration, MaxOps: *maxOps, Hold: *hold, SlowLatency: *slow,
-		Workloads: splitList(*workloads), Contenders: splitList(*contenders),
+		Workloads: splitList(*workloads), Contenders: splitList(*contenders), HeldFor: *heldFor,
+	}
+	for _, field := range splitList(*heldCounts) {
+		locks, err := strconv.Atoi(field)
+		if err != nil {
+			return fmt.Errorf("-held-locks: %q is not a number", field)
+		}
+		cfg.HeldCounts = append(cfg.HeldCounts, locks)
 	}
 	for _, field := range splitList(*sizes) {
 		n, err := strconv.Atoi(field)
@@ -63,6 +74,17 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	if !*quiet {
 		cfg.Progress = stderr
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 
 	res, err := RunMatrix(ctx, cfg)

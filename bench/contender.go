@@ -60,12 +60,15 @@ const (
 	ContenderRedsyncFailFast = "redsync-failfast" // redsync with WithFailFast(true)
 	ContenderRedislock       = "redislock"        // bsm/redislock, one node only
 	ContenderFloor           = "floor"            // SET NX + owner-checked DEL per node, majority, nothing else
+	// ContenderRueidislock is redis/rueidis/rueidislock: all its keys on
+	// node 0, as many as there are nodes (see rueidislockContender).
+	ContenderRueidislock = "rueidislock"
 )
 
 // AllContenders lists every contender in the order tables show them.
 var AllContenders = []string{
 	ContenderRedlock, ContenderRedlockNoFence, ContenderRedsync,
-	ContenderRedsyncFailFast, ContenderRedislock, ContenderFloor,
+	ContenderRedsyncFailFast, ContenderRedislock, ContenderRueidislock, ContenderFloor,
 }
 
 // errNotReleased reports a release that found the lock gone or taken over:

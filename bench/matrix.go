@@ -40,6 +40,12 @@ type Config struct {
 	// SlowLatency is the delay the slow-node workload adds to node 0's
 	// replies, in whole milliseconds; default 5ms.
 	SlowLatency time.Duration `json:"slow_latency_ns"`
+	// HeldCounts are the numbers of locks the held-locks workload holds;
+	// default DefaultHeldCounts.
+	HeldCounts []int `json:"held_counts,omitempty"`
+	// HeldFor is how long the held-locks workload measures the holding;
+	// default DefaultHeldFor.
+	HeldFor time.Duration `json:"held_for_ns,omitempty"`
 	// Progress, if set, gets one line per run as the matrix goes.
 	Progress io.Writer `json:"-"`
 }
@@ -96,6 +102,17 @@ func (c Config) normalize() (Config, error) {
 	if c.Hold, err = orDefault("hold", c.Hold, DefaultHold); err != nil {
 		return c, err
 	}
+	if c.HeldFor, err = orDefault("held-for", c.HeldFor, DefaultHeldFor); err != nil {
+		return c, err
+	}
+	if len(c.HeldCounts) == 0 {
+		c.HeldCounts = slices.Clone(DefaultHeldCounts)
+	}
+	for _, locks := range c.HeldCounts {
+		if locks < 1 {
+			return c, fmt.Errorf("bench: held lock count %d: must be positive", locks)
+		}
+	}
 	switch {
 	case c.SlowLatency < 0 || c.SlowLatency%time.Millisecond != 0:
 		return c, fmt.Errorf("bench: slow latency %v: must be a positive whole number of milliseconds", c.SlowLatency)
@@ -144,6 +161,9 @@ type Results struct {
 	Started time.Time `json:"started"`
 	Runs    []Run     `json:"runs"`
 	Cells   []Cell    `json:"cells"`
+	// Held and HeldCells are the held-locks workload's runs and medians.
+	Held      []HeldRun  `json:"held,omitempty"`
+	HeldCells []HeldCell `json:"held_cells,omitempty"`
 }
 
 // Machine describes where the figures were taken; they mean little without it.
@@ -209,6 +229,9 @@ type Cell struct {
 	// options) and of the raw floor in the same cell.
 	VsRedsync float64 `json:"vs_redsync,omitempty"`
 	VsFloor   float64 `json:"vs_floor,omitempty"`
+	// VsRueidislock is OpsPerSec over rueidislock's in the same cell (which
+	// runs on one node of the cluster: see rueidislockContender).
+	VsRueidislock float64 `json:"vs_rueidislock,omitempty"`
 	// VsNoFault (slow-node only) is AcquireP50 over the same contender's
 	// uncontended-1 AcquireP50 on the same nodes.
 	VsNoFault float64 `json:"vs_no_fault,omitempty"`
@@ -238,6 +261,7 @@ func RunMatrix(ctx context.Context, cfg Config) (*Results, error) {
 	}
 	res.Machine.LoadAfter = loadAverage()
 	res.Cells = summarize(res.Runs)
+	res.HeldCells = summarizeHeld(res.Held)
 	return res, nil
 }
 
@@ -257,6 +281,12 @@ func runClusterSize(ctx context.Context, cfg Config, n int, res *Results) (err e
 		}
 		for _, name := range cfg.Workloads {
 			w := workloadByName(name)
+			if w.held {
+				if err := runHeldCounts(ctx, cfg, c, n, rep, res); err != nil {
+					return err
+				}
+				continue
+			}
 			contenders := c.contenders(w.slow)
 			view := c.direct
 			if w.slow {
@@ -282,6 +312,30 @@ func runClusterSize(ctx context.Context, cfg Config, n int, res *Results) (err e
 					fmt.Fprintf(cfg.Progress, "nodes=%d %-14s %-16s rep %d: %8.0f ops/s  acquire p50 %v  allocs/op %.0f  failures %d\n",
 						n, w.name, contender.Name(), rep+1, run.OpsPerSec, run.AcquireP50.Round(time.Microsecond), run.AllocsPerOp, run.Failures)
 				}
+			}
+		}
+	}
+	return nil
+}
+
+// runHeldCounts runs the held-locks workload once for every count, if this
+// library is among the selected contenders.
+func runHeldCounts(ctx context.Context, cfg Config, c *cluster, n, rep int, res *Results) error {
+	if !slices.Contains(cfg.Contenders, ContenderRedlock) {
+		return nil
+	}
+	for _, locks := range cfg.HeldCounts {
+		run, err := runHeld(ctx, c.direct, n, locks, rep, cfg.HeldFor)
+		if err != nil {
+			return fmt.Errorf("%s, %d locks on %d nodes: %w", WorkloadHeldLocks, locks, n, err)
+		}
+		res.Held = append(res.Held, run)
+		if cfg.Progress != nil {
+			fmt.Fprintf(cfg.Progress, "nodes=%d %-14s %6d locks   rep %d: client %.3f CPU/s  servers %.3f CPU/s  %.0f extends/s  lost %d  failures %d\n",
+				n, WorkloadHeldLocks, locks, rep+1, run.ClientCPU, run.ServerCPU, run.ExtendsPerSec, run.Lost, run.Failures)
+			if run.Lost != 0 {
+				fmt.Fprintf(cfg.Progress, "    took them all in %v; first loss %v after the first acquire; first failed extension: %s\n",
+					run.AcquireAll.Round(time.Millisecond), run.FirstLoss.Round(time.Millisecond), run.FirstExtendError)
 			}
 		}
 	}
@@ -484,6 +538,9 @@ func summarize(runs []Run) []Cell {
 				c.VsNoIdle = ratio(c.OpsPerSec, cells[j].OpsPerSec)
 				c.ServerCPUVsNoIdle = ratio(float64(c.ServerCPU), float64(cells[j].ServerCPU))
 			}
+		}
+		if j, ok := index[cellKey{c.Nodes, c.Workload, ContenderRueidislock}]; ok {
+			c.VsRueidislock = ratio(c.OpsPerSec, cells[j].OpsPerSec)
 		}
 		if c.Workload == WorkloadSlowNode {
 			if j, ok := index[cellKey{c.Nodes, WorkloadUncontended1, c.Contender}]; ok {

@@ -85,12 +85,13 @@ func TestSummarizeTakesMediansAndRatios(t *testing.T) {
 		run(WorkloadUncontended1, ContenderRedlock, 2, 1000, 120*time.Microsecond),
 		run(WorkloadUncontended1, ContenderRedsync, 2, 550, 190*time.Microsecond),
 		run(WorkloadUncontended1, ContenderFloor, 2, 1050, 92*time.Microsecond),
+		run(WorkloadUncontended1, ContenderRueidislock, 0, 2000, 80*time.Microsecond),
 		run(WorkloadSlowNode, ContenderRedlock, 0, 800, 132*time.Microsecond),
 		run(WorkloadContended16, ContenderRedlock, 0, 300, time.Millisecond),
 	}
 	cells := summarize(runs)
-	if len(cells) != 5 {
-		t.Fatalf("%d cells, want 5: %+v", len(cells), cells)
+	if len(cells) != 6 {
+		t.Fatalf("%d cells, want 6: %+v", len(cells), cells)
 	}
 	byName := map[string]Cell{}
 	for _, c := range cells {
@@ -102,6 +103,9 @@ func TestSummarizeTakesMediansAndRatios(t *testing.T) {
 	}
 	if redlock.VsRedsync != 1000.0/550 || redlock.VsFloor != 1000.0/1050 {
 		t.Errorf("redlock ratios: ×redsync %v (want %v), ×floor %v (want %v)", redlock.VsRedsync, 1000.0/550, redlock.VsFloor, 1000.0/1050)
+	}
+	if redlock.VsRueidislock != 0.5 {
+		t.Errorf("redlock ×rueidislock %v, want 1000/2000 = 0.5", redlock.VsRueidislock)
 	}
 	if slow := byName["slow-node/redlock"]; slow.VsNoFault != 1.2 {
 		t.Errorf("slow-node ×no-fault %v, want 132µs/110µs = 1.2", slow.VsNoFault)
@@ -158,7 +162,8 @@ func TestTablesAndJSONCarryTheCells(t *testing.T) {
 func TestRunMatrixSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := RunMatrix(ctx, Config{Nodes: []int{3}, Repeats: 1, Duration: 150 * time.Millisecond})
+	res, err := RunMatrix(ctx, Config{Nodes: []int{3}, Repeats: 1, Duration: 150 * time.Millisecond,
+		HeldCounts: []int{200}, HeldFor: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,6 +177,9 @@ func TestRunMatrixSmoke(t *testing.T) {
 	}
 	for _, workload := range AllWorkloads {
 		w := workloadByName(workload)
+		if w.held {
+			continue // its own figures, checked below
+		}
 		for _, contender := range AllContenders {
 			key := workload + "/" + contender
 			c, ok := got[key]
@@ -197,7 +205,41 @@ func TestRunMatrixSmoke(t *testing.T) {
 			}
 		}
 	}
+	// 200 locks of 3s held for 1.5s after a 1s settle: each is extended
+	// about once a second, so some extensions fall in the measured time.
+	if len(res.HeldCells) != 1 {
+		t.Errorf("held-locks: %d cells, want 1: %+v", len(res.HeldCells), res.HeldCells)
+	} else if c := res.HeldCells[0]; c.Locks != 200 || c.Lost != 0 || c.Failures != 0 || c.ExtendsPerSec <= 0 || c.ClientCPU <= 0 || c.ServerCPU <= 0 {
+		t.Errorf("held-locks: %+v; want 200 locks, none lost or failed, extensions and CPU measured; first error %q", c, res.Held[0].FirstError)
+	}
 	if res.Machine.RedisVersion == "" || res.Machine.GoVersion == "" {
 		t.Errorf("machine not described: %+v", res.Machine)
+	}
+}
+
+func TestSummarizeHeldTakesMediansAndSumsLosses(t *testing.T) {
+	run := func(locks, rep int, client float64, lost int64) HeldRun {
+		return HeldRun{Nodes: 5, Locks: locks, Repeat: rep, HeldFor: time.Second, ClientCPU: client, Lost: lost, ExtendsPerSec: float64(locks)}
+	}
+	cells := summarizeHeld([]HeldRun{
+		run(10_000, 0, 0.3, 5), run(1_000, 0, 0.05, 0),
+		run(10_000, 1, 0.1, 0), run(1_000, 1, 0.07, 0),
+		run(10_000, 2, 0.2, 1), run(1_000, 2, 0.06, 0),
+	})
+	if len(cells) != 2 || cells[0].Locks != 1_000 || cells[1].Locks != 10_000 {
+		t.Fatalf("cells %+v, want 1,000 then 10,000 locks", cells)
+	}
+	if c := cells[1]; c.ClientCPU != 0.2 || c.Lost != 6 || c.Repeats != 3 {
+		t.Errorf("10,000 locks: %+v, want the median client CPU 0.2, 6 lost over 3 repeats", c)
+	}
+	res := &Results{Config: Config{HeldFor: time.Second}, HeldCells: cells}
+	var text bytes.Buffer
+	if err := res.WriteTable(&text); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"held-locks", "10000", "0.200", "LOCKS LOST"} {
+		if !strings.Contains(text.String(), want) {
+			t.Errorf("table lacks %q:\n%s", want, text.String())
+		}
 	}
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-var tableHeader = []string{"nodes", "workload", "contender", "ops/s", "×redsync", "×floor", "acquire p50", "acquire p99", "release p50", "allocs/op", "CPU/op client+servers", "notes"}
+var tableHeader = []string{"nodes", "workload", "contender", "ops/s", "×redsync", "×floor", "×rueidislock", "acquire p50", "acquire p99", "release p50", "allocs/op", "CPU/op client+servers", "notes"}
 
 // tableRows renders the cells as text, one row per cell, in the order of
 // Results.Cells.
@@ -35,7 +35,7 @@ func (r *Results) tableRows() [][]string {
 		rows = append(rows, []string{
 			fmt.Sprint(c.Nodes), c.Workload, c.Contender,
 			fmt.Sprintf("%.0f", c.OpsPerSec),
-			formatRatio(c.VsRedsync), formatRatio(c.VsFloor),
+			formatRatio(c.VsRedsync), formatRatio(c.VsFloor), formatRatio(c.VsRueidislock),
 			formatDuration(c.AcquireP50), formatDuration(c.AcquireP99), formatDuration(c.ReleaseP50),
 			fmt.Sprintf("%.0f", c.AllocsPerOp),
 			formatCPU(c.ClientCPU, c.ServerCPU),
@@ -47,7 +47,7 @@ func (r *Results) tableRows() [][]string {
 
 func (r *Results) caption() string {
 	m := r.Machine
-	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync and ×floor are ops/s against redsync (default options) and the raw floor in the same cell.\n"+
+	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync, ×floor and ×rueidislock are ops/s against redsync (default options), the raw floor and rueidislock in the same cell.\n"+
 		"Machine: %d CPUs (%s), %s %s/%s, redis %s, load average %s at start, %s at end.",
 		r.Config.Repeats, r.Config.Duration, m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Arch, m.RedisVersion, m.LoadBefore, m.LoadAfter)
 }
@@ -59,21 +59,73 @@ func (r *Results) WriteTable(w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	// A held-locks-only run has no throughput cells: no empty table then.
+	if len(r.Cells) > 0 {
+		fmt.Fprintln(tw, strings.Join(tableHeader, "\t"))
+	}
 	for _, row := range r.tableRows() {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(r.HeldCells) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\n"+r.heldCaption())
+	fmt.Fprintln(tw, strings.Join(heldHeader, "\t"))
+	for _, row := range r.heldRows() {
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
 	return tw.Flush()
+}
+
+var heldHeader = []string{"nodes", "locks held", "take all", "client CPU/s", "servers CPU/s", "extends/s", "extend failures", "lost", "goroutines", "heap in use", "notes"}
+
+func (r *Results) heldCaption() string {
+	return fmt.Sprintf("%s: one client holds the locks (TTL %v, WithAutoExtend, Done watched), taken %d at a time; CPU is seconds per second over %v of holding (1.00 = one core). Medians of the repeats; lost and failures summed.",
+		WorkloadHeldLocks, HeldTTL, heldBatch, r.Config.HeldFor)
+}
+
+func (r *Results) heldRows() [][]string {
+	rows := make([][]string, 0, len(r.HeldCells))
+	for _, c := range r.HeldCells {
+		var notes []string
+		if c.Failures != 0 {
+			notes = append(notes, count(c.Failures, "failure"))
+		}
+		if c.Lost != 0 {
+			notes = append(notes, "LOCKS LOST")
+		}
+		rows = append(rows, []string{
+			fmt.Sprint(c.Nodes), fmt.Sprint(c.Locks), formatDuration(c.AcquireAll),
+			fmt.Sprintf("%.3f", c.ClientCPU), fmt.Sprintf("%.3f", c.ServerCPU),
+			fmt.Sprintf("%.0f", c.ExtendsPerSec), fmt.Sprint(c.ExtendFailures), fmt.Sprint(c.Lost),
+			fmt.Sprint(c.Goroutines), fmt.Sprintf("%.0f MiB", float64(c.HeapInUse)/(1<<20)),
+			strings.Join(notes, "; "),
+		})
+	}
+	return rows
 }
 
 // WriteMarkdown prints the same table as Markdown, for a README.
 func (r *Results) WriteMarkdown(w io.Writer) error {
 	var b strings.Builder
 	b.WriteString(r.caption() + "\n\n")
-	b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
-	b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
+	if len(r.Cells) > 0 {
+		b.WriteString("| " + strings.Join(tableHeader, " | ") + " |\n")
+		b.WriteString("|" + strings.Repeat("---|", len(tableHeader)) + "\n")
+	}
 	for _, row := range r.tableRows() {
 		b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+	}
+	if len(r.HeldCells) > 0 {
+		b.WriteString("\n" + r.heldCaption() + "\n\n")
+		b.WriteString("| " + strings.Join(heldHeader, " | ") + " |\n")
+		b.WriteString("|" + strings.Repeat("---|", len(heldHeader)) + "\n")
+		for _, row := range r.heldRows() {
+			b.WriteString("| " + strings.Join(row, " | ") + " |\n")
+		}
 	}
 	_, err := io.WriteString(w, b.String())
 	return err

@@ -18,6 +18,10 @@ const (
 	WorkloadUncontended1 = "uncontended-1"
 	// WorkloadUncontended16: sixteen workers, a key each.
 	WorkloadUncontended16 = "uncontended-16"
+	// WorkloadUncontended64 and WorkloadUncontended256: the same with 64 and
+	// 256 workers, where a library's per-node batching (or its lack) shows.
+	WorkloadUncontended64  = "uncontended-64"
+	WorkloadUncontended256 = "uncontended-256"
 	// WorkloadContended16: sixteen workers on one key, each library's own
 	// blocking wait. A holder keeps the lock for Config.Hold, releases, and
 	// competes again only once another worker has it, so every acquisition
@@ -55,8 +59,9 @@ const (
 
 // AllWorkloads lists every workload in the order tables show them.
 var AllWorkloads = []string{
-	WorkloadUncontended1, WorkloadUncontended16, WorkloadContended16, WorkloadContended16Clients,
-	WorkloadSlowNode, WorkloadFencingFast, WorkloadFencingSlow,
+	WorkloadUncontended1, WorkloadUncontended16, WorkloadUncontended64, WorkloadUncontended256,
+	WorkloadContended16, WorkloadContended16Clients,
+	WorkloadSlowNode, WorkloadFencingFast, WorkloadFencingSlow, WorkloadHeldLocks,
 	WorkloadIdleSubscribers0, WorkloadIdleSubscribers10, WorkloadIdleSubscribers100,
 }
 
@@ -76,12 +81,19 @@ type workload struct {
 	forceSlow bool // seed the fence register before each acquire
 	idleSubs  bool // an idle-subscribers workload (this library only)
 	idle      int  // idle clients beside the measured one (see IdleMaker)
+	held      bool // many auto-extended locks held at once (see held.go)
 }
 
 func workloadByName(name string) workload {
 	switch name {
 	case WorkloadUncontended16:
 		return workload{name: name, workers: 16}
+	case WorkloadUncontended64:
+		return workload{name: name, workers: 64}
+	case WorkloadUncontended256:
+		return workload{name: name, workers: 256}
+	case WorkloadHeldLocks:
+		return workload{name: name, held: true}
 	case WorkloadContended16:
 		return workload{name: name, workers: 16, contended: true}
 	case WorkloadContended16Clients:
@@ -111,6 +123,10 @@ func (w workload) runsOn(contender string, n int) bool {
 		return false // a single-instance lock
 	case w.slow && n < 3:
 		return false // with one node slow out of one or two, every quorum waits for it
+	case w.held:
+		return contender == ContenderRedlock // WithAutoExtend is this library's
+	case contender == ContenderRueidislock && w.slow:
+		return false // its keys all live on node 0, the slow one: not the same fault
 	case w.fencing, w.idleSubs:
 		return contender == ContenderRedlock
 	case w.contended:
