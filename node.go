@@ -210,6 +210,7 @@ type probeResult struct {
 	appendOnly  bool
 	appendFsync string        // "" if CONFIG GET is not allowed
 	fleetTTL    time.Duration // the node's register of the largest TTL in use
+	registerErr error         // why the register could not be read or raised
 	nodeTime    time.Time
 	sent, recv  time.Time
 }
@@ -234,8 +235,10 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	_, _ = pipe.Exec(ctx)
 	res.recv = c.clock.Now()
 	// CONFIG may be refused (an ACL user without it): the node then does
-	// not count as persistent, which only costs a grace.
-	for _, cmd := range []redis.Cmder{info, reg, tm} {
+	// not count as persistent, which only costs a grace. The register may
+	// be refused too (a replica is read-only): what the node is still
+	// counts, and an acquire raises the register itself before its vote.
+	for _, cmd := range []redis.Cmder{info, tm} {
 		if err := cmd.Err(); err != nil {
 			return res, err
 		}
@@ -253,8 +256,10 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
-	if res.fleetTTL, err = registerReply(reg.Val()); err != nil {
-		return res, err
+	if reg.Err() == nil {
+		res.fleetTTL, res.registerErr = registerReply(reg.Val())
+	} else {
+		res.registerErr = reg.Err()
 	}
 	return res, nil
 }
@@ -287,7 +292,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if newServer {
 		n.forgetRegistration()
 	}
-	c.heard(n, res.sent, raise, res.fleetTTL)
+	if res.registerErr == nil {
+		c.heard(n, res.sent, raise, res.fleetTTL)
+	}
 	c.observeClock(n, res.nodeTime, res.sent, res.recv)
 	// A server met after the first contact may have restarted empty while
 	// we were away: learn the largest TTL in use from the others now, as

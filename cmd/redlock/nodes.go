@@ -215,15 +215,24 @@ func verdicts(rows []nodeRow, quorum int) nodeVerdicts {
 
 func printNodes(w io.Writer, rows []nodeRow) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tCLOCK_OFFSET\tRTT\tINDEPENDENT\tVOTES")
+	// CLOCK_OFFSET is against this host's clock, VS_OTHERS against the
+	// median of the other nodes' (what the clock guard compares), and
+	// TTL_IN_USE the node's register of the largest TTL any client uses
+	// (how long it would sit out after a restart without persistence).
+	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tTTL_IN_USE\tCLOCK_OFFSET\tVS_OTHERS\tRTT\tINDEPENDENT\tVOTES")
 	for _, r := range rows {
 		n := r.info
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
 			continue
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
-			n.Uptime.Round(time.Second), persistence(n), signedDuration(n.ClockOffset), formatDuration(n.RTT), r.independent, r.votes)
+		ttlInUse := "-"
+		if n.LargestTTL > 0 {
+			ttlInUse = formatDuration(n.LargestTTL)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
+			n.Uptime.Round(time.Second), persistence(n), ttlInUse, signedDuration(n.ClockOffset), signedDuration(n.ClockSkew),
+			formatDuration(n.RTT), r.independent, r.votes)
 	}
 	tw.Flush()
 }
