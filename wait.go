@@ -82,7 +82,8 @@ type waiter struct{ ch chan bool }
 // until less than subscriptionLinger ago.
 type topic struct {
 	list   []*waiter
-	last   string      // owner value of the last release that woke a waiter
+	last   string      // owner value of the last release announced
+	copies int         // how many nodes announced it (a quorum: all it needs)
 	linger *time.Timer // running while nobody waits: ends the subscription
 
 	// Per node: the sequence number of the first PING written after our
@@ -235,16 +236,33 @@ func (w *waiters) remove(name string, wt *waiter) {
 
 // notify wakes one waiter of name for the release of the owner value. The
 // same release comes from every node (and from ourselves first, if we held
-// it): only the first copy wakes anyone. The woken waiter goes to the back,
-// so waiters take turns.
+// it): it wakes one waiter once, when our own release or a quorum of nodes
+// told of it. The woken waiter goes to the back, so waiters take turns.
 func (w *waiters) notify(name, value string, local bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	t := w.topics[name]
-	if t == nil || t.last == value {
+	if t == nil {
 		return
 	}
-	t.last = value
+	// Every node that released announces it. A waiter woken by the first
+	// copy could find the other nodes not yet released, fail, and then
+	// sleep its whole backoff, the later copies of the same release being
+	// dropped. So a remote release wakes a waiter once a quorum of nodes
+	// announced it: the lock is then free on a quorum. Our own release
+	// wakes at once, having already heard a quorum's deletions.
+	if t.last != value {
+		t.last, t.copies = value, 0
+	}
+	q := w.c.quorum()
+	if t.copies >= q {
+		return // a waiter was woken for this release already
+	}
+	if local {
+		t.copies = q
+	} else if t.copies++; t.copies < q {
+		return
+	}
 	for i, wt := range t.list {
 		select {
 		case wt.ch <- local:
