@@ -63,6 +63,9 @@
 #ifndef SKEW
 #define SKEW 2
 #endif
+#ifndef CRASH_BY
+#define CRASH_BY TMAX   /* latest time of the crash */
+#endif
 #ifndef JMP
 #define JMP 3
 #endif
@@ -129,6 +132,7 @@ active proctype faults() {
   :: skip
 #ifdef CRASH
   :: atomic {
+       now <= CRASH_BY;
        select(n : 0 .. NN-1);
        crashed = 1; restarted[n] = 1; upat[n] = now;
 #ifndef PERSIST

@@ -19,13 +19,14 @@ DEPTH=${DEPTH:-4000}
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
 configs=(
-"mutex-base|ok|redlock.pml|full|-DEXTEND -DWRITES -DTMAX=3"
-"restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DNOGRACE -DTMAX=4"
-"restart-fleet-grace|ok|redlock.pml|full|-DCRASH -DFLEET_PRE -DTMAX=4"
+"mutex-writes|ok|redlock.pml|full|-DWRITES -DTMAX=4"
+"mutex-extend|ok|redlock.pml|full|-DEXTEND -DTMAX=2"
+"restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DNOGRACE -DTMAX=4 -DCRASH_BY=1"
+"restart-fleet-grace|ok|redlock.pml|full|-DCRASH -DFLEET_PRE -DTMAX=4 -DCRASH_BY=1"
 "clock-cross|ok|redlock.pml|full|-DJUMP -DCLOCK_CROSS -DTMAX=4"
 "unsafe-restart-no-grace|held[0]/lastGranted|redlock.pml|full|-DCRASH -DNOGRACE"
-"unsafe-grace-own-ttl|held[0]/lastGranted|redlock.pml|full|-DCRASH -DOWN -DTTL_A=4"
-"unsafe-grace-in-script|held[0]/lastGranted|redlock.pml|full|-DCRASH -DFLEET_SCRIPT -DTTL_A=4"
+"unsafe-grace-own-ttl|held[0]/lastGranted|redlock.pml|full|-DCRASH -DOWN -DTTL_A=5 -DTMAX=4"
+"unsafe-grace-in-script|held[0]/lastGranted|redlock.pml|full|-DCRASH -DFLEET_SCRIPT -DTTL_A=5 -DTMAX=4"
 "unsafe-clock-off|held[0]/lastGranted|redlock.pml|full|-DJUMP"
 "unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
