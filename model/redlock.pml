@@ -10,9 +10,11 @@
  *   one extend with the repair of extend.lua, writes to a fenced resource,
  *   and a release that goes to a node only after the calls in flight there
  *   have answered (quorum.go enter/leave/askRelease).
- *   Every request and every reply is a separate step, so the interleaving
- *   gives arbitrary message delay and reordering between clients and nodes,
- *   a client that starts at any moment (with no history of any node), and a
+ *   Every request is a separate step (the node runs it and the client reads
+ *   the reply in that step; a reply's delay only shortens the validity, as
+ *   the client dates the decision when it reads), so the interleaving gives
+ *   arbitrary message delay and reordering between clients and nodes, a
+ *   client that starts at any moment (with no history of any node), and a
  *   client that pauses for any time (past its validity too).
  *   Faults, each switched on by a -D flag: one node crash+restart (CRASH),
  *   with or without persistence (PERSIST); one forward clock jump of a node
@@ -28,8 +30,9 @@
  *     budget can only move the node's expiry later than that bound, which
  *     is the case we check with equality (the tightest case).
  *   - Validity is the bounded counter "deadline"; a client believes it holds
- *     the lock exactly while now < deadline.  Exclusion is checked in every
- *     reachable state (monitor process).
+ *     the lock exactly while now < deadline.  Exclusion is asserted at every
+ *     grant and every extend: time only grows, so those are the only steps
+ *     where two valid holders can first appear.
  *   - Owner values: one attempt per client, so the client id is a value no
  *     other attempt ever uses (DESIGN sec. 1: new value per attempt).
  *   - Proposals p = max(last token + 1, client wall clock), with the client
@@ -44,7 +47,17 @@
  *     node reports (uptime, clock) at that moment.
  *   - A restart is immediate (down time 0): the worst case for a node that
  *     lost its data.  A clock jump is forward and stays (a backward step
- *     only makes keys live longer).
+ *     only makes keys live longer; a step forward and back between two
+ *     probes is left to the chaos suite).
+ *   - A release to a node with nothing in flight runs at once; one owed to
+ *     a call in flight is a delayed step of its own.  A delayed release only
+ *     keeps our key longer, which can only refuse others.
+ *   - Keys expire eagerly at each tick (same observations as Redis' lazy
+ *     expiry) and finished clients clear their variables, so that equal
+ *     situations are equal states.
+ *   - Bounds (verify.sh): TMAX 2 to 5 ticks, the crash at t <= CRASH_BY in
+ *     the safe restart runs (a later crash leaves no time in the horizon
+ *     for the grace to end, and the sit-out itself is checked either way).
  */
 
 #ifndef NN
