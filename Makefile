@@ -26,6 +26,7 @@ test: deps fmt-check vet
 		(cd chaos && $(GO) test -race -count=1 -timeout 30m -v ./... > $$log 2>&1) || rc=$$?; \
 		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
 		if [ $$rc -ne 0 ]; then tail -n 150 $$log; exit $$rc; fi; rm -f $$log
+	@$(MAKE) --no-print-directory model
 
 # Nested modules add their own targets (demo, chaos, bench) in a make.mk beside them.
--include cmd/redlock/make.mk chaos/make.mk bench/make.mk
+-include cmd/redlock/make.mk chaos/make.mk bench/make.mk model/make.mk

@@ -1,0 +1,388 @@
+/*
+ * redlock.pml -- the lock protocol of DESIGN sec. 1-3 as SPIN sees it.
+ *
+ * What is modelled
+ *   3 independent nodes, each with the lock key (owner, expiry in node-clock
+ *   time), the fence register F and the register R "largest TTL in use".
+ *   2 clients with different TTLs (TTL_A long, TTL_B short).  A client runs
+ *   one attempt: parallel acquire, decision at quorum, fencing (fast path
+ *   p > max f over the winners, else the raise phase to max f + 1), at most
+ *   one extend with the repair of extend.lua, writes to a fenced resource,
+ *   and a release that goes to a node only after the calls in flight there
+ *   have answered (quorum.go enter/leave/askRelease).
+ *   Every request is a separate step (the node runs it and the client reads
+ *   the reply in that step; a reply's delay only shortens the validity, as
+ *   the client dates the decision when it reads), so the interleaving gives
+ *   arbitrary message delay and reordering between clients and nodes, a
+ *   client that starts at any moment (with no history of any node), and a
+ *   client that pauses for any time (past its validity too).
+ *   Faults, each switched on by a -D flag: one node crash+restart (CRASH),
+ *   with or without persistence (PERSIST); one forward clock jump of a node
+ *   (JUMP).  Guards, selected by -D flags: restart grace NOGRACE | OWN |
+ *   FLEET_SCRIPT | FLEET_PRE, clock guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS.
+ *
+ * Abstractions, and why they keep the property
+ *   - Time is a global counter 0..TMAX that ticks by one; node clocks run at
+ *     the true rate plus a fixed offset (0, or JMP after a jump).  The drift
+ *     budget (TTL*0.01 + 2ms) becomes one tick: validity ends at
+ *     t0 + TTL - 1 while a key set at or after t0 lives until at least
+ *     t0 + TTL on a node whose clock did not jump.  Any drift within the
+ *     budget can only move the node's expiry later than that bound, which
+ *     is the case we check with equality (the tightest case).
+ *   - Validity is the bounded counter "deadline"; a client believes it holds
+ *     the lock exactly while now < deadline.  Exclusion is asserted at every
+ *     grant and every extend: time only grows, so those are the only steps
+ *     where two valid holders can first appear.
+ *   - Owner values: one attempt per client, so the client id is a value no
+ *     other attempt ever uses (DESIGN sec. 1: new value per attempt).
+ *   - Proposals p = max(last token + 1, client wall clock), with the client
+ *     clocks skewed (A ahead by SKEW) so that the slow path is reachable.
+ *   - Messages are delayed but never lost: a lost request is a request
+ *     delayed past every decision, which the interleaving already covers;
+ *     an error reply counts as a refusal, which only removes votes.
+ *   - A node runs each script atomically (Redis runs Lua atomically) and
+ *     expires keys lazily at the start of each script, which is what a
+ *     reader of the key can observe.
+ *   - The guards are evaluated when the client counts a reply, from what the
+ *     node reports (uptime, clock) at that moment.
+ *   - A restart is immediate (down time 0): the worst case for a node that
+ *     lost its data.  A clock jump is forward and stays (a backward step
+ *     only makes keys live longer; a step forward and back between two
+ *     probes is left to the chaos suite).
+ *   - A release to a node with nothing in flight runs at once; one owed to
+ *     a call in flight is a delayed step of its own.  A delayed release only
+ *     keeps our key longer, which can only refuse others.
+ *   - Keys expire eagerly at each tick (same observations as Redis' lazy
+ *     expiry) and finished clients clear their variables, so that equal
+ *     situations are equal states.
+ *   - Bounds (verify.sh): TMAX 2 to 5 ticks, the crash at t <= CRASH_BY in
+ *     the safe restart runs (a later crash leaves no time in the horizon
+ *     for the grace to end, and the sit-out itself is checked either way).
+ */
+
+#ifndef NN
+#define NN 3
+#endif
+#define QQ (NN/2+1)
+#ifndef TMAX
+#define TMAX 5
+#endif
+#ifndef TTL_A
+#define TTL_A 3
+#endif
+#ifndef TTL_B
+#define TTL_B 2
+#endif
+#ifndef SKEW
+#define SKEW 2
+#endif
+#ifndef CRASH_BY
+#define CRASH_BY TMAX   /* latest time of the crash */
+#endif
+#ifndef JMP
+#define JMP 3
+#endif
+#define INF 255
+
+/* request kinds */
+#define ACQ 1
+#define EXT 2
+#define RAI 3
+#define REL 4
+
+/* ---- nodes ---- */
+byte now;
+byte owner[NN];     /* 0: no key, else the client id + 1 */
+byte kexp[NN];      /* node-clock time at which the key expires */
+byte F[NN];         /* fence register */
+byte R[NN];         /* largest TTL in use */
+byte off[NN];       /* node clock = now + off */
+byte upat[NN];      /* time of the last restart */
+bool restarted[NN];
+bool crashed;       /* the one crash has happened */
+bool jumped;        /* the one jump has happened */
+
+/* ---- clients ---- */
+bool held[2];       /* decided won, token fixed */
+byte dl[2];         /* validity deadline: valid while now < dl */
+byte tok[2];
+byte lastGranted;   /* highest token granted so far */
+byte finished;
+
+/* ---- the fenced resource ---- */
+byte resHigh;       /* highest token the resource accepted */
+byte wpend[2];      /* a write in flight with this token, 0: none */
+
+#define nclk(n) (now + off[n])
+#define live(n) (owner[n] != 0 && nclk(n) < kexp[n])
+
+inline expire(n) {
+  if
+  :: owner[n] != 0 && nclk(n) >= kexp[n] -> owner[n] = 0; kexp[n] = 0
+  :: else -> skip
+  fi
+}
+
+/* Mutual exclusion among clients that believe they are within validity.
+   Time only grows and a deadline only moves at a grant or at an extend, so
+   a state where two clients hold valid locks is first reached at one of
+   those steps: the check runs there (cheaper than a monitor process). */
+#define EXCLUSIVE (!(held[0] && now < dl[0] && held[1] && now < dl[1]))
+
+/* time; keys expire eagerly at each tick so that equal situations are equal
+   states (a reader sees the same as with Redis' lazy expiry) */
+active proctype ticker() {
+  byte n;
+  do
+  :: atomic { now < TMAX && finished < 2 -> now++; for (n : 0 .. NN-1) { expire(n) }; n = 0 }
+  :: atomic { now >= TMAX || finished == 2 -> break }
+  od
+}
+
+active proctype faults() {
+  byte n;
+  if
+  :: skip
+#ifdef CRASH
+  :: atomic {
+       now <= CRASH_BY;
+       select(n : 0 .. NN-1);
+       crashed = 1; restarted[n] = 1; upat[n] = now;
+#ifndef PERSIST
+       owner[n] = 0; kexp[n] = 0; F[n] = 0; R[n] = 0;
+#endif
+     }
+#endif
+#ifdef JUMP
+  :: atomic { select(n : 0 .. NN-1); jumped = 1; off[n] = JMP }
+#endif
+  fi
+}
+
+/* the fenced resource: accept a write only with a token >= the highest */
+inline resource(c) {
+  atomic {
+    if
+    :: wpend[c] >= resHigh ->
+         assert(wpend[c] >= resHigh);  /* never a lower token after a higher */
+         resHigh = wpend[c]
+    :: else -> skip                    /* stale token refused */
+    fi;
+    wpend[c] = 0
+  }
+}
+
+/* a node runs the script of the request in flight to it (Redis runs Lua atomically) */
+inline deliver(i) {
+  expire(i);
+  if
+  :: pend[i] == ACQ ->                       /* acquire.lua */
+#ifdef FLEET_SCRIPT
+     if :: R[i] < ttl -> R[i] = ttl :: else -> skip fi;
+#endif
+     if
+     :: owner[i] == 0 ->
+        owner[i] = me; kexp[i] = nclk(i) + ttl; rval = F[i];
+        if :: p > F[i] -> F[i] = p :: else -> skip fi;
+        rep[i] = 1
+     :: else -> rep[i] = 2
+     fi
+  :: pend[i] == RAI ->                       /* raise.lua */
+     if
+     :: owner[i] == me && F[i] <= token -> F[i] = token; rep[i] = 1
+     :: else -> rep[i] = 2
+     fi
+  :: pend[i] == EXT ->                       /* extend.lua, with the repair */
+     if
+     :: owner[i] == me -> kexp[i] = nclk(i) + ttl; rep[i] = 1
+     :: owner[i] != 0 -> rep[i] = 2
+     :: else ->
+        if
+        :: F[i] > token -> rep[i] = 2
+        :: else -> F[i] = token; owner[i] = me; kexp[i] = nclk(i) + ttl; rep[i] = 1
+        fi
+     fi
+  fi;
+  pend[i] = 0
+}
+
+/* the node guards: does node i's vote count now? (sets ok) */
+inline guards(i) {
+#ifdef CLOCK_OWN
+  /* compare with this client's own earlier sample only */
+  if
+  :: hist[i] == INF -> hist[i] = off[i]
+  :: hist[i] != INF && hist[i] != off[i] -> excl[i] = 1
+  :: else -> skip
+  fi;
+  if :: excl[i] -> ok = 0 :: else -> skip fi;
+#endif
+#ifdef CLOCK_CROSS
+  /* compare with the other nodes' clocks: sit out unless a quorum agrees */
+  g = 0;
+  for (j : 0 .. NN-1) { if :: off[j] == off[i] -> g++ :: else -> skip fi }
+  if :: g < QQ -> ok = 0 :: else -> skip fi;
+#endif
+  if
+  :: restarted[i] ->
+#if defined(NOGRACE)
+     g = 0;
+#elif defined(OWN)
+     g = ttl;                      /* old bug: this client's largest TTL only */
+#else
+     g = ttl;                      /* fleet-wide: R of the other nodes */
+     for (j : 0 .. NN-1) { if :: j != i && R[j] > g -> g = R[j] :: else -> skip fi }
+#endif
+     if :: g > 0 && now - upat[i] <= g -> ok = 0 :: else -> skip fi
+  :: else -> skip
+  fi
+}
+
+inline startRelease() {
+  phase = 4;
+  for (j : 0 .. NN-1) {
+    if
+#ifdef UNORDERED
+    :: true -> relpend[j] = 1       /* old bug: release overtakes calls in flight */
+#else
+    :: pend[j] == 0 && rep[j] == 0 ->  /* nothing in flight: released at once */
+       expire(j); if :: owner[j] == me -> owner[j] = 0; kexp[j] = 0 :: else -> skip fi
+    :: else -> relOwed[j] = 1       /* sent by the reply of the call in flight */
+#endif
+    fi
+  }
+}
+
+inline grant() {
+  assert(token > lastGranted);      /* tokens strictly increase in grant order */
+  lastGranted = token;
+  held[c] = 1; dl[c] = t0 + ttl - 1; phase = 3;
+  assert(EXCLUSIVE)
+}
+
+/* what can happen between this client and node k: its request runs there
+   and the reply is read (one step), or its release runs there */
+#define NODE_STEPS(k) \
+     atomic { pend[k] != 0 -> deliver(k); readReply(k) } \
+  :: atomic { relpend[k] -> expire(k); if :: owner[k] == me -> owner[k] = 0; kexp[k] = 0 :: else -> skip fi; relpend[k] = 0 }
+
+#define BUSY(k) (pend[k] != 0 || rep[k] != 0 || relpend[k] || relOwed[k])
+#if NN > 3
+#define ALLIDLE (!BUSY(0) && !BUSY(1) && !BUSY(2) && !BUSY(3) && !BUSY(4))
+#else
+#define ALLIDLE (!BUSY(0) && !BUSY(1) && !BUSY(2))
+#endif
+
+/* the client reads node i's reply and counts it */
+inline readReply(i) {
+  ok = (rep[i] == 1);
+  guards(i);
+  if
+  :: phase == 0 ->
+     if
+     :: ok -> yes++; if :: rval > maxf -> maxf = rval :: else -> skip fi
+     :: else -> no++
+     fi
+  :: phase == 1 || phase == 2 -> if :: ok -> yes++ :: else -> no++ fi
+  :: else -> skip                                               /* a straggler */
+  fi;
+  rep[i] = 0; ok = 0; g = 0; j = 0; rval = 0;
+  if :: relOwed[i] -> relOwed[i] = 0; relpend[i] = 1 :: else -> skip fi
+}
+
+proctype client(byte c; byte ttl; byte skew) {
+  byte me = c + 1;
+  byte pend[NN];    /* request in flight to node i */
+  byte rep[NN];     /* reply waiting: 0 none, 1 yes, 2 no */
+  byte rval;        /* fence register before (acquire reply) */
+  bool relpend[NN]; /* release in flight to node i */
+  bool relOwed[NN]; /* release asked, waits for the call in flight */
+  byte hist[NN];    /* CLOCK_OWN: node clock offset first seen */
+  bool excl[NN];    /* CLOCK_OWN: a jump was seen, the node sits out */
+  byte phase;       /* 0 acquire, 1 raise, 2 extend, 3 hold, 4 release */
+  byte yes, no, maxf, p, t0, token, ext, i, j, g;
+  bool ok, wrote;
+
+  for (i : 0 .. NN-1) { hist[i] = INF }
+  i = 0;
+
+#ifdef FLEET_PRE
+  /* raise R on every node before the first acquire is sent */
+  atomic { for (j : 0 .. NN-1) { if :: R[j] < ttl -> R[j] = ttl :: else -> skip fi } }
+#endif
+
+  atomic {
+    t0 = now; p = now + skew + 1;
+    for (j : 0 .. NN-1) { pend[j] = ACQ }
+  }
+
+  do
+  /* the network: any request may be delivered, any reply read, in any order */
+  :: NODE_STEPS(0)
+  :: NODE_STEPS(1)
+  :: NODE_STEPS(2)
+#if NN > 3
+  :: NODE_STEPS(3)
+  :: NODE_STEPS(4)
+#endif
+  /* decisions */
+  :: atomic {
+       phase == 0 && yes >= QQ ->
+       if
+       :: now >= t0 + ttl - 1 -> startRelease()               /* validity <= 0 */
+       :: else ->
+          if
+          :: p > maxf -> token = p; grant()                  /* fast path */
+          :: else ->                                         /* slow path: raise */
+             token = maxf + 1; yes = 0; no = 0; phase = 1;
+             for (j : 0 .. NN-1) { if :: pend[j] == 0 && rep[j] == 0 -> pend[j] = RAI :: else -> no++ fi }
+          fi
+       fi
+     }
+  :: atomic { phase == 0 && no > NN - QQ -> startRelease() }
+  :: atomic {
+       phase == 1 && yes >= QQ ->
+       if :: now >= t0 + ttl - 1 -> startRelease() :: else -> grant() fi
+     }
+  :: atomic { phase == 1 && no > NN - QQ -> startRelease() }
+  :: atomic {
+       phase == 2 && yes >= QQ ->
+       if :: now < t0 + ttl - 1 -> dl[c] = t0 + ttl - 1 :: else -> skip fi;
+       phase = 3; assert(EXCLUSIVE)
+     }
+  :: atomic { phase == 2 && no > NN - QQ -> phase = 3 }          /* extend failed: deadline unchanged */
+  /* holding: write to the resource (the write may arrive much later), extend, release */
+#ifdef WRITES
+  :: atomic { phase == 3 && wpend[c] == 0 && !wrote -> wpend[c] = token; wrote = 1 }
+  :: atomic { wpend[c] != 0 -> resource(c) }
+#endif
+#ifdef EXTEND
+  :: atomic {
+       phase == 3 && ext == 0 && now < dl[c] ->
+       ext = 1; phase = 2; yes = 0; no = 0; t0 = now;
+       for (j : 0 .. NN-1) { if :: pend[j] == 0 && rep[j] == 0 -> pend[j] = EXT :: else -> no++ fi }
+     }
+#endif
+  :: atomic { phase == 3 && wpend[c] == 0 -> held[c] = 0; startRelease() }
+  /* done when every release went out and every call answered */
+  :: atomic {
+       phase == 4 && wpend[c] == 0 && ALLIDLE ->
+       finished++;
+       if
+       :: finished == 2 ->   /* every client stopped: no key left behind */
+          for (j : 0 .. NN-1) { expire(j); assert(owner[j] == 0) }
+       :: else -> skip
+       fi;
+       held[c] = 0; dl[c] = 0; tok[c] = 0;
+       phase = 0; yes = 0; no = 0; maxf = 0; p = 0; t0 = 0; token = 0; ext = 0; i = 0; j = 0; wrote = 0;
+       break
+     }
+  od
+}
+
+init {
+  atomic {
+    run client(0, TTL_A, SKEW);
+    run client(1, TTL_B, 0)
+  }
+}

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Runs every model configuration through SPIN and checks the verdict each
+# one must give: the safe configurations must verify, the unsafe ones must
+# still produce their counterexample (so the model cannot go vacuous).
+# Prints one line per configuration and a final "N passed, N failed" line;
+# exits non-zero on any failure. Generated files live in a temp dir.
+#   KEEP=<dir> keeps the counterexample trails there (with spin -t replays).
+#   ONLY=<name> runs one configuration.
+set -uo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+command -v spin >/dev/null && command -v gcc >/dev/null || { echo "model: needs spin and gcc (scripts/install-deps.sh)" >&2; exit 1; }
+work=$(mktemp -d -t redlock-model.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+MEM=${MEM:-1024}   # MB per run (pan -DMEMLIM)
+DEPTH=${DEPTH:-4000}
+
+# name | expect (ok, or the assertion text the counterexample must hit; / separates
+# alternatives) | model | mode | spin -D flags
+configs=(
+"mutex-writes|ok|redlock.pml|full|-DWRITES -DTMAX=4"
+"mutex-extend|ok|redlock.pml|full|-DEXTEND -DTMAX=2"
+"restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DNOGRACE -DTMAX=4 -DCRASH_BY=1"
+"restart-fleet-grace|ok|redlock.pml|full|-DCRASH -DFLEET_PRE -DTMAX=4 -DCRASH_BY=1"
+"clock-cross|ok|redlock.pml|full|-DJUMP -DCLOCK_CROSS -DTMAX=4"
+"unsafe-restart-no-grace|held[0]/lastGranted|redlock.pml|full|-DCRASH -DNOGRACE"
+"unsafe-grace-own-ttl|held[0]/lastGranted|redlock.pml|full|-DCRASH -DOWN -DTTL_A=5 -DTMAX=4"
+"unsafe-grace-in-script|held[0]/lastGranted|redlock.pml|full|-DCRASH -DFLEET_SCRIPT -DTTL_A=5 -DTMAX=4"
+"unsafe-clock-off|held[0]/lastGranted|redlock.pml|full|-DJUMP"
+"unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
+"unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
+"semaphore-qk|ok|semaphore.pml|full|"
+"unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
+)
+
+pass=0 fail=0
+printf '%-26s %-10s %-10s %12s %6s %8s\n' config expected got states depth seconds
+for line in "${configs[@]}"; do
+	IFS='|' read -r name expect model mode flags <<<"$line"
+	[ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
+	d="$work/$name"; mkdir -p "$d"; cp "$here"/*.pml "$d/"
+	start=$EPOCHREALTIME
+	cflags="-O2 -w -DSAFETY -DREVERSE -DMEMLIM=$MEM"
+	[ "$mode" = full ] && cflags="$cflags -DCOLLAPSE"
+	[ "$mode" = bit ] && cflags="$cflags -DBITSTATE"
+	# shellcheck disable=SC2086
+	if ! (cd "$d" && spin $flags -a "$model" >spin.log 2>&1 && gcc $cflags -o pan pan.c 2>gcc.log); then
+		echo "$name: spin/gcc failed"; cat "$d"/spin.log "$d"/gcc.log 2>/dev/null | tail -5; fail=$((fail+1)); continue
+	fi
+	run="-m$DEPTH -c1"; [ "$mode" = bit ] && run="$run -w27"
+	# shellcheck disable=SC2086
+	(cd "$d" && ./pan $run >pan.log 2>&1)
+	secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
+	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$d/pan.log" | tail -1)
+	states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' "$d/pan.log" | tail -1)
+	depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$d/pan.log" | tail -1)
+	bounded=""
+	grep -q "reached -DMEMLIM bound\|max search depth too small" "$d/pan.log" && bounded=" (search cut by a bound)"
+	got=ok
+	if [ "${errors:-x}" != 0 ]; then
+		got=$(sed -n 's/^pan:1: \(.*\) (at depth.*/\1/p' "$d/pan.log" | head -1)
+		[ -z "$got" ] && got="no-verdict"
+	fi
+	verdict=FAIL
+	if [ "$expect" = ok ]; then
+		[ "$got" = ok ] && [ -z "$bounded" ] && verdict=pass
+	else
+		IFS=/ read -ra alts <<<"$expect"
+		for alt in "${alts[@]}"; do case "$got" in *"$alt"*) verdict=pass ;; esac; done
+	fi
+	short=$got; [ "$got" != ok ] && short=violation
+	printf '%-26s %-10s %-10s %12s %6s %8.1f %s%s\n' "$name" "$([ "$expect" = ok ] && echo ok || echo violation)" "$short" "${states:-?}" "${depth:-?}" "$secs" "$verdict" "$bounded"
+	if [ "$verdict" = pass ]; then pass=$((pass+1)); else fail=$((fail+1)); tail -5 "$d/pan.log"; fi
+	if [ -n "${KEEP:-}" ] && [ -f "$d/$model.trail" ]; then
+		mkdir -p "$KEEP"
+		# shellcheck disable=SC2086
+		(cd "$d" && spin $flags -t -p -g -l "$model" >"$KEEP/$name.replay" 2>&1; cp "$model.trail" "$KEEP/$name.trail")
+	fi
+	rm -rf "$d"
+done
+echo "$pass passed, $fail failed"
+[ "$fail" -eq 0 ]
