@@ -12,6 +12,8 @@ import (
 	"runtime/pprof"
 	"strconv"
 	"strings"
+
+	"github.com/quorumlabs/redlock/internal/flagset"
 )
 
 // RunCommand runs the matrix command with its command-line args: the flags
@@ -36,7 +38,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
 	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
 	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the whole run to this file (held-locks has no go test benchmark to profile)")
-	if err := parseFlags(flags, name, args, stdout); err != nil {
+	if err := flagset.Parse(flags, name, args, stdout); err != nil {
 		return err
 	}
 	if *urls != "" {
@@ -142,30 +144,4 @@ func writeJSON(path string, res *Results) (err error) {
 	}
 	defer func() { err = errors.Join(err, f.Close()) }()
 	return res.WriteJSON(f)
-}
-
-// parseFlags parses args with flags spelled --name, as the redlock command
-// spells them everywhere: -h prints the flag list once, on stdout; a bad flag
-// is one line, not the flag list.
-func parseFlags(flags *flag.FlagSet, name string, args []string, stdout io.Writer) error {
-	flags.SetOutput(io.Discard)
-	flags.Usage = func() {}
-	err := flags.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(stdout, "Usage of %s:\n", name)
-		flags.VisitAll(func(f *flag.Flag) {
-			kind, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(stdout, "  --%s %s\n        %s", f.Name, kind, usage)
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-				fmt.Fprintf(stdout, " (default %s)", f.DefValue)
-			}
-			fmt.Fprintln(stdout)
-		})
-		return err
-	case err != nil:
-		msg := strings.Replace(err.Error(), " -", " --", 1)
-		return fmt.Errorf("%s (run '%s --help' for the flags)", msg, name)
-	}
-	return nil
 }

@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"strings"
 	"time"
+
+	"github.com/quorumlabs/redlock/internal/flagset"
 )
 
 // ErrUnexpectedVerdict is returned by RunCommand when a scenario run's
@@ -28,7 +30,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	out := flags.String("out", "", "directory for the report (default: print the table only)")
 	list := flags.Bool("list", false, "list the scenarios and exit")
 	verbose := flags.Bool("v", false, "log every nemesis step")
-	if err := parseFlags(flags, name, args, stdout); err != nil {
+	if err := flagset.Parse(flags, name, args, stdout); err != nil {
 		return err
 	}
 	if flags.NArg() > 0 {
@@ -64,32 +66,6 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	}
 	if !rep.OK() {
 		return fmt.Errorf("%w: %d differ, %d could not run", ErrUnexpectedVerdict, rep.Mismatches(), len(rep.Failed))
-	}
-	return nil
-}
-
-// parseFlags parses args with flags spelled --name, as the redlock command
-// spells them everywhere: -h prints the flag list once, on stdout; a bad flag
-// is one line, not the flag list.
-func parseFlags(flags *flag.FlagSet, name string, args []string, stdout io.Writer) error {
-	flags.SetOutput(io.Discard)
-	flags.Usage = func() {}
-	err := flags.Parse(args)
-	switch {
-	case errors.Is(err, flag.ErrHelp):
-		fmt.Fprintf(stdout, "Usage of %s:\n", name)
-		flags.VisitAll(func(f *flag.Flag) {
-			kind, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(stdout, "  --%s %s\n        %s", f.Name, kind, usage)
-			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
-				fmt.Fprintf(stdout, " (default %s)", f.DefValue)
-			}
-			fmt.Fprintln(stdout)
-		})
-		return err
-	case err != nil:
-		msg := strings.Replace(err.Error(), " -", " --", 1)
-		return fmt.Errorf("%s (run '%s --help' for the flags)", msg, name)
 	}
 	return nil
 }
