@@ -156,10 +156,19 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 // another process may take the port freePort found before Docker binds it.
 const portAttempts = 5
 
+// portTaken tells whether a container failed to start only because its host
+// port was taken meanwhile. Docker says so in two ways: its own allocator
+// ("port is already allocated") or, when another program holds the port,
+// the userland proxy's bind error ("address already in use").
+func portTaken(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "port is already allocated") || strings.Contains(msg, "address already in use")
+}
+
 func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
 	for attempt := 1; ; attempt++ {
 		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fake)
-		if err == nil || attempt == portAttempts || !strings.Contains(err.Error(), "port is already allocated") {
+		if err == nil || attempt == portAttempts || !portTaken(err) {
 			return n, err
 		}
 		if n != nil {
