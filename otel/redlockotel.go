@@ -113,6 +113,9 @@ func WithLockNameAttribute() Option {
 type Observer struct {
 	cfg    config
 	tracer trace.Tracer
+	// byOutcome holds the lock metrics' attributes for every outcome, made
+	// once, when the lock's name is not among them. Read-only.
+	byOutcome map[string]metric.MeasurementOption
 
 	acquireDuration metric.Float64Histogram
 	acquisitions    metric.Int64Counter
@@ -193,6 +196,14 @@ func NewObserver(opts ...Option) (*Observer, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	if !o.cfg.lockName {
+		o.byOutcome = map[string]metric.MeasurementOption{}
+		for _, outcome := range []string{"", OutcomeAcquired, OutcomeExtended, OutcomeReleased, OutcomeLocked,
+			OutcomeNoQuorum, OutcomeValidityTooShort, OutcomeNotIndependent, OutcomeLost, OutcomeNotHeld,
+			OutcomeGaveUp, OutcomeCanceled, OutcomeInvalidConfig, OutcomeError} {
+			o.byOutcome[outcome] = o.lockAttrs("", outcome)
+		}
+	}
 	return o, nil
 }
 
@@ -256,6 +267,9 @@ func (o *Observer) attrs(kv ...attribute.KeyValue) metric.MeasurementOption {
 // lockAttrs are the attributes of a lock metric: the outcome if not empty,
 // and the name if asked for.
 func (o *Observer) lockAttrs(name, outcome string) metric.MeasurementOption {
+	if opt, ok := o.byOutcome[outcome]; ok {
+		return opt
+	}
 	kv := make([]attribute.KeyValue, 0, 2+len(o.cfg.attrs))
 	if outcome != "" {
 		kv = append(kv, AttrOutcome.String(outcome))
