@@ -115,14 +115,14 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	opts := nf.options(a, *ttl)
 	opts.RestartGrace = grace.d
 	if *withOTel {
-		obs, shutdown, err := startOTel(ctx)
+		obs, shutdown, err := startOTel(ctx, a)
 		if err != nil {
 			return err
 		}
 		// Deferred before the client's Close: the last events are exported.
 		defer func() {
 			if err := shutdown(); err != nil {
-				fmt.Fprintf(a.stderr, "redlock exec: warning: exporting telemetry: %v\n", err)
+				fmt.Fprintf(a.stderr, "redlock exec: warning: telemetry: %v\n", err)
 			}
 		}()
 		addObserver(&opts, obs)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/quorumlabs/redlock"
 	redlockotel "github.com/quorumlabs/redlock/otel"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
@@ -27,7 +28,12 @@ const otelShutdownTimeout = 5 * time.Second
 // (endpoint, headers, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, the
 // export interval). shutdown flushes what is left; call it before exiting.
 // The HTTP exporters keep the binary lean: no gRPC runtime.
-func startOTel(ctx context.Context) (obs redlock.Observer, shutdown func() error, err error) {
+func startOTel(ctx context.Context, a *app) (obs redlock.Observer, shutdown func() error, err error) {
+	// The SDK reports failed background exports here: as the command's
+	// warnings, not as log lines of another format.
+	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
+		fmt.Fprintf(a.stderr, "redlock exec: warning: telemetry: %v\n", err)
+	}))
 	res := resource.Default() // with OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES
 	metricExp, err := otlpmetrichttp.New(ctx)
 	if err != nil {

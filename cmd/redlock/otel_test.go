@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 
@@ -129,6 +130,14 @@ func TestExecOTelWithNoCollectorStillRunsTheCommand(t *testing.T) {
 	}.run(t)
 	if r.code != 3 {
 		t.Fatalf("want the command's exit 3, got %v", r)
+	}
+	for _, line := range strings.Split(strings.TrimSpace(r.stderr), "\n") {
+		if !strings.HasPrefix(line, "redlock exec: warning: telemetry: ") {
+			t.Errorf("stderr line %q is not a telemetry warning; stderr:\n%s", line, r.stderr)
+		}
+	}
+	if !strings.Contains(r.stderr, "/v1/metrics") {
+		t.Errorf("no warning that the metrics could not be exported; stderr:\n%s", r.stderr)
 	}
 	requireReleased(t, libClient(t), name)
 }
