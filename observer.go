@@ -29,9 +29,9 @@ const (
 	EventExtendFailed                       // an extension failed: Err
 	EventReleased                           // a lock was released: Err as Release returned it (matching ErrLockLost after an EventLost)
 	EventLost                               // a held lock was lost: Err
-	EventNodeSitOut                         // a node's vote stopped counting (clock jump): Node, Err
+	EventNodeSitOut                         // a node's vote stopped counting (restart, clock jump or skew): Node, Reason, Err
 	EventNodeRestarted                      // a node came back with a new run_id: Node
-	EventWaited                             // an Acquire call stopped waiting: Elapsed, Err unless it got the lock
+	EventWaited                             // an Acquire call ended: Elapsed since the call, Token if it got the lock, else Err
 )
 
 var eventNames = [...]string{
