@@ -432,3 +432,57 @@ func eventually(t *testing.T, within time.Duration, what string, cond func() boo
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// A node whose clock jumps while the client uses it sits out: one sit-out
+// of that node with the reason "clock-jump", and the next acquire's span
+// shows the node sitting out.
+func TestClockJumpCountsAsASitOut(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
+	tel := newTelemetry(t)
+	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, Observer: tel.obs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "before-the-jump")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Servers[0].SetClockOffset(20 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	node := redlockotel.AttrNode.String(cl.Servers[0].Addr)
+	jump := redlockotel.AttrSitOutReason.String(redlock.SitOutClockJump)
+	// Every acquire hears from each node; the jumped node's next answer
+	// shows the jump. Bounded: a node seen jumping sits out at once.
+	for i := 0; sum(t, tel.metrics(t), redlockotel.MetricSitOuts, node, jump) == 0; i++ {
+		if i == 50 {
+			t.Fatal("no clock-jump sit-out after 50 acquisitions")
+		}
+		if l, err := c.TryAcquire(ctx, "after-the-jump"); err == nil {
+			_ = l.Release(ctx)
+		}
+	}
+	if got := sum(t, tel.metrics(t), redlockotel.MetricSitOuts); got != 1 {
+		t.Errorf("sit-outs in all: %d, want 1 (node 0, clock-jump)", got)
+	}
+	tel.spans.Reset()
+	l, err = c.TryAcquire(ctx, "while-it-sits-out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(ctx)
+	for _, s := range tel.spans.Ended() {
+		for _, ev := range s.Events() {
+			n, _ := attributeOf(ev.Attributes, redlockotel.AttrNode)
+			o, _ := attributeOf(ev.Attributes, redlockotel.AttrNodeOutcome)
+			if n.AsString() == cl.Servers[0].Addr && o.AsString() != redlockotel.NodeSittingOut {
+				t.Errorf("node 0 while it sits out: node outcome %q, want %s", o.AsString(), redlockotel.NodeSittingOut)
+			}
+		}
+	}
+}
