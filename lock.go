@@ -126,7 +126,11 @@ func (l *Lock) Extend(ctx context.Context) error {
 	timeout := l.nodeTimeout()
 	args := l.extendArgs()
 	start := c.clock.Now()
-	err := c.broadcast(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
+	var nodes *[]NodeResult // per-node results, for an Observer
+	if c.opts.Observer != nil {
+		nodes = new([]NodeResult)
+	}
+	err := c.broadcastObserved(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
 		if err := c.ready(ctx, n); err != nil {
 			return false, err
 		}
@@ -142,8 +146,8 @@ func (l *Lock) Extend(ctx context.Context) error {
 		sent := c.clock.Now()
 		vals, err := n.run.run(ctx, extendScript, args)
 		return l.extendAnswer(ctx, n, vals, err, sent)
-	})
-	return l.extended(start, err)
+	}, nodes)
+	return l.extended(ctx, start, err, nodes)
 }
 
 // nodeTimeout is the per-node timeout of the lock's TTL.
@@ -195,33 +199,41 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, vals []int64, err erro
 }
 
 // extended concludes an extension that started at start and whose quorum
-// round ended with err: the new validity, or why there is none.
-func (l *Lock) extended(start time.Time, err error) error {
+// round ended with err: the new validity, or why there is none. nodes are
+// the round's per-node results, if observed.
+func (l *Lock) extended(ctx context.Context, start time.Time, err error, nodes *[]NodeResult) error {
 	c, a := l.c, l.a
 	now := c.clock.Now()
+	var results []NodeResult
+	if nodes != nil {
+		results = *nodes
+	}
 	if err != nil {
-		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err})
 		var qe *QuorumError
 		if errors.As(err, &qe) && l.refusedBy(qe) > len(c.nodes)-c.quorum() {
 			lost := &lostError{err}
+			c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: lost, Context: ctx, Nodes: results})
 			l.mu.Lock()
 			l.endLocked(lost)
 			l.mu.Unlock()
 			a.releaseInBackground() // whatever repairs this extend made
 			return lost
 		}
+		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
 		return err
 	}
 	valid := validity(a.ttl, now.Sub(start), c.opts.DriftFactor)
 	if valid <= 0 {
-		return fmt.Errorf("%w: extending %q took %v of its %v TTL", ErrValidityTooShort, a.name, now.Sub(start), a.ttl)
+		err := fmt.Errorf("%w: extending %q took %v of its %v TTL", ErrValidityTooShort, a.name, now.Sub(start), a.ttl)
+		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
+		return err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err == nil {
 		l.deadline = now.Add(valid)
 	}
-	c.emit(Event{Kind: EventExtended, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Validity: valid})
+	c.emit(Event{Kind: EventExtended, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Validity: valid, Context: ctx, Nodes: results})
 	return nil
 }
 
@@ -264,16 +276,27 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	c, a := l.c, l.a
-	deleted, errs := a.release()
+	var nodes *[]NodeResult // per-node results, for an Observer
+	var start time.Time
+	if c.opts.Observer != nil {
+		nodes, start = new([]NodeResult), c.clock.Now()
+	}
+	deleted, errs := a.release(nodes)
 	c.waiters.notify(a.name, a.value, true)
-	c.emit(Event{Kind: EventReleased, Name: a.name, Token: l.token, Err: prior})
+	var err error
 	switch {
 	case prior != nil:
-		return prior
+		err = prior
 	case deleted >= c.quorum():
-		return nil
 	case errs != nil:
-		return &QuorumError{Op: "release", Name: a.name, Won: deleted, Needed: c.quorum(), Errors: errs}
+		err = &QuorumError{Op: "release", Name: a.name, Won: deleted, Needed: c.quorum(), Errors: errs}
+	default:
+		err = fmt.Errorf("%w: %q: only %d of the %d needed nodes still held it at release", ErrLockLost, a.name, deleted, c.quorum())
+		// Found lost only now: told as a loss too, as the other losses are.
+		c.emit(Event{Kind: EventLost, Name: a.name, Token: l.token, Err: err, Context: ctx})
 	}
-	return fmt.Errorf("%w: %q: only %d of the %d needed nodes still held it at release", ErrLockLost, a.name, deleted, c.quorum())
+	if nodes != nil {
+		c.emit(Event{Kind: EventReleased, Name: a.name, Token: l.token, Err: err, Elapsed: c.clock.Now().Sub(start), Context: ctx, Nodes: *nodes})
+	}
+	return err
 }

@@ -318,6 +318,10 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.upSince, g.grace = dateStart(res, lastAnswer, true), c.graceFor()
 		c.logger.Warn("redlock: node restarted", "node", n.name, "uptime", res.uptime, "grace", g.grace)
 		c.emit(Event{Kind: EventNodeRestarted, Node: n.name})
+		if until := g.upSince.Add(g.grace); g.grace >= 0 && !g.persistent && c.clock.Now().Before(until) {
+			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: SitOutRestart,
+				Err: fmt.Errorf("%w: restarted without persistence; sits out for %v, to the end of the restart grace", ErrNodeSittingOut, until.Sub(c.clock.Now()).Round(time.Millisecond))})
+		}
 	default: // a reconnection to the same server
 		g.sitOut, g.reason, g.known = old.sitOut, old.reason, old.known
 		g.clockVetted = old.clockVetted
@@ -372,16 +376,16 @@ func (c *Client) observeClock(n *node, nodeTime, sent, recv time.Time) bool {
 	}
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	c.sitOutLocked(n, recv, fmt.Sprintf("clock jumped by %v against ours", jump.Round(time.Microsecond)))
+	c.sitOutLocked(n, recv, SitOutClockJump, fmt.Sprintf("clock jumped by %v against ours", jump.Round(time.Microsecond)))
 	return true
 }
 
 // sitOutLocked keeps n from voting for one largest TTL in use from now, for
 // reason. The caller holds guardMu.
-func (c *Client) sitOutLocked(n *node, now time.Time, reason string) {
+func (c *Client) sitOutLocked(n *node, now time.Time, kind, reason string) {
 	hold := c.clockHold()
 	c.logger.Warn("redlock: node sits out", "node", n.name, "reason", reason, "for", hold)
-	c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Err: fmt.Errorf("%w: %s; sits out for %v", ErrNodeSittingOut, reason, hold)})
+	c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: kind, Err: fmt.Errorf("%w: %s; sits out for %v", ErrNodeSittingOut, reason, hold)})
 	g := &nodeGuard{}
 	if old := n.guard.Load(); old != nil {
 		*g = *old
@@ -419,7 +423,7 @@ func (c *Client) compareClocksLocked(n *node) {
 		return
 	}
 	skew, _ := clockSkew(samples, have, n.index)
-	c.sitOutLocked(n, now, fmt.Sprintf("clock is %v off the other nodes' (only %d of %d agree within %v)",
+	c.sitOutLocked(n, now, SitOutClockSkew, fmt.Sprintf("clock is %v off the other nodes' (only %d of %d agree within %v)",
 		skew.Round(time.Microsecond), agree, known, threshold))
 }
 

@@ -1,6 +1,9 @@
 package redlock
 
-import "time"
+import (
+	"context"
+	"time"
+)
 
 // Observer is told of what happens to locks and nodes, for metrics and
 // tracing. Observe is called synchronously on the lock's path: it must be
@@ -24,16 +27,17 @@ const (
 	EventAcquireFailed                      // an attempt failed: Err
 	EventExtended                           // a lock was extended: Elapsed, Validity
 	EventExtendFailed                       // an extension failed: Err
-	EventReleased                           // a lock was released: Err if it had been lost
+	EventReleased                           // a lock was released: Err as Release returned it (matching ErrLockLost after an EventLost)
 	EventLost                               // a held lock was lost: Err
-	EventNodeSitOut                         // a node's vote stopped counting (clock jump): Node, Err
+	EventNodeSitOut                         // a node's vote stopped counting (restart, clock jump or skew): Node, Reason, Err
 	EventNodeRestarted                      // a node came back with a new run_id: Node
+	EventWaited                             // an Acquire call ended: Elapsed since the call, Token if it got the lock, else Err
 )
 
 var eventNames = [...]string{
 	EventAcquired: "acquired", EventAcquireFailed: "acquire-failed", EventExtended: "extended",
 	EventExtendFailed: "extend-failed", EventReleased: "released", EventLost: "lost",
-	EventNodeSitOut: "node-sit-out", EventNodeRestarted: "node-restarted",
+	EventNodeSitOut: "node-sit-out", EventNodeRestarted: "node-restarted", EventWaited: "waited",
 }
 
 func (k EventKind) String() string {
@@ -52,4 +56,37 @@ type Event struct {
 	Elapsed  time.Duration // how long the operation took
 	Validity time.Duration // the validity it gave
 	Err      error
+
+	// Context is the caller's context, for the events of a call (acquire,
+	// extend, release, waited), so that a tracer can put the operation in
+	// the caller's trace. It is nil for the events no call caused (a loss
+	// found by the renewal scheduler, node events).
+	Context context.Context
+	// Reason says in one fixed word why a node sits out: SitOutClockJump,
+	// SitOutClockSkew or SitOutRestart. It is meant as a metric label; Err
+	// has the details.
+	Reason string
+	// Nodes are the per-node results of an acquire, extend or release
+	// round, in the order they came in, up to the moment the round was
+	// decided (a late answer is not waited for). The round started Elapsed
+	// before the event.
+	Nodes []NodeResult
+}
+
+// The reasons a node sits out (Event.Reason).
+const (
+	SitOutClockJump = "clock-jump" // its clock moved against ours by more than the threshold
+	SitOutClockSkew = "clock-skew" // its clock disagrees with a quorum of the other nodes'
+	SitOutRestart   = "restart"    // it restarted without persistence: it votes again after the restart grace
+)
+
+// NodeResult is one node's part in a quorum round.
+type NodeResult struct {
+	Node    string        // the node's address
+	OK      bool          // the node said yes: it holds, extended or deleted our key
+	Elapsed time.Duration // from the start of the round to the node's answer
+	// Err is why the node did not say yes: a *NodeError (ErrNodeSittingOut,
+	// ErrNodeDown, a timeout, ...), or nil when it answered no (the lock is
+	// held by another owner here, or our key was no longer there).
+	Err error
 }

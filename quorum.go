@@ -279,7 +279,19 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // release by themselves once it is done; their results count only when the
 // others fall short of a quorum. The calls have a context of their own: a
 // cancelled caller must not leave keys behind.
-func (a *attempt) release() (deleted int, errs *multierror.Error) {
+//
+// With nodes not nil, every node's result is appended to *nodes, for
+// Event.Nodes.
+func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
+	var start time.Time
+	if nodes != nil {
+		start = a.c.clock.Now()
+	}
+	note := func(n *node, ok bool, err error) {
+		if nodes != nil {
+			*nodes = append(*nodes, NodeResult{Node: n.name, OK: ok, Elapsed: a.c.clock.Now().Sub(start), Err: err})
+		}
+	}
 	var (
 		first *node // released on this goroutine, while the others run
 		sent  int   // releases sent by other goroutines, reporting on replies
@@ -301,6 +313,7 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 			// deletion is unknown: the release cannot count it, and must
 			// not take it for a node that lost our key either.
 			errs = multierror.Append(errs, &NodeError{Node: n.name, Err: ErrNodeDown})
+			note(n, false, errs.Errors[len(errs.Errors)-1])
 			a.c.bg.add()
 			go func() {
 				defer a.c.bg.done()
@@ -332,7 +345,9 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 		}
 	}
 	if first != nil {
-		count(a.releaseOn(ctx, first))
+		ok, err := a.releaseOn(ctx, first)
+		note(first, ok, err)
+		count(ok, err)
 	}
 	// Our own releases all report, bounded by ctx. Short of a quorum, the
 	// releases that running calls owe may make up for it: a node whose
@@ -353,6 +368,7 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 			default:
 				continue // an acquire reply that came after the decision
 			}
+			note(a.c.nodes[r.node], r.won, r.err)
 			count(r.won, r.err)
 		case <-timeout:
 			errs = multierror.Append(errs, fmt.Errorf("redlock: %d node(s) still running a call at release: %w", owed, ctx.Err()))
@@ -377,7 +393,7 @@ func (a *attempt) releaseInBackground() {
 	a.c.bg.add()
 	go func() {
 		defer a.c.bg.done()
-		a.release()
+		a.release(nil)
 	}()
 }
 
@@ -427,19 +443,38 @@ type decision struct {
 	refused  int   // nodes that answered "held by another owner"
 	errs     *multierror.Error
 	tally    tally
+
+	// Only with an Observer: when the round started, and every node's
+	// result as it came in, for Event.Nodes.
+	start time.Time
+	nodes []NodeResult
+}
+
+// observe records r for Event.Nodes if the round is observed.
+func (d *decision) observe(a *attempt, r nodeReply) {
+	if !d.start.IsZero() {
+		d.nodes = append(d.nodes, NodeResult{Node: a.c.nodes[r.node].name, OK: r.won, Elapsed: a.c.clock.Now().Sub(d.start), Err: r.err})
+	}
 }
 
 // decide reads replies until the outcome is known or ctx is done. Nodes
 // that have not answered when the calls' deadline passes count as failed:
 // go-redis honours context deadlines only with ContextTimeoutEnabled, so
 // the node timeout is enforced here too.
-func (a *attempt) decide(ctx context.Context) (decision, error) {
+//
+// start is when the round started; with an Observer, the decision records
+// every node's result against it.
+func (a *attempt) decide(ctx context.Context, start time.Time) (decision, error) {
 	nodeCtx := a.calls.ctx
 	d := decision{minPTTL: -1, tally: newTally(len(a.c.nodes))}
+	if a.c.opts.Observer != nil {
+		d.start = start
+	}
 	timeout := nodeCtx.Done()
 	for {
 		select {
 		case r := <-a.replies:
+			d.observe(a, r)
 			if d.count(r) {
 				return d, nil
 			}
@@ -451,14 +486,18 @@ func (a *attempt) decide(ctx context.Context) (decision, error) {
 				continue
 			}
 			for len(a.replies) > 0 { // the replies that made it in time
-				if d.count(<-a.replies) {
+				r := <-a.replies
+				d.observe(a, r)
+				if d.count(r) {
 					return d, nil
 				}
 			}
 			for i, n := range a.c.nodes {
 				if a.state[i].Load() >= nodeCall { // the acquire is still running
 					a.c.timedOut(n, a.nodeTimeout)
-					d.errs = multierror.Append(d.errs, &NodeError{Node: n.name, Err: errNodeTimeout})
+					r := nodeReply{node: i, err: &NodeError{Node: n.name, Err: errNodeTimeout}}
+					d.observe(a, r)
+					d.errs = multierror.Append(d.errs, r.err)
 				}
 			}
 			return d, nil
@@ -495,6 +534,16 @@ var errNodeTimeout = fmt.Errorf("no answer within the node timeout: %w", context
 // path: extend and the fencing slow path. The calls run in a callGroup of
 // their own, which ctx's cancellation does not cut short.
 func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error)) error {
+	return c.broadcastObserved(ctx, opName, name, timeout, nodeTimeout, op, nil)
+}
+
+// broadcastObserved is broadcast that also appends every node's result to
+// *nodes, unless nodes is nil, for Event.Nodes.
+func (c *Client) broadcastObserved(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error), nodes *[]NodeResult) error {
+	var start time.Time
+	if nodes != nil {
+		start = c.clock.Now()
+	}
 	type answer struct {
 		node int
 		yes  bool
@@ -524,6 +573,9 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 		select {
 		case a := <-answers:
 			answered[a.node] = true
+			if nodes != nil {
+				*nodes = append(*nodes, NodeResult{Node: c.nodes[a.node].name, OK: a.yes, Elapsed: c.clock.Now().Sub(start), Err: a.err})
+			}
 			if a.yes {
 				qe.Won++
 			} else if a.err != nil {
@@ -542,7 +594,11 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 			for i, n := range c.nodes {
 				if !answered[i] {
 					c.timedOut(n, nodeTimeout)
-					qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: errNodeTimeout})
+					err := &NodeError{Node: n.name, Err: errNodeTimeout}
+					if nodes != nil {
+						*nodes = append(*nodes, NodeResult{Node: n.name, Elapsed: c.clock.Now().Sub(start), Err: err})
+					}
+					qe.Errors = multierror.Append(qe.Errors, err)
 				}
 			}
 			return qe

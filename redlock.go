@@ -496,6 +496,21 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // retries cover lost wake-ups. When it gives up, the error matches both the
 // context's error and the last attempt's (ErrLocked, say).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	if c.opts.Observer == nil {
+		return c.acquire(ctx, name, opts)
+	}
+	start := c.clock.Now()
+	l, err := c.acquire(ctx, name, opts)
+	e := Event{Kind: EventWaited, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx}
+	if l != nil {
+		e.Token = l.token
+	}
+	c.emit(e)
+	return l, err
+}
+
+// acquire is Acquire, untimed.
+func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {
 		return nil, err
@@ -602,14 +617,16 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		c.bg.add()
 		go a.acquireOn(n)
 	}
-	d, err := a.decide(ctx)
+	d, err := a.decide(ctx, start)
 	if d.maxFence > 0 {
 		c.noteToken(d.maxFence)
 	}
 	info := attemptInfo{elapsed: c.clock.Now().Sub(start), split: !d.won && d.winners > 0}
 	if err != nil {
 		a.abandon()
-		return nil, info, fmt.Errorf("redlock: acquire %q: %w", name, err)
+		err = fmt.Errorf("redlock: acquire %q: %w", name, err)
+		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
+		return nil, info, err
 	}
 	if d.won {
 		// A node's first probe may have finished after the decision.
@@ -620,7 +637,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if !d.won {
 		a.abandon()
 		err := c.refusal(a, d)
-		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err})
+		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 
@@ -628,7 +645,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {
 			a.abandon()
-			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err})
+			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx, Nodes: d.nodes})
 			return nil, info, err
 		}
 		c.noteToken(token)
@@ -640,11 +657,11 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if valid <= 0 {
 		a.abandon()
 		err := fmt.Errorf("%w: acquiring %q took %v of its %v TTL", ErrValidityTooShort, name, elapsed, lc.ttl)
-		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err})
+		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 	l := &Lock{c: c, a: a, token: token, cfg: lc, deadline: decided.Add(valid)}
-	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid})
+	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid, Context: ctx, Nodes: d.nodes})
 	if lc.autoExtend {
 		c.renewals.add(l)
 	}

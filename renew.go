@@ -223,7 +223,7 @@ func (r *renewals) renew(batch []*renewal) {
 		if qe.Won < qe.Needed {
 			err = qe
 		}
-		if l.extended(start, err) == nil {
+		if l.extended(context.Background(), start, err, nil) == nil {
 			rn.extensions++
 		}
 		l.extendMu.Unlock()

@@ -52,6 +52,7 @@ type demo struct {
 	work     *workload
 	cond     conditions
 	voting   atomic.Int32 // nodes whose vote counts, as the monitor last saw
+	metrics  *demoMetrics // the workers' clients' OpenTelemetry metrics
 }
 
 func runDemo(ctx context.Context, a *app, args []string) error {
@@ -125,9 +126,12 @@ func (d *demo) run(ctx context.Context, withFaults bool) (verdict, time.Duration
 		return verdict{}, 0, err
 	}
 
+	if d.metrics, err = newDemoMetrics(); err != nil {
+		return verdict{}, 0, err
+	}
 	clients := make([]*redlock.Client, d.workers)
 	for i := range clients {
-		if clients[i], err = redlock.NewFromURLs(urls, redlock.Options{TTL: d.ttl}); err != nil {
+		if clients[i], err = redlock.NewFromURLs(urls, redlock.Options{TTL: d.ttl, Observer: d.metrics.obs}); err != nil {
 			return verdict{}, 0, err
 		}
 		defer clients[i].Close()
@@ -310,6 +314,12 @@ func (d *demo) printVerdict(v verdict, ran time.Duration, withFaults, interrupte
 	fmt.Fprintf(tw, "final counter\t%s\t%s\n", counter, check(v.counterMatches))
 	tw.Flush()
 	fmt.Fprintln(w)
+	if d.metrics != nil {
+		if err := d.metrics.print(w); err != nil {
+			fmt.Fprintf(w, "(no metrics: %v)\n", err)
+		}
+		fmt.Fprintln(w)
+	}
 
 	switch {
 	case v.safe() && v.acquisitions > 0:

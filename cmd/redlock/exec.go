@@ -93,6 +93,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	ttl := fs.Duration("ttl", 10*time.Second, "lock `TTL`; extended while COMMAND runs, it bounds how long a crashed redlock keeps others out")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes a single attempt")
 	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
+	withOTel := fs.Bool("otel", false, otelFlagUsage)
 	rest, err := parseLeadingFlags(fs, args)
 	if err != nil {
 		return err
@@ -113,6 +114,19 @@ func runExec(ctx context.Context, a *app, args []string) error {
 
 	opts := nf.options(a, *ttl)
 	opts.RestartGrace = grace.d
+	if *withOTel {
+		obs, shutdown, err := startOTel(ctx, a)
+		if err != nil {
+			return err
+		}
+		// Deferred before the client's Close: the last events are exported.
+		defer func() {
+			if err := shutdown(); err != nil {
+				fmt.Fprintf(a.stderr, "redlock exec: warning: telemetry: %v\n", err)
+			}
+		}()
+		addObserver(&opts, obs)
+	}
 	client, err := nf.connect(a, opts)
 	if err != nil {
 		return err
