@@ -155,6 +155,9 @@ func (l *Lock) nodeTimeout() time.Duration {
 // extendArgs builds the extend script's command for this lock.
 func (l *Lock) extendArgs() []any {
 	a := l.a
+	if a.holderKey != "" {
+		return extendScript.args([]string{a.keys[0], a.keys[1], a.holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, a.metadata)
+	}
 	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
 }
 

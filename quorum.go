@@ -76,6 +76,8 @@ type attempt struct {
 	releaseArgs []any
 	nodeTimeout time.Duration
 
+	holderKey, metadata string // set by attachMetadata, "" without metadata
+
 	replies  chan nodeReply  // acquire replies, then release results
 	state    []atomic.Int32  // per node: running calls and the flags above (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
@@ -147,9 +149,6 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, channel)
 	return a
 }
-
-// releaseChannelArg is the index of the release channel in releaseArgs.
-const releaseChannelArg = 5
 
 // acquireOn runs the acquire script on one node and reports to the decider.
 // It runs to the end even after the decision, so that a late answer is
@@ -367,7 +366,7 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
-	a.releaseArgs[releaseChannelArg] = ""
+	a.releaseArgs[len(a.releaseArgs)-1] = "" // the release channel
 	a.releaseInBackground()
 }
 

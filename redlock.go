@@ -423,7 +423,8 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int // 0: no bound
+	maxExtensions int    // 0: no bound
+	metadata      string // WithMetadata, "" if none
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -468,6 +469,11 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 	}
 	if lc.maxExtensions < 0 {
 		return lc, 0, configErr("MaxExtensions", lc.maxExtensions, "must not be negative")
+	}
+	if lc.metadata != "" {
+		if err := checkMetadata(lc.metadata); err != nil {
+			return lc, 0, err
+		}
 	}
 	if c.closed.Load() {
 		return lc, 0, configErr("client", "", "is closed")
@@ -593,6 +599,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		return nil, attemptInfo{}, err
 	}
 	a := c.newAttempt(name, lc.ttl)
+	if lc.metadata != "" {
+		a.attachMetadata(lc.metadata)
+	}
 	a.nodeTimeout = nodeTimeout
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
