@@ -175,6 +175,9 @@ type NodeInfo struct {
 	RTT          time.Duration
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
+	// Cluster is set when the node runs in Redis Cluster mode: it can take
+	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
+	Cluster *ClusterInfo
 }
 
 // Nodes probes every node now and reports what the guards know of it.
@@ -197,6 +200,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.RTT = res.recv.Sub(res.sent)
 		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
+		info.Cluster = res.cluster
 	})
 	// Every clock is compared with the others' once all answered.
 	c.compareClocks()
@@ -217,8 +221,10 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 }
 
 // Verify probes every node and returns an error matching ErrNotIndependent
-// if one is a replica or two are the same server, or a *QuorumError if too
-// few nodes answer to ever reach a quorum.
+// if one is a replica or two are the same server, one matching
+// ErrSlotNotServed if one runs in cluster mode serving no hash slot, or a
+// *QuorumError if too few nodes answer to ever reach a quorum. (Whether a
+// cluster node serves a given lock's slot is checked by every acquire.)
 func (c *Client) Verify(ctx context.Context) error {
 	var errs []error
 	reachable := 0

@@ -250,6 +250,9 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 	recv := a.c.clock.Now()
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
+		if clusterRedirect(err) {
+			n.stale.Store(true) // its slots changed since the probe: the next attempt looks again
+		}
 		r.err = &NodeError{Node: n.name, Err: err}
 		if errors.Is(err, errNotSent) {
 			return r, callNoKey

@@ -598,6 +598,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err := c.checkIndependence(ctx, nodeTimeout); err != nil {
 		return nil, attemptInfo{}, err
 	}
+	if err := c.slotsServed(name); err != nil {
+		return nil, attemptInfo{}, err
+	}
 	a := c.newAttempt(name, lc.ttl)
 	if lc.metadata != "" {
 		a.attachMetadata(lc.metadata)
@@ -622,7 +625,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 	if d.won {
 		// A node's first probe may have finished after the decision.
-		if err := c.independence(); err != nil {
+		if err := c.lockable(name); err != nil {
 			d.won, d.errs = false, multierror.Append(d.errs, err)
 		}
 	}
@@ -695,6 +698,14 @@ func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) e
 		c.compareClocks()
 		c.probed.Store(true)
 	}
+	for _, n := range c.nodes {
+		// A cluster node refused for its slots is looked at again: they move.
+		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil && n.stale.Load() {
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			_ = c.guardsPass(pctx, n)
+			cancel()
+		}
+	}
 	return c.independence()
 }
 
@@ -712,6 +723,9 @@ func (c *Client) compareClocks() {
 func (c *Client) independence() error {
 	for _, n := range c.nodes {
 		if g := n.guard.Load(); g != nil && g.excluded != nil {
+			if g.cluster != nil {
+				n.stale.Store(true) // slots move: look at the node again next time
+			}
 			return g.excluded
 		}
 	}
