@@ -44,18 +44,18 @@ type ClusterInfo struct {
 func (ci *ClusterInfo) Serves(slot int) error {
 	switch {
 	case ci.Err != nil:
-		return fmt.Errorf("%w: it runs in cluster mode, and the hash slots it serves could not be read: %w", ErrSlotNotServed, ci.Err)
+		return fmt.Errorf("%w: cluster mode, the hash slots it serves could not be read: %w", ErrSlotNotServed, ci.Err)
 	case len(ci.Slots) == 0:
-		return fmt.Errorf("%w: it runs in cluster mode and serves no hash slot", ErrSlotNotServed)
+		return fmt.Errorf("%w: cluster mode, serves no hash slot", ErrSlotNotServed)
 	case ci.State != "ok":
-		return fmt.Errorf("%w: it runs in cluster mode with cluster_state %s, refusing every key (CLUSTERDOWN)", ErrSlotNotServed, ci.State)
+		return fmt.Errorf("%w: cluster mode, cluster_state %s: refuses every key (CLUSTERDOWN)", ErrSlotNotServed, ci.State)
 	}
 	for _, r := range ci.Slots {
 		if r.First <= slot && slot <= r.Last {
 			return nil
 		}
 	}
-	return fmt.Errorf("%w: it runs in cluster mode serving hash slots %s, not the lock's slot %d", ErrSlotNotServed, ci.slotList(), slot)
+	return fmt.Errorf("%w: cluster mode, serves hash slots %s, not the lock's slot %d", ErrSlotNotServed, ci.slotList(), slot)
 }
 
 // slotList lists the ranges the node serves, shortened past a few.

@@ -44,16 +44,28 @@ func (c *Client) HolderKey(name string) string { return c.LockKey(name) + holder
 // attachMetadata makes the attempt's scripts set, renew and delete the
 // holder key along with the lock key. Only attempts with metadata pay for
 // the longer commands.
+//
+// The holder key and the metadata are kept in the commands only, not in
+// fields of the attempt: an attempt is allocated on every acquire, and two
+// more fields would put it in a larger size class for every lock.
 func (a *attempt) attachMetadata(md string) {
-	a.holderKey = a.keys[0] + holderSuffix
-	a.metadata = md
+	holderKey := a.keys[0] + holderSuffix
 	// acquireArgs: evalsha sha 2 lock fence value ttl proposal lifetime;
 	// the holder key joins the keys and md the arguments (acquire.lua).
 	acq := a.acquireArgs
-	a.acquireArgs = []any{acq[0], acq[1], 3, acq[3], acq[4], a.holderKey, acq[5], acq[6], acq[7], acq[8], md}
+	a.acquireArgs = []any{acq[0], acq[1], 3, acq[3], acq[4], holderKey, acq[5], acq[6], acq[7], acq[8], md}
 	// releaseArgs: evalsha sha 1 lock value channel (release.lua).
 	rel := a.releaseArgs
-	a.releaseArgs = []any{rel[0], rel[1], 2, rel[3], a.holderKey, rel[4], rel[5]}
+	a.releaseArgs = []any{rel[0], rel[1], 2, rel[3], holderKey, rel[4], rel[5]}
+}
+
+// holder gives the holder key and metadata that attachMetadata put in the
+// acquire command; ok is false for an attempt without metadata.
+func (a *attempt) holder() (holderKey, md string, ok bool) {
+	if len(a.acquireArgs) != 11 {
+		return "", "", false
+	}
+	return a.acquireArgs[5].(string), a.acquireArgs[10].(string), true
 }
 
 // holderMetadata splits a holder key's value into the owner value that

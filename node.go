@@ -337,7 +337,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	}
 	if ci := res.cluster; g.excluded == nil && ci != nil && ci.Err == nil && len(ci.Slots) == 0 {
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: "runs in cluster mode and serves no hash slot: no lock can be taken on it", Err: ErrSlotNotServed}
+			Reason: "cluster mode, serves no hash slot: no lock can be taken on it", Err: ErrSlotNotServed}
 	}
 	for _, other := range c.nodes {
 		if og := other.guard.Load(); other != n && og != nil && og.runID == res.runID && og.excluded == nil {

@@ -76,8 +76,6 @@ type attempt struct {
 	releaseArgs []any
 	nodeTimeout time.Duration
 
-	holderKey, metadata string // set by attachMetadata, "" without metadata
-
 	replies  chan nodeReply  // acquire replies, then release results
 	state    []atomic.Int32  // per node: running calls and the flags above (nodeCall)
 	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes

@@ -655,7 +655,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err})
 		return nil, info, err
 	}
-	l := &Lock{c: c, a: a, token: token, cfg: lc, deadline: decided.Add(valid)}
+	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
 		c.renewals.add(l)
