@@ -49,7 +49,7 @@ func (c *Client) HolderKey(name string) string { return c.LockKey(name) + holder
 // fields of the attempt: an attempt is allocated on every acquire, and two
 // more fields would put it in a larger size class for every lock.
 func (a *attempt) attachMetadata(md string) {
-	holderKey := a.keys[0] + holderSuffix
+	var holderKey any = a.keys[0] + holderSuffix // boxed once, for both commands
 	// acquireArgs: evalsha sha 2 lock fence value ttl proposal lifetime;
 	// the holder key joins the keys and md the arguments (acquire.lua).
 	acq := a.acquireArgs
