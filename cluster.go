@@ -37,25 +37,50 @@ type ClusterInfo struct {
 	State string      // cluster_state: "ok", or "fail" (the node then refuses every key)
 	Slots []SlotRange // the hash slots the node serves
 	Err   error       // why CLUSTER INFO or CLUSTER NODES could not be read
+	// Register is the key of the client's register of the largest TTL in
+	// use, which every acquire raises on the node first: the node must
+	// serve its slot too, whatever the lock.
+	Register string
 }
 
-// Serves tells whether the node can take keys in hash slot slot: nil if
-// so, otherwise an error matching ErrSlotNotServed that says why.
+// Serves tells whether the node can take a lock whose keys are in hash
+// slot slot (and the register): nil if so, otherwise an error matching
+// ErrSlotNotServed that says why.
 func (ci *ClusterInfo) Serves(slot int) error {
+	if err := ci.servesRegister(); err != nil {
+		return err
+	}
+	if !ci.has(slot) {
+		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not the lock's slot %d", ErrSlotNotServed, ci.slotList(), slot)
+	}
+	return nil
+}
+
+// servesRegister tells whether the node can take any lock at all: it is up
+// and serves the slot of the register every acquire raises.
+func (ci *ClusterInfo) servesRegister() error {
 	switch {
 	case ci.Err != nil:
 		return fmt.Errorf("%w: cluster mode, the hash slots it serves could not be read: %w", ErrSlotNotServed, ci.Err)
 	case len(ci.Slots) == 0:
 		return fmt.Errorf("%w: cluster mode, serves no hash slot", ErrSlotNotServed)
+	case ci.Register != "" && !ci.has(keySlot(ci.Register)):
+		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not slot %d of %s, the register of the largest TTL in use that every acquire raises (choose a KeyPrefix that puts it in a slot the node serves)",
+			ErrSlotNotServed, ci.slotList(), keySlot(ci.Register), ci.Register)
 	case ci.State != "ok":
 		return fmt.Errorf("%w: cluster mode, cluster_state %s: refuses every key (CLUSTERDOWN)", ErrSlotNotServed, ci.State)
 	}
+	return nil
+}
+
+// has tells whether slot is among the node's slots.
+func (ci *ClusterInfo) has(slot int) bool {
 	for _, r := range ci.Slots {
 		if r.First <= slot && slot <= r.Last {
-			return nil
+			return true
 		}
 	}
-	return fmt.Errorf("%w: cluster mode, serves hash slots %s, not the lock's slot %d", ErrSlotNotServed, ci.slotList(), slot)
+	return false
 }
 
 // slotList lists the ranges the node serves, shortened past a few.
@@ -108,8 +133,8 @@ func crc16(s string) uint16 {
 
 // probeCluster reads the cluster state and the slots a node in cluster mode
 // serves, in one round trip.
-func probeCluster(ctx context.Context, rdb redis.UniversalClient) *ClusterInfo {
-	ci := &ClusterInfo{}
+func probeCluster(ctx context.Context, rdb redis.UniversalClient, register string) *ClusterInfo {
+	ci := &ClusterInfo{Register: register}
 	pipe := rdb.Pipeline()
 	info := pipe.ClusterInfo(ctx)
 	nodes := pipe.ClusterNodes(ctx)

@@ -88,6 +88,38 @@ func TestClusterNodeMustServeTheLocksSlot(t *testing.T) {
 	}
 }
 
+// A node in cluster mode must also serve the slot of the register of the
+// largest TTL in use, which every acquire raises on it first: without it,
+// it can take no lock, whatever the lock's own slot.
+func TestClusterNodeMustServeTheRegistersSlot(t *testing.T) {
+	ctx := context.Background()
+	plain := redistest.StartT(t, 2, redistest.Options{})
+	cl := redistest.StartT(t, 1, redistest.Options{ClusterMode: true})
+	node := cl.Servers[0]
+	// The default prefix puts the register, redlock:ttl-in-use, in slot 8189.
+	if err := node.ServeSlots(ctx, 8192, 16383); err != nil {
+		t.Fatal(err)
+	}
+	c, err := redlock.New(append(plain.Clients(), cl.Clients()...), redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := ""
+	for i := 0; name == ""; i++ {
+		if n := fmt.Sprintf("job-%d", i); c.KeySlot(n) >= 8192 {
+			name = n
+		}
+	}
+	_, err = c.TryAcquire(ctx, name)
+	if !errors.Is(err, redlock.ErrSlotNotServed) || !strings.Contains(err.Error(), "not slot 8189 of redlock:ttl-in-use") {
+		t.Fatalf("lock %q in a slot the node serves, but not the register's: want ErrSlotNotServed naming the register, got %v", name, err)
+	}
+	if err := c.Verify(ctx); !errors.Is(err, redlock.ErrSlotNotServed) {
+		t.Fatalf("Verify: want ErrSlotNotServed, got %v", err)
+	}
+}
+
 // cmp keeps the first name found.
 func cmp(have, name string) string {
 	if have != "" {

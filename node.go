@@ -267,7 +267,7 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	// A ClusterClient given as one node routes every key to its slot's
 	// master by itself, so its slots need no check.
 	if _, routed := rdb.(*redis.ClusterClient); fields["cluster_enabled"] == "1" && !routed {
-		res.cluster = probeCluster(ctx, rdb)
+		res.cluster = probeCluster(ctx, rdb, c.registerKey())
 	}
 	return res, nil
 }
@@ -335,9 +335,14 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
 	}
-	if ci := res.cluster; g.excluded == nil && ci != nil && ci.Err == nil && len(ci.Slots) == 0 {
+	// A node in cluster mode that serves no slot, or not the register's,
+	// can take no lock at all: refused like a replica. (A cluster that is
+	// down, or slots that could not be read, may come right: each acquire
+	// judges those.)
+	if ci := res.cluster; g.excluded == nil && ci != nil && ci.Err == nil && (len(ci.Slots) == 0 || !ci.has(keySlot(ci.Register))) {
+		err := ci.servesRegister()
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: "cluster mode, serves no hash slot: no lock can be taken on it", Err: ErrSlotNotServed}
+			Reason: strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ") + ": no lock can be taken on it", Err: err}
 	}
 	for _, other := range c.nodes {
 		if og := other.guard.Load(); other != n && og != nil && og.runID == res.runID && og.excluded == nil {

@@ -24,8 +24,9 @@ no server listed twice. Each verdict is yes, no or unknown (a node that did not 
 not be checked) with the reason, and the last line says whether exec would get a lock now.
 
 A node in Redis Cluster mode can take only the keys of the hash slots it serves: with NAME,
-its vote is judged for that lock's slot, as exec judges it (a node serving no slot can take
-no lock at all). Without NAME, such a node is shown with the slots it serves.
+its vote is judged for that lock's slot, as exec judges it (a node serving no slot, or not
+the slot of the register redlock:ttl-in-use that every acquire raises, can take no lock at
+all). Without NAME, such a node is shown with the slots it serves.
 Exits 1 if any node could not be probed, the set is not independent, or fewer than a quorum
 of nodes vote.
 
@@ -193,6 +194,14 @@ func slotVerdict(ci *redlock.ClusterInfo, slot int) string {
 	return fmt.Sprintf("unknown: cluster mode, serves hash slots %s; give a lock NAME to check its slot", strings.Join(ranges, ","))
 }
 
+// verb picks the singular or plural form for n subjects.
+func verb(n int, singular, pluralForm string) string {
+	if n == 1 {
+		return singular
+	}
+	return pluralForm
+}
+
 // nodeProblem says why a node could not be probed, in an operator's words.
 func nodeProblem(err error) string {
 	var netErr net.Error
@@ -274,9 +283,9 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 		v.slots = fmt.Sprintf("NO: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
 		v.problems = append(v.problems, fmt.Errorf("%s in cluster mode cannot take %s", plural(len(notServing), "node"), lock))
 	case len(slotUnknown) > 0:
-		v.slots = fmt.Sprintf("unknown: %s in cluster mode serve only some hash slots (%s); give a lock NAME to check its slot", plural(len(slotUnknown), "node"), strings.Join(slotUnknown, ", "))
+		v.slots = fmt.Sprintf("unknown: %s in cluster mode %s only some hash slots (%s); give a lock NAME to check its slot", plural(len(slotUnknown), "node"), verb(len(slotUnknown), "serves", "serve"), strings.Join(slotUnknown, ", "))
 	case clusterNodes > 0:
-		v.slots = fmt.Sprintf("yes: the %s in cluster mode serve %s", plural(clusterNodes, "node"), lock)
+		v.slots = fmt.Sprintf("yes: the %s in cluster mode %s %s", plural(clusterNodes, "node"), verb(clusterNodes, "serves", "serve"), lock)
 	}
 	switch {
 	case len(notIndependent) > 0:
