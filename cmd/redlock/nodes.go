@@ -212,6 +212,8 @@ func nodeProblem(err error) string {
 		return "unreachable: " + err.Error()
 	case strings.Contains(err.Error(), "NOAUTH"), strings.Contains(err.Error(), "WRONGPASS"):
 		return "authentication refused: " + err.Error()
+	case strings.HasPrefix(err.Error(), "CLUSTERDOWN"), strings.HasPrefix(err.Error(), "MOVED"):
+		return "cluster mode, does not serve this key's slot: " + err.Error()
 	}
 	return "probe failed: " + err.Error()
 }
