@@ -24,6 +24,8 @@ const slotCount = 16384
 // SlotRange is a range of Redis Cluster hash slots, both ends included.
 type SlotRange struct{ First, Last int }
 
+// String writes the range as CLUSTER NODES does: "0-5460", or "5461" for
+// a single slot.
 func (r SlotRange) String() string {
 	if r.First == r.Last {
 		return strconv.Itoa(r.First)
