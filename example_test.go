@@ -127,3 +127,27 @@ func ExampleFence() {
 	// <nil>
 	// redlock: stale fencing token 5 (a holder with token 7 came after it)
 }
+
+func ExampleWithMetadata() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.NewFromURLs(urls, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	// Tell operators who holds the lock: Inspect (and `redlock status`) show it.
+	lock, err := client.Acquire(ctx, "deploy", redlock.WithMetadata("host=web-1 pid=4242 cmd=make deploy"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer lock.Release(ctx)
+	st, err := client.Inspect(ctx, "deploy")
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("held:", st.Held, "by", st.Metadata)
+	// Output: held: true by host=web-1 pid=4242 cmd=make deploy
+}

@@ -20,7 +20,10 @@ type Status struct {
 	Owner     string        // that owner value (opaque), "" if not held
 	Remaining time.Duration // how long Owner surely still holds it: the quorum-th longest PTTL, less drift
 	Fence     int64         // the highest fence register over the nodes
-	Nodes     []NodeStatus
+	// Metadata is what the holder attached (WithMetadata), "" if none or
+	// not held.
+	Metadata string
+	Nodes    []NodeStatus
 }
 
 // NodeStatus is one node's view of a lock.
@@ -29,7 +32,9 @@ type NodeStatus struct {
 	Owner string        // the owner value of the key, "" if none
 	TTL   time.Duration // the key's remaining time to live
 	Fence int64         // the fence register
-	Err   error         // why the node could not be read
+	// Metadata is what the key's owner attached (WithMetadata), "" if none.
+	Metadata string
+	Err      error // why the node could not be read
 }
 
 // Inspect reads the lock on every node and tells who holds it, if anyone
@@ -41,7 +46,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{Name: name, Nodes: make([]NodeStatus, len(c.nodes))}
-	lockKey, fenceKey := c.LockKey(name), c.FenceKey(name)
+	lockKey, fenceKey, holderKey := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
 	c.each(func(i int, n *node) {
 		ns := &st.Nodes[i]
 		ns.Node = n.name
@@ -53,6 +58,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		owner := pipe.Get(ctx, lockKey)
 		ttl := pipe.PTTL(ctx, lockKey)
 		fence := pipe.Get(ctx, fenceKey)
+		holder := pipe.Get(ctx, holderKey)
 		_, err := pipe.Exec(ctx)
 		if err != nil && !errors.Is(err, redis.Nil) {
 			ns.Err = err
@@ -61,6 +67,12 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		ns.Owner = owner.Val()
 		if ns.Owner != "" {
 			ns.TTL = ttl.Val()
+			// Metadata written by another owner than the key's is not this
+			// holder's (the scripts never leave such a pair, but a reader
+			// must not show a stranger as the holder if they did).
+			if owner, md := holderMetadata(holder.Val()); owner == ns.Owner {
+				ns.Metadata = md
+			}
 		}
 		ns.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
 	})
@@ -82,6 +94,11 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 			continue
 		}
 		st.Held, st.Owner = true, owner
+		for _, ns := range st.Nodes {
+			if ns.Err == nil && ns.Owner == owner && ns.Metadata != "" {
+				st.Metadata = ns.Metadata
+			}
+		}
 		// The lock holds while a quorum of keys live: until the
 		// quorum-th longest TTL runs out.
 		longest := ttls
@@ -101,8 +118,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 	return st, nil
 }
 
-// ForceUnlock deletes the lock's key on every node, whoever holds it, and
-// wakes waiters. It is for operators clearing a lock whose holder is known
+// ForceUnlock deletes the lock's key (and its holder's metadata) on every
+// node, whoever holds it, and wakes waiters. It is for operators clearing a lock whose holder is known
 // dead. It also raises the fence register by one, so that a holder still
 // alive cannot take the lock back with an extension (which repairs missing
 // keys only under a fence no newer than its token): its next extension
@@ -117,7 +134,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		deleted int
 		errs    []error
 	)
-	key, fence := c.LockKey(name), c.FenceKey(name)
+	key, fence, holder := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
 	forced := strings.Repeat("-", ownerValueLen) // no real owner value looks like this
 	c.each(func(_ int, n *node) {
 		if n.rdb == nil {
@@ -125,6 +142,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		}
 		pipe := n.rdb.Pipeline()
 		del := pipe.Del(ctx, key)
+		pipe.Del(ctx, holder)
 		pipe.Incr(ctx, fence)
 		pipe.Publish(ctx, c.releaseChannel(name), forced)
 		_, err := pipe.Exec(ctx)
@@ -157,6 +175,9 @@ type NodeInfo struct {
 	RTT          time.Duration
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
+	// Cluster is set when the node runs in Redis Cluster mode: it can take
+	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
+	Cluster *ClusterInfo
 }
 
 // Nodes probes every node now and reports what the guards know of it.
@@ -179,6 +200,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.RTT = res.recv.Sub(res.sent)
 		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
+		info.Cluster = res.cluster
 	})
 	// Every clock is compared with the others' once all answered.
 	c.compareClocks()
@@ -199,8 +221,10 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 }
 
 // Verify probes every node and returns an error matching ErrNotIndependent
-// if one is a replica or two are the same server, or a *QuorumError if too
-// few nodes answer to ever reach a quorum.
+// if one is a replica or two are the same server, one matching
+// ErrSlotNotServed if one runs in cluster mode serving no hash slot, or a
+// *QuorumError if too few nodes answer to ever reach a quorum. (Whether a
+// cluster node serves a given lock's slot is checked by every acquire.)
 func (c *Client) Verify(ctx context.Context) error {
 	var errs []error
 	reachable := 0

@@ -18,7 +18,10 @@ type Lock struct {
 	c     *Client
 	a     *attempt
 	token int64
-	cfg   lockConfig
+	// maxExtensions bounds the auto-extensions (0: no bound). The lock keeps
+	// this one setting of its lockConfig: a smaller Lock is a smaller
+	// allocation on every acquire.
+	maxExtensions int
 
 	extendMu sync.Mutex // one extend or release at a time: a repair must not follow a release
 
@@ -159,6 +162,9 @@ func (l *Lock) nodeTimeout() time.Duration {
 // extendArgs builds the extend script's command for this lock.
 func (l *Lock) extendArgs() []any {
 	a := l.a
+	if holderKey, md, ok := a.holder(); ok {
+		return extendScript.args([]string{a.keys[0], a.keys[1], holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, md)
+	}
 	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
 }
 

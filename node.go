@@ -121,7 +121,8 @@ type nodeGuard struct {
 	grace      time.Duration // the restart grace learned when the server was probed
 	sitOut     time.Time     // no vote before this instant (clock jump, or a clock unlike the others')
 	reason     string        // why it sits out, for reports
-	excluded   error         // permanent: replica or duplicate (ErrNotIndependent)
+	excluded   error         // permanent: replica or duplicate (ErrNotIndependent), cluster node without slots
+	cluster    *ClusterInfo  // nil unless the node runs in cluster mode
 	// clockUnchecked: too few nodes had answered to compare the node's
 	// clock with a majority's; it does not vote until they have.
 	clockUnchecked bool
@@ -211,6 +212,7 @@ type probeResult struct {
 	appendFsync string        // "" if CONFIG GET is not allowed
 	fleetTTL    time.Duration // the node's register of the largest TTL in use
 	registerErr error         // why the register could not be read or raised
+	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
 	nodeTime    time.Time
 	sent, recv  time.Time
 }
@@ -227,7 +229,7 @@ func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync ==
 func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise time.Duration) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
-	info := pipe.Info(ctx, "server", "replication", "persistence")
+	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	reg := c.registerCmd(ctx, pipe, raise)
 	tm := pipe.Time(ctx)
@@ -260,6 +262,12 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 		res.fleetTTL, res.registerErr = registerReply(reg.Val())
 	} else {
 		res.registerErr = reg.Err()
+	}
+	// A node in cluster mode takes only keys of the hash slots it serves.
+	// A ClusterClient given as one node routes every key to its slot's
+	// master by itself, so its slots need no check.
+	if _, routed := rdb.(*redis.ClusterClient); fields["cluster_enabled"] == "1" && !routed {
+		res.cluster = probeCluster(ctx, rdb, c.registerKey())
 	}
 	return res, nil
 }
@@ -308,7 +316,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, role: res.role, persistent: res.persistent()}
+	g := &nodeGuard{runID: res.runID, role: res.role, persistent: res.persistent(), cluster: res.cluster}
 	switch {
 	case old == nil: // first meeting
 		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
@@ -330,6 +338,15 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.role != "master" {
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
+	}
+	// A node in cluster mode that serves no slot, or not the register's,
+	// can take no lock at all: refused like a replica. (A cluster that is
+	// down, or slots that could not be read, may come right: each acquire
+	// judges those.)
+	if ci := res.cluster; g.excluded == nil && ci != nil && ci.Err == nil && (len(ci.Slots) == 0 || !ci.has(keySlot(ci.Register))) {
+		err := ci.servesRegister()
+		g.excluded = &ConfigError{Field: "node", Value: n.name,
+			Reason: strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ") + ": no lock can be taken on it", Err: err}
 	}
 	for _, other := range c.nodes {
 		if og := other.guard.Load(); other != n && og != nil && og.runID == res.runID && og.excluded == nil {

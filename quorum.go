@@ -148,9 +148,6 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	return a
 }
 
-// releaseChannelArg is the index of the release channel in releaseArgs.
-const releaseChannelArg = 5
-
 // acquireOn runs the acquire script on one node and reports to the decider.
 // It runs to the end even after the decision, so that a late answer is
 // still recorded and, if the lock was released meanwhile, released here.
@@ -251,6 +248,9 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 	recv := a.c.clock.Now()
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
+		if clusterRedirect(err) {
+			n.stale.Store(true) // its slots changed since the probe: the next attempt looks again
+		}
 		r.err = &NodeError{Node: n.name, Err: err}
 		if errors.Is(err, errNotSent) {
 			return r, callNoKey
@@ -383,7 +383,7 @@ func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Er
 func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
-	a.releaseArgs[releaseChannelArg] = ""
+	a.releaseArgs[len(a.releaseArgs)-1] = "" // the release channel
 	a.releaseInBackground()
 }
 

@@ -423,7 +423,8 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int // 0: no bound
+	maxExtensions int    // 0: no bound
+	metadata      string // WithMetadata, "" if none
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -468,6 +469,11 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 	}
 	if lc.maxExtensions < 0 {
 		return lc, 0, configErr("MaxExtensions", lc.maxExtensions, "must not be negative")
+	}
+	if lc.metadata != "" {
+		if err := checkMetadata(lc.metadata); err != nil {
+			return lc, 0, err
+		}
 	}
 	if c.closed.Load() {
 		return lc, 0, configErr("client", "", "is closed")
@@ -607,7 +613,13 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err := c.checkIndependence(ctx, nodeTimeout); err != nil {
 		return nil, attemptInfo{}, err
 	}
+	if err := c.slotsServed(name); err != nil {
+		return nil, attemptInfo{}, err
+	}
 	a := c.newAttempt(name, lc.ttl)
+	if lc.metadata != "" {
+		a.attachMetadata(lc.metadata)
+	}
 	a.nodeTimeout = nodeTimeout
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
@@ -630,7 +642,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 	if d.won {
 		// A node's first probe may have finished after the decision.
-		if err := c.independence(); err != nil {
+		if err := c.lockable(name); err != nil {
 			d.won, d.errs = false, multierror.Append(d.errs, err)
 		}
 	}
@@ -660,7 +672,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
-	l := &Lock{c: c, a: a, token: token, cfg: lc, deadline: decided.Add(valid)}
+	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid, Context: ctx, Nodes: d.nodes})
 	if lc.autoExtend {
 		c.renewals.add(l)
@@ -703,6 +715,14 @@ func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) e
 		c.compareClocks()
 		c.probed.Store(true)
 	}
+	for _, n := range c.nodes {
+		// A cluster node refused for its slots is looked at again: they move.
+		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil && n.stale.Load() {
+			pctx, cancel := context.WithTimeout(ctx, timeout)
+			_ = c.guardsPass(pctx, n)
+			cancel()
+		}
+	}
 	return c.independence()
 }
 
@@ -720,6 +740,9 @@ func (c *Client) compareClocks() {
 func (c *Client) independence() error {
 	for _, n := range c.nodes {
 		if g := n.guard.Load(); g != nil && g.excluded != nil {
+			if g.cluster != nil {
+				n.stale.Store(true) // slots move: look at the node again next time
+			}
 			return g.excluded
 		}
 	}

@@ -52,7 +52,7 @@ func (r *renewals) schedule(rn *renewal) {
 	l := rn.l
 	remaining := l.Deadline().Sub(r.c.clock.Now())
 	if l.Err() != nil || remaining < 2*l.nodeTimeout() ||
-		(l.cfg.maxExtensions > 0 && rn.extensions >= l.cfg.maxExtensions) {
+		(l.maxExtensions > 0 && rn.extensions >= l.maxExtensions) {
 		return
 	}
 	rn.due = r.c.clock.Now().Add(remaining / 3)

@@ -98,6 +98,29 @@ func (RedlockScheme) Name() string { return "redlock" }
 // LockKey is the library's key for LockName with the default prefix.
 func (RedlockScheme) LockKey() string { return redlock.DefaultKeyPrefix + "{" + LockName + "}" }
 
+// ExtraKeys is the holder key, which keeps the metadata the workload
+// attaches to every lock (holderMetadata) and must go with the lock.
+func (s RedlockScheme) ExtraKeys() []string { return []string{s.LockKey() + ":holder"} }
+
+// holderMetadata is attached to every acquisition, so that the scan for
+// keys left behind (check e) covers the holder key as well.
+const holderMetadata = "chaos workload"
+
+// extraKeys is implemented by a scheme that keeps keys beside its lock key
+// while the lock is held: the quiesce and the final scan (check e) look
+// for them as well.
+type extraKeys interface{ ExtraKeys() []string }
+
+// scannedKeys are the keys of s that no node may keep once no client holds
+// the lock.
+func scannedKeys(s Scheme) []string {
+	keys := []string{s.LockKey()}
+	if e, ok := s.(extraKeys); ok {
+		keys = append(keys, e.ExtraKeys()...)
+	}
+	return keys
+}
+
 // NewLocker builds a redlock.Client over the node proxies.
 func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 	clients := make([]redis.UniversalClient, len(env.Addrs))
@@ -173,7 +196,7 @@ type redlockLocker struct {
 }
 
 func (l *redlockLocker) Acquire(ctx context.Context) (Held, error) {
-	lk, err := l.c.Acquire(ctx, LockName, redlock.WithTTL(l.ttl))
+	lk, err := l.c.Acquire(ctx, LockName, redlock.WithTTL(l.ttl), redlock.WithMetadata(holderMetadata))
 	if err != nil {
 		return nil, err
 	}
@@ -183,7 +206,7 @@ func (l *redlockLocker) Acquire(ctx context.Context) (Held, error) {
 func (l *redlockLocker) Do(ctx context.Context, fn func(ctx context.Context, h Held) error) error {
 	return l.c.Do(ctx, LockName, func(ctx context.Context, lk *redlock.Lock) error {
 		return fn(ctx, lk)
-	}, redlock.WithTTL(l.ttl))
+	}, redlock.WithTTL(l.ttl), redlock.WithMetadata(holderMetadata))
 }
 
 // Close waits for the library's background cleanups, then closes the

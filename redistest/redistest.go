@@ -35,6 +35,10 @@ type Options struct {
 	FakeTime    bool     // start under libfaketime driven by a per-node timestamp file (see SetClockOffset)
 	ClockRate   float64  // with FakeTime: >1 runs the node's clock fast (e.g. 10); 0 means real speed
 	Args        []string // extra redis-server args, e.g. "--enable-debug-command", "yes"
+	// ClusterMode starts each node with cluster-enabled yes, alone in its
+	// own cluster and serving no hash slot until ServeSlots; partial
+	// coverage is allowed, so a node serves the slots it was given.
+	ClusterMode bool
 }
 
 // readyTimeout bounds how long a node may take to answer PING after start.
@@ -241,6 +245,9 @@ func (s *Server) startLocked() error {
 	}
 	if s.opts.Persistence {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	}
+	if s.opts.ClusterMode {
+		args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no")
 	}
 	args = append(args, s.opts.Args...)
 

@@ -34,7 +34,13 @@ commands: when stdin is a terminal, COMMAND reads end-of-file from it.
 
 With --wait 0 (the default) redlock makes a single attempt and exits 75 if the lock is taken:
 what a cron job that must run on one host only wants. It exits 69 instead when no quorum of
-the nodes could be reached: then nobody holds the lock, and the job ran nowhere.
+the nodes could be reached, or a node cannot take the lock (a replica, a server listed twice,
+a node in cluster mode that does not serve the lock's hash slot): then nobody holds the lock,
+and the job ran nowhere.
+
+While it holds the lock, redlock records this host's name, its own pid, the start time and
+COMMAND with it (on every node, in a key that goes with the lock): ` + "`redlock status NAME`" + ` shows
+them. --no-metadata records nothing, for a command line that carries secrets.
 
 Flags go before NAME. NAME and COMMAND are always separated by "--", so that a forgotten
 NAME ("exec -- make deploy") is an error instead of a lock named "make".
@@ -94,6 +100,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes a single attempt")
 	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
 	withOTel := fs.Bool("otel", false, otelFlagUsage)
+	noMetadata := fs.Bool("no-metadata", false, "do not record host, pid, start time and COMMAND with the lock (for `status`)")
 	rest, err := parseLeadingFlags(fs, args)
 	if err != nil {
 		return err
@@ -146,7 +153,11 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
-	lock, stopLock, err := acquireForExec(ctx, a, client, name, *ttl, *wait, nf.verbose, sigs)
+	lockOpts := []redlock.LockOption{redlock.WithTTL(*ttl), redlock.WithAutoExtend()}
+	if !*noMetadata {
+		lockOpts = append(lockOpts, redlock.WithMetadata(holderMetadata(argv, time.Now())))
+	}
+	lock, stopLock, err := acquireForExec(ctx, a, client, name, lockOpts, *wait, nf.verbose, sigs)
 	if err != nil {
 		return err
 	}
@@ -195,7 +206,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 // interrupt while waiting abandons the wait and exits 128+N. The context the lock was
 // acquired with is cancelled only by the returned function, to be called once the lock is
 // released: the library does not promise that a lock outlives it.
-func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name string, ttl, wait time.Duration, verbose bool, sigs <-chan os.Signal) (*redlock.Lock, context.CancelFunc, error) {
+func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name string, lockOpts []redlock.LockOption, wait time.Duration, verbose bool, sigs <-chan os.Signal) (*redlock.Lock, context.CancelFunc, error) {
 	acquireCtx, abandon := context.WithCancel(ctx)
 	type result struct {
 		lock *redlock.Lock
@@ -203,7 +214,6 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 	}
 	results := make(chan result, 1)
 	go func() {
-		lockOpts := []redlock.LockOption{redlock.WithTTL(ttl), redlock.WithAutoExtend()}
 		var r result
 		r.lock, r.err = client.TryAcquire(acquireCtx, name, lockOpts...)
 		if r.err != nil && wait > 0 && retryable(r.err) {
@@ -238,9 +248,10 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 				return nil, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(interrupted), name))
 			case r.err == nil:
 				return r.lock, abandon, nil
-			case errors.Is(r.err, redlock.ErrInvalidConfig) && !errors.Is(r.err, redlock.ErrNotIndependent):
-				// A replica or a server listed twice also matches ErrInvalidConfig, but it
-				// is found on the nodes, not in the command line: 69 below, like a node down.
+			case errors.Is(r.err, redlock.ErrInvalidConfig) && !errors.Is(r.err, redlock.ErrNotIndependent) && !errors.Is(r.err, redlock.ErrSlotNotServed):
+				// A replica, a server listed twice or a cluster node not serving the lock's
+				// slot also matches ErrInvalidConfig, but it is found on the nodes, not in
+				// the command line: 69 below, like a node down.
 				abandon()
 				return nil, nil, withExitCode(exitUsage, r.err)
 			default:

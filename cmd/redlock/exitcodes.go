@@ -17,8 +17,9 @@ const (
 	// exitUsage: bad flags or arguments, bad node URL, bad lock name, missing nodes.
 	exitUsage = 64
 	// exitUnavailable (EX_UNAVAILABLE): exec could not reach a quorum of the nodes (down,
-	// timing out, refusing connections, sitting out after a restart, not independent), so
-	// nobody may hold the lock: the lock service is down, not busy. Nothing was run.
+	// timing out, refusing connections, sitting out after a restart, not independent, in
+	// cluster mode without the lock's slot), so nobody may hold the lock: the lock service
+	// is down, not busy. Nothing was run.
 	exitUnavailable = 69
 	// exitNotAcquired: exec could not get the lock within --wait because another owner holds
 	// it. Nothing was run: the job runs elsewhere, or can be retried later.
@@ -41,7 +42,8 @@ const exitCodesHelp = `Exit codes:
   1      status/nodes/unlock: a problem was found; demo: a safety check failed
   64     usage or configuration error (bad flag, bad URL, missing nodes)
   69     exec: no quorum of the nodes could be reached (down, timing out, refusing,
-         sitting out, not independent): the lock service is down; the command did not run
+         sitting out, not independent, a cluster node not serving the lock's hash slot):
+         the lock service is down; the command did not run
   75     exec: the lock is held by another owner (after --wait); the command did not run
   76     exec: lock lost while the command ran; the command was stopped
   126    exec: the command could not be executed

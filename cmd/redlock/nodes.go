@@ -16,12 +16,17 @@ import (
 
 var nodesHelp = cmdHelp{
 	name:     "nodes",
-	synopsis: "",
+	synopsis: "[NAME]",
 	about: `Probe every node: reachability, role, run id, uptime, persistence, clock offset against this
 host and round-trip time, and whether its vote counts now (a node that restarted recently, or
 whose clock jumped, sits out for a while). Then check that the set is independent: no replica,
 no server listed twice. Each verdict is yes, no or unknown (a node that did not answer could
 not be checked) with the reason, and the last line says whether exec would get a lock now.
+
+A node in Redis Cluster mode can take only the keys of the hash slots it serves: with NAME,
+its vote is judged for that lock's slot, as exec judges it (a node serving no slot, or not
+the slot of the register redlock:ttl-in-use that every acquire raises, can take no lock at
+all). Without NAME, such a node is shown with the slots it serves.
 Exits 1 if any node could not be probed, the set is not independent, or fewer than a quorum
 of nodes vote.
 
@@ -31,6 +36,7 @@ expired. Turning the grace off on such nodes is unsafe, and this command says so
 	examples: `
 redlock nodes
 redlock nodes --ttl 30s          # the TTL your jobs use: the restart grace follows it
+redlock nodes nightly-report     # also judge cluster-mode nodes for this lock's hash slot
 REDLOCK_NODES=rediss://:secret@a:6380,rediss://:secret@b:6380,rediss://:secret@c:6380 redlock nodes`,
 }
 
@@ -46,8 +52,14 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(positional) != 0 {
-		return usagef("nodes takes no arguments, got %q", positional)
+	if len(positional) > 1 {
+		return usagef("nodes takes at most one lock NAME, got %q", positional)
+	}
+	name := ""
+	if len(positional) == 1 {
+		if name = positional[0]; name == "" {
+			return usagef("the lock NAME must not be empty")
+		}
 	}
 	if err := positiveDuration("ttl", *ttl); err != nil {
 		return err
@@ -69,15 +81,22 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	for _, n := range infos {
 		nf.logNodeError(a, n.Node, n.Err)
 	}
-	rows := judgeNodes(infos)
+	slot := -1
+	if name != "" {
+		slot = client.KeySlot(name)
+	}
+	rows := judgeNodes(infos, slot)
 	printNodes(a.stdout, rows)
 	fmt.Fprintln(a.stdout)
 	for _, warning := range persistenceWarnings(infos, grace.d, *ttl) {
 		fmt.Fprintln(a.stdout, warning)
 	}
-	v := verdicts(rows, client.Quorum())
+	v := verdicts(rows, client.Quorum(), name, slot)
 	fmt.Fprintf(a.stdout, "quorum: %s\n", v.quorum)
 	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
+	if v.slots != "" {
+		fmt.Fprintf(a.stdout, "cluster slots: %s\n", v.slots)
+	}
 	fmt.Fprintf(a.stdout, "locks: %s\n", v.locks)
 	if len(v.problems) > 0 {
 		// A problem the probe found, not a mistake in how redlock was called: exit 1.
@@ -91,12 +110,16 @@ type nodeRow struct {
 	info        redlock.NodeInfo
 	votes       string // "yes", or "no: why"
 	independent string // "yes", "no: why", or "unknown: why"
+	// slot is "" for a node not in cluster mode; otherwise whether it serves the lock's
+	// hash slot: "yes: ...", "no: why", or "unknown: ..." when no lock NAME was given.
+	slot string
 }
 
 // judgeNodes gives every node its verdicts by the rules exec applies: a node's vote counts
-// only if it answered, is a master, is not another entry's server, and is not sitting out.
-// A node that did not answer could not be checked: its independence is unknown, not yes.
-func judgeNodes(infos []redlock.NodeInfo) []nodeRow {
+// only if it answered, is a master, is not another entry's server, is not sitting out, and,
+// in cluster mode, serves the lock's hash slot (slot, or -1 when no lock was named). A node
+// that did not answer could not be checked: its independence is unknown, not yes.
+func judgeNodes(infos []redlock.NodeInfo, slot int) []nodeRow {
 	rows := make([]nodeRow, len(infos))
 	byRunID := make(map[string][]string)
 	for _, n := range infos {
@@ -125,16 +148,58 @@ func judgeNodes(infos []redlock.NodeInfo) []nodeRow {
 		default:
 			r.independent = "yes"
 		}
+		r.slot = slotVerdict(n.Cluster, slot)
 		switch {
 		case r.independent != "yes":
 			r.votes = "no: not independent"
+		case strings.HasPrefix(r.slot, "no: "):
+			r.votes = r.slot
 		case !n.Voting:
 			r.votes = "no: " + strings.TrimPrefix(n.SitOutReason, "redlock: ")
+		case strings.HasPrefix(r.slot, "unknown: "):
+			r.votes = "only for some locks: " + strings.TrimPrefix(r.slot, "unknown: ")
 		default:
 			r.votes = "yes"
 		}
 	}
 	return rows
+}
+
+// slotVerdict tells whether a node in cluster mode can take the keys of hash slot slot (-1:
+// no lock named), by the rule the library applies to every acquire (ClusterInfo.Serves).
+func slotVerdict(ci *redlock.ClusterInfo, slot int) string {
+	if ci == nil {
+		return ""
+	}
+	why := func(err error) string { return strings.TrimPrefix(err.Error(), redlock.ErrSlotNotServed.Error()+": ") }
+	if slot >= 0 {
+		if err := ci.Serves(slot); err != nil {
+			return "no: " + why(err)
+		}
+		return fmt.Sprintf("yes: cluster mode, serves the lock's slot %d", slot)
+	}
+	// Without a lock: a node that can take no key at all is a no; one serving some slots
+	// takes some locks.
+	first := 0
+	if len(ci.Slots) > 0 {
+		first = ci.Slots[0].First
+	}
+	if err := ci.Serves(first); err != nil {
+		return "no: " + why(err)
+	}
+	ranges := make([]string, len(ci.Slots))
+	for i, r := range ci.Slots {
+		ranges[i] = r.String()
+	}
+	return fmt.Sprintf("unknown: cluster mode, serves hash slots %s; give a lock NAME to check its slot", strings.Join(ranges, ","))
+}
+
+// verb picks the singular or plural form for n subjects.
+func verb(n int, singular, pluralForm string) string {
+	if n == 1 {
+		return singular
+	}
+	return pluralForm
 }
 
 // nodeProblem says why a node could not be probed, in an operator's words.
@@ -147,25 +212,36 @@ func nodeProblem(err error) string {
 		return "unreachable: " + err.Error()
 	case strings.Contains(err.Error(), "NOAUTH"), strings.Contains(err.Error(), "WRONGPASS"):
 		return "authentication refused: " + err.Error()
+	case strings.HasPrefix(err.Error(), "CLUSTERDOWN"), strings.HasPrefix(err.Error(), "MOVED"):
+		return "cluster mode, does not serve this key's slot: " + err.Error()
 	}
 	return "probe failed: " + err.Error()
 }
 
 // nodeVerdicts are the summary lines under the table and the problems behind exit 1.
 type nodeVerdicts struct {
-	quorum, independent, locks string
-	problems                   []error
+	quorum, independent, slots, locks string
+	problems                          []error
 }
 
 // verdicts sums the rows up. Each verdict is yes, no or unknown with the reason, and the
 // locks line says what exec would do with these nodes now.
-func verdicts(rows []nodeRow, quorum int) nodeVerdicts {
+func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	var v nodeVerdicts
-	voting, checked := 0, 0
-	var notIndependent, unchecked []string
+	voting, checked, clusterNodes := 0, 0, 0
+	var notIndependent, unchecked, notServing, slotUnknown []string
 	for _, r := range rows {
-		if r.votes == "yes" {
+		if r.votes == "yes" || strings.HasPrefix(r.votes, "only for some locks") {
 			voting++
+		}
+		if r.slot != "" {
+			clusterNodes++
+		}
+		switch {
+		case strings.HasPrefix(r.slot, "no: "):
+			notServing = append(notServing, fmt.Sprintf("%s: %s", r.info.Node, strings.TrimPrefix(r.slot, "no: ")))
+		case strings.HasPrefix(r.slot, "unknown: "):
+			slotUnknown = append(slotUnknown, r.info.Node)
 		}
 		switch {
 		case r.info.Err != nil:
@@ -200,13 +276,30 @@ func verdicts(rows []nodeRow, quorum int) nodeVerdicts {
 	default:
 		v.independent = fmt.Sprintf("yes: %d distinct masters", total)
 	}
+	lock := "any lock"
+	if name != "" {
+		lock = fmt.Sprintf("lock %q (hash slot %d)", name, slot)
+	}
+	switch {
+	case len(notServing) > 0:
+		v.slots = fmt.Sprintf("NO: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
+		v.problems = append(v.problems, fmt.Errorf("%s in cluster mode cannot take %s", plural(len(notServing), "node"), lock))
+	case len(slotUnknown) > 0:
+		v.slots = fmt.Sprintf("unknown: %s in cluster mode %s only some hash slots (%s); give a lock NAME to check its slot", plural(len(slotUnknown), "node"), verb(len(slotUnknown), "serves", "serve"), strings.Join(slotUnknown, ", "))
+	case clusterNodes > 0:
+		v.slots = fmt.Sprintf("yes: the %s in cluster mode %s %s", plural(clusterNodes, "node"), verb(clusterNodes, "serves", "serve"), lock)
+	}
 	switch {
 	case len(notIndependent) > 0:
 		v.locks = "no: exec refuses a set of nodes that is not independent (exit 69)"
+	case len(notServing) > 0:
+		v.locks = fmt.Sprintf("no: exec refuses %s while a node in cluster mode cannot take it (exit 69)", lock)
 	case voting < quorum:
 		v.locks = fmt.Sprintf("no: too few nodes vote for a quorum of %d (exec exits 69)", quorum)
 	case len(unchecked) > 0:
 		v.locks = fmt.Sprintf("yes, %d of %s vote; but a node that could not be checked may turn out a replica or a duplicate", voting, plural(total, "node"))
+	case len(slotUnknown) > 0:
+		v.locks = "only for locks whose hash slot every node in cluster mode serves: give a lock NAME to check one"
 	default:
 		v.locks = "yes"
 	}

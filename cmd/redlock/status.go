@@ -15,7 +15,9 @@ var statusHelp = cmdHelp{
 	name:     "status",
 	synopsis: "NAME",
 	about: `Show, node by node, who holds the lock NAME, the key's remaining TTL and the node's fence
-register, then the verdict: the lock is held only if one owner holds it on a quorum of nodes.
+register, then the verdict: the lock is held only if one owner holds it on a quorum of nodes,
+and what the holder recorded with it (redlock exec records its host, pid, start time and
+command).
 The highest fence register bounds the tokens handed out so far: the next holder's token is
 higher. Exits 1 if fewer than a quorum of nodes answered.`,
 	examples: `
@@ -94,6 +96,11 @@ func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
 	}
 	if st.Held {
 		fmt.Fprintf(w, "held: yes, by %s on %d of %s, valid for at least %s\n", shortID(st.Owner), holding, plural(len(st.Nodes), "node"), formatDuration(st.Remaining))
+		if st.Metadata != "" {
+			fmt.Fprintf(w, "holder: %s\n", printableMetadata(st.Metadata))
+		} else {
+			fmt.Fprintln(w, "holder: recorded nothing (a library client without WithMetadata, or exec --no-metadata)")
+		}
 	} else {
 		fmt.Fprintf(w, "held: no, no owner holds a quorum of %s\n", plural(client.Quorum(), "node"))
 		if withKeys > 0 {

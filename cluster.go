@@ -1,0 +1,217 @@
+package redlock
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ErrSlotNotServed: a node runs in Redis Cluster mode but cannot take the
+// lock's keys: it serves no hash slot, not the lock's slot, or its cluster
+// is down. Such a node would answer every acquire with an error (MOVED,
+// CLUSTERDOWN), silently leaving the lock to the other nodes with less
+// fault tolerance than configured, so the acquire is refused instead. It
+// comes inside a *ConfigError (it also matches ErrInvalidConfig).
+var ErrSlotNotServed = errors.New("redlock: cluster node does not serve the lock's hash slot")
+
+// slotCount is the number of hash slots of Redis Cluster.
+const slotCount = 16384
+
+// SlotRange is a range of Redis Cluster hash slots, both ends included.
+type SlotRange struct{ First, Last int }
+
+// String writes the range as CLUSTER NODES does: "0-5460", or "5461" for
+// a single slot.
+func (r SlotRange) String() string {
+	if r.First == r.Last {
+		return strconv.Itoa(r.First)
+	}
+	return fmt.Sprintf("%d-%d", r.First, r.Last)
+}
+
+// ClusterInfo is what a probe learned of a node that runs in Redis Cluster
+// mode (cluster-enabled yes).
+type ClusterInfo struct {
+	State string      // cluster_state: "ok", or "fail" (the node then refuses every key)
+	Slots []SlotRange // the hash slots the node serves
+	Err   error       // why CLUSTER INFO or CLUSTER NODES could not be read
+	// Register is the key of the client's register of the largest TTL in
+	// use, which every acquire raises on the node first: the node must
+	// serve its slot too, whatever the lock.
+	Register string
+}
+
+// Serves tells whether the node can take a lock whose keys are in hash
+// slot slot (and the register): nil if so, otherwise an error matching
+// ErrSlotNotServed that says why.
+func (ci *ClusterInfo) Serves(slot int) error {
+	if err := ci.servesRegister(); err != nil {
+		return err
+	}
+	if !ci.has(slot) {
+		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not the lock's slot %d", ErrSlotNotServed, ci.slotList(), slot)
+	}
+	return nil
+}
+
+// servesRegister tells whether the node can take any lock at all: it is up
+// and serves the slot of the register every acquire raises.
+func (ci *ClusterInfo) servesRegister() error {
+	switch {
+	case ci.Err != nil:
+		return fmt.Errorf("%w: cluster mode, the hash slots it serves could not be read: %w", ErrSlotNotServed, ci.Err)
+	case len(ci.Slots) == 0:
+		return fmt.Errorf("%w: cluster mode, serves no hash slot", ErrSlotNotServed)
+	case ci.Register != "" && !ci.has(keySlot(ci.Register)):
+		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not slot %d of %s, the register of the largest TTL in use that every acquire raises (choose a KeyPrefix that puts it in a slot the node serves)",
+			ErrSlotNotServed, ci.slotList(), keySlot(ci.Register), ci.Register)
+	case ci.State != "ok":
+		return fmt.Errorf("%w: cluster mode, cluster_state %s: refuses every key (CLUSTERDOWN)", ErrSlotNotServed, ci.State)
+	}
+	return nil
+}
+
+// has tells whether slot is among the node's slots.
+func (ci *ClusterInfo) has(slot int) bool {
+	for _, r := range ci.Slots {
+		if r.First <= slot && slot <= r.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// slotList lists the ranges the node serves, shortened past a few.
+func (ci *ClusterInfo) slotList() string {
+	const show = 4
+	parts := make([]string, 0, show+1)
+	for i, r := range ci.Slots {
+		if i == show {
+			parts = append(parts, fmt.Sprintf("and %d more ranges", len(ci.Slots)-show))
+			break
+		}
+		parts = append(parts, r.String())
+	}
+	return strings.Join(parts, ",")
+}
+
+// KeySlot is the Redis Cluster hash slot of the lock's keys (its lock key,
+// fence register, holder key and release channel share one hash tag). A
+// node in cluster mode can hold the lock only if it serves this slot.
+func (c *Client) KeySlot(name string) int { return keySlot(c.LockKey(name)) }
+
+// keySlot is Redis Cluster's hash slot of key: CRC16 of its hash tag (the
+// part between the first "{" and the next "}", if not empty) or of the
+// whole key, modulo 16384.
+func keySlot(key string) int {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			key = key[open+1 : open+1+end]
+		}
+	}
+	return int(crc16(key) % slotCount)
+}
+
+// crc16 is the CRC-16/XMODEM checksum (polynomial 0x1021, initial value 0)
+// that Redis Cluster hashes keys with.
+func crc16(s string) uint16 {
+	var crc uint16
+	for i := 0; i < len(s); i++ {
+		crc ^= uint16(s[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return crc
+}
+
+// probeCluster reads the cluster state and the slots a node in cluster mode
+// serves, in one round trip.
+func probeCluster(ctx context.Context, rdb redis.UniversalClient, register string) *ClusterInfo {
+	ci := &ClusterInfo{Register: register}
+	pipe := rdb.Pipeline()
+	info := pipe.ClusterInfo(ctx)
+	nodes := pipe.ClusterNodes(ctx)
+	_, _ = pipe.Exec(ctx)
+	if ci.Err = errors.Join(info.Err(), nodes.Err()); ci.Err != nil {
+		return ci
+	}
+	ci.State = parseInfo(info.Val())["cluster_state"]
+	ci.Slots, ci.Err = ownSlots(nodes.Val())
+	return ci
+}
+
+// ownSlots finds the slots of the "myself" line of CLUSTER NODES. Its
+// fields are: id addr flags master ping pong epoch link slot...; a slot
+// field is "N" or "N-M", or "[N->-id]" / "[N-<-id]" for a slot being
+// migrated, which is not (or not yet) served here.
+func ownSlots(nodes string) ([]SlotRange, error) {
+	for _, line := range strings.Split(nodes, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
+			continue
+		}
+		var slots []SlotRange
+		for _, f := range fields[8:] {
+			if strings.HasPrefix(f, "[") {
+				continue
+			}
+			first, last, isRange := strings.Cut(f, "-")
+			if !isRange {
+				last = first
+			}
+			a, err1 := strconv.Atoi(first)
+			b, err2 := strconv.Atoi(last)
+			if err1 != nil || err2 != nil {
+				return nil, fmt.Errorf("redlock: unexpected slot %q in CLUSTER NODES", f)
+			}
+			slots = append(slots, SlotRange{a, b})
+		}
+		return slots, nil
+	}
+	return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
+}
+
+// slotsServed refuses the lock called name if a node in cluster mode cannot
+// take its keys. The refused node is probed again on the next attempt:
+// slots move, and a cluster comes back up.
+func (c *Client) slotsServed(name string) error {
+	slot := -1
+	for _, n := range c.nodes {
+		g := n.guard.Load()
+		if g == nil || g.cluster == nil {
+			continue
+		}
+		if slot < 0 {
+			slot = c.KeySlot(name)
+		}
+		if err := g.cluster.Serves(slot); err != nil {
+			n.stale.Store(true)
+			return &ConfigError{Field: "node", Value: n.name, Reason: fmt.Sprintf("cannot take lock %q (key %s): %s", name, c.LockKey(name), strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ")), Err: err}
+		}
+	}
+	return nil
+}
+
+// lockable tells whether the nodes can take the lock called name: they
+// are independent, and every node in cluster mode serves its slot.
+func (c *Client) lockable(name string) error {
+	if err := c.independence(); err != nil {
+		return err
+	}
+	return c.slotsServed(name)
+}
+
+// clusterRedirect tells whether a node's error says it runs in cluster mode
+// and does not serve the key now: its slots changed since it was probed.
+func clusterRedirect(err error) bool {
+	return redis.HasErrorPrefix(err, "MOVED") || redis.HasErrorPrefix(err, "ASK") || redis.HasErrorPrefix(err, "CLUSTERDOWN")
+}
