@@ -54,8 +54,8 @@ func TestAcquireWithTheLockInContextReturnsANestedHandle(t *testing.T) {
 	if err := outer.Err(); err != nil {
 		t.Fatalf("the nested release ended the outer lock: %v", err)
 	}
-	if left := keysLeft(t, cl, c, "reenter"); len(left) != 3 {
-		t.Fatalf("after the nested release the key is on %v, want all 3 nodes", left)
+	if left := keysLeft(t, cl, c, "reenter"); len(left) < c.Quorum() {
+		t.Fatalf("after the nested release the key is on %v only, want a quorum", left)
 	}
 	if err := again.Release(bg); err != nil {
 		t.Fatal(err)
