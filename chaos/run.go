@@ -383,8 +383,13 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 // finalState records the register's value and, on every node, whether
 // the lock key is still there.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, key string) {
+	finalStateOf(ctx, rec, resource, registerKey, addrs, key)
+}
+
+// finalStateOf is finalState for the register and lock key given.
+func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, key string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
-	v, err := resource.Get(ctx, registerKey).Int64()
+	v, err := resource.Get(ctx, register).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		e.Err = err.Error()
 	}
