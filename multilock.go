@@ -246,6 +246,9 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 			l.extendMu.Unlock()
 		}
 	}()
+	if err := m.Err(); err != nil { // released while we waited for the locks
+		return err
+	}
 	start, errs := m.c.extendBatch(context.WithoutCancel(ctx), batch, timeout)
 	var all []error
 	for i, l := range batch {

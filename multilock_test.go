@@ -144,7 +144,9 @@ func TestMultiLockOverlappingSetsInOppositeOrdersDoNotDeadlock(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for range rounds {
-				m, err := c.AcquireMulti(context.Background(), set, redlock.WithMaxWait(30*time.Second))
+				// Auto-extended, a deadlock would not dissolve with the TTL:
+				// it would last until MaxWait and fail the test.
+				m, err := c.AcquireMulti(context.Background(), set, redlock.WithAutoExtend(), redlock.WithMaxWait(30*time.Second))
 				if err != nil {
 					errs <- fmt.Errorf("%v: %w", set, err)
 					return
