@@ -73,6 +73,42 @@ func (c *Client) TryAcquireMulti(ctx context.Context, names []string, opts ...Lo
 	return c.takeAll(ctx, sorted, opts, c.TryAcquire)
 }
 
+// DoMulti runs fn while holding every one of names: it waits for them as
+// AcquireMulti does, keeps them all extended, and releases them when fn
+// returns. fn's context carries every name (ContextWithLock), and it is
+// cancelled the moment any name is lost, with context.Cause matching
+// ErrLockLost. DoMulti returns fn's error, joined with an error matching
+// ErrLockLost if a name was lost before fn returned.
+func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx context.Context, m *MultiLock) error, opts ...LockOption) error {
+	m, err := c.AcquireMulti(ctx, names, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	if err != nil {
+		return err
+	}
+	fnCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	watchDone := make(chan struct{})
+	go func() {
+		defer close(watchDone)
+		select {
+		case <-m.Done():
+			cancel(m.Err())
+		case <-fnCtx.Done():
+		}
+	}()
+	fnErr := fn(ContextWithLock(fnCtx, m.locks...), m)
+	lost := m.Err()
+	relErr := m.Release(context.WithoutCancel(ctx))
+	cancel(nil)
+	<-watchDone
+	switch {
+	case lost != nil && !errors.Is(lost, ErrNotHeld):
+		return errors.Join(fnErr, lost)
+	case errors.Is(relErr, ErrLockLost):
+		return errors.Join(fnErr, relErr)
+	}
+	return fnErr
+}
+
 // multiParams checks a multi-lock request before anything is taken, and
 // returns the names sorted.
 func (c *Client) multiParams(names []string, opts []LockOption) ([]string, lockConfig, error) {

@@ -250,3 +250,48 @@ func TestMultiLockNamesCanBeReentered(t *testing.T) {
 		t.Fatalf("nested release %v, multi %v", err, m.Err())
 	}
 }
+
+func TestDoMultiHoldsEveryNameAndStopsOnALoss(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
+	bg := context.Background()
+
+	err := c.DoMulti(bg, []string{"do-b", "do-a"}, func(ctx context.Context, m *redlock.MultiLock) error {
+		nested, err := c.Acquire(ctx, "do-a", noSelfWait) // the callback's context carries every name
+		if err != nil {
+			return err
+		}
+		if nested.Token() != m.Lock("do-a").Token() {
+			return errors.New("nested handle of do-a has another token")
+		}
+		return nested.Release(ctx)
+	})
+	if err != nil {
+		t.Fatalf("DoMulti: %v", err)
+	}
+	for _, n := range []string{"do-a", "do-b"} {
+		if left := keysLeft(t, cl, c, n); len(left) != 0 {
+			t.Fatalf("%s left on %v", n, left)
+		}
+	}
+
+	err = c.DoMulti(bg, []string{"lost-a", "lost-b"}, func(ctx context.Context, m *redlock.MultiLock) error {
+		// Another owner takes lost-b everywhere; the next renewal finds it.
+		for _, s := range cl.Servers {
+			if err := s.Client().Set(bg, c.LockKey("lost-b"), "someone-else", time.Minute).Err(); err != nil {
+				return err
+			}
+		}
+		<-ctx.Done()
+		if cause := context.Cause(ctx); !errors.Is(cause, redlock.ErrLockLost) {
+			return fmt.Errorf("callback context ended with %v, want ErrLockLost", cause)
+		}
+		return nil
+	}, redlock.WithTTL(300*time.Millisecond))
+	if !errors.Is(err, redlock.ErrLockLost) {
+		t.Fatalf("DoMulti after a loss: %v, want ErrLockLost", err)
+	}
+	if left := keysLeft(t, cl, c, "lost-a"); len(left) != 0 {
+		t.Fatalf("lost-a left on %v", left)
+	}
+}
