@@ -55,9 +55,7 @@ func TestMultiLockHoldsEveryNameWithItsOwnToken(t *testing.T) {
 		t.Fatalf("Err after release: %v", m.Err())
 	}
 	for _, name := range m.Names() {
-		if left := keysLeft(t, cl, c, name); len(left) != 0 {
-			t.Fatalf("%s left on %v", name, left)
-		}
+		keysGone(t, cl, c, name)
 	}
 	l, err := c.TryAcquire(bg, "m-mu")
 	if err != nil {
@@ -88,9 +86,7 @@ func TestMultiLockIsAllOrNothing(t *testing.T) {
 		t.Fatalf("AcquireMulti with b held past MaxWait: %v, want the deadline and ErrLocked", err)
 	}
 	for _, name := range []string{"aon-a", "aon-c"} {
-		if left := keysLeft(t, cl, c, name); len(left) != 0 {
-			t.Fatalf("%s left on %v after the failed multi-lock", name, left)
-		}
+		keysGone(t, cl, c, name)
 	}
 }
 
@@ -116,9 +112,7 @@ func TestMultiLockRefusesBadInput(t *testing.T) {
 			}
 		}
 	}
-	if left := keysLeft(t, cl, c, "bad-a"); len(left) != 0 {
-		t.Fatalf("bad input took a name: %v", left)
-	}
+	keysGone(t, cl, c, "bad-a")
 }
 
 func TestMultiLockOverlappingSetsInOppositeOrdersDoNotDeadlock(t *testing.T) {
@@ -201,9 +195,7 @@ func TestMultiLockDoneClosesWhenAnyNameIsLost(t *testing.T) {
 	if err := m.Release(bg); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("release: %v, want the loss", err)
 	}
-	if left := keysLeft(t, cl, c, "lose-a"); len(left) != 0 {
-		t.Fatalf("lose-a left on %v", left)
-	}
+	keysGone(t, cl, c, "lose-a")
 }
 
 func TestMultiLockAutoExtendsEveryName(t *testing.T) {
@@ -270,9 +262,7 @@ func TestDoMultiHoldsEveryNameAndStopsOnALoss(t *testing.T) {
 		t.Fatalf("DoMulti: %v", err)
 	}
 	for _, n := range []string{"do-a", "do-b"} {
-		if left := keysLeft(t, cl, c, n); len(left) != 0 {
-			t.Fatalf("%s left on %v", n, left)
-		}
+		keysGone(t, cl, c, n)
 	}
 
 	err = c.DoMulti(bg, []string{"lost-a", "lost-b"}, func(ctx context.Context, m *redlock.MultiLock) error {
@@ -291,7 +281,5 @@ func TestDoMultiHoldsEveryNameAndStopsOnALoss(t *testing.T) {
 	if !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("DoMulti after a loss: %v, want ErrLockLost", err)
 	}
-	if left := keysLeft(t, cl, c, "lost-a"); len(left) != 0 {
-		t.Fatalf("lost-a left on %v", left)
-	}
+	keysGone(t, cl, c, "lost-a")
 }
