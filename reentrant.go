@@ -75,8 +75,9 @@ func (c *Client) reenter(ctx context.Context, name string) (nested *Lock, ok boo
 	return nil, false, nil
 }
 
-// A nested handle (Lock.outer set) keeps in err only its own release
-// (ErrNotHeld); everything else comes from the outer lock.
+// A nested handle (Lock.outer set) keeps in err its own release
+// (ErrNotHeld), or the outer lock's end once its Done saw it; until then
+// its state is read from the outer lock.
 
 // nestedErr is Err for a nested handle.
 func (l *Lock) nestedErr() error {
@@ -106,6 +107,9 @@ func (l *Lock) nestedDone() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
+		if l.err == nil {
+			l.err = l.outerEnded(l.outer.Err()) // ended already: closed at once
+		}
 		if l.err != nil {
 			close(l.done)
 		} else {
