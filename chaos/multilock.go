@@ -45,6 +45,8 @@ func MultiScenarios() []Scenario {
 			Scenario{Schedule: window(Partition{[]int{0, 1}}, 3*time.Second)}),
 		multi("node-pause", "a node frozen (SIGSTOP / docker pause) for 1.5 TTL while the sets are taken",
 			Scenario{Schedule: []Step{Wait(500 * time.Millisecond), Apply(NodePause{0}), Wait(1500 * time.Millisecond), Heal(NodePause{0})}}),
+		multi("extend-flapping", "holds of 1.5 TTL through DoMulti (every name auto-extended) while two nodes flap",
+			Scenario{UseDo: true, Hold: 1500 * time.Millisecond, Schedule: window(Flapping{[]int{0, 1}, 200 * time.Millisecond}, 5*time.Second)}),
 		multi("restart-aof", "a node crashes and restarts with its data (AOF, fsync always), voting at once",
 			Scenario{Persistence: true, RestartGrace: redlock.NoRestartGrace,
 				Schedule: []Step{Wait(500 * time.Millisecond), Apply(Crash{0}), Wait(time.Second), Heal(Crash{0}), Wait(time.Second)}}),
@@ -106,7 +108,7 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 		}
 	}
 
-	w := &multiWorkload{main: main, names: names, resource: resource, ttl: sc.ttl(), hold: sc.hold(), margin: sc.margin()}
+	w := &multiWorkload{main: main, names: names, resource: resource, ttl: sc.ttl(), hold: sc.hold(), margin: sc.margin(), useDo: sc.UseDo}
 	for i := range sc.clients() {
 		clients := make([]redis.UniversalClient, sc.nodes())
 		for j, a := range nw.Addrs()[:sc.nodes()] {
@@ -134,6 +136,11 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	workDone := make(chan struct{})
 	go func() { defer close(workDone); w.run(wctx) }()
 	nemErr := runNemesis(ctx, env, sc, cfg.Duration)
+	if nemErr == nil {
+		// The nemesis' recovery waits for one set; the checker wants each
+		// name acquired after the last heal.
+		awaitEveryName(ctx, main, names, sc.RecoveryBound())
+	}
 	stopWorkload()
 	<-workDone
 	closeAll() // waits for the background cleanups: the key scan sees the final state
@@ -163,6 +170,25 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	return run, nil
 }
 
+// awaitEveryName waits, up to within, until every name was acquired after
+// the last fault healed. It does not judge: a name still waiting when the
+// bound passes is the checker's liveness violation.
+func awaitEveryName(ctx context.Context, main *Recorder, names map[string]*Recorder, within time.Duration) {
+	var healed time.Duration
+	for _, e := range main.History() {
+		if e.Kind == FaultHeal {
+			healed = e.At
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	for _, rec := range names {
+		if _, err := rec.WaitFor(ctx, healed, func(e Event) bool { return e.Kind == AcquireOK }); err != nil {
+			return
+		}
+	}
+}
+
 // nameHistory is one name's history for the checker: the name's own
 // events and the nemesis' (fault windows, notes), in time order.
 func nameHistory(own, nemesis History) History {
@@ -180,6 +206,7 @@ type multiWorkload struct {
 	ttl      time.Duration
 	hold     time.Duration
 	margin   time.Duration
+	useDo    bool // hold through DoMulti (every name auto-extended)
 
 	mu    sync.Mutex
 	count int
@@ -222,39 +249,66 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 			e.At = invoked
 			w.names[n].Record(e)
 		}
-		attemptCtx, cancel := context.WithTimeout(ctx, 5*w.ttl)
-		m, err := w.clients[c].AcquireMulti(attemptCtx, set)
-		cancel()
-		if err != nil {
+		failed := func(err error) {
 			for _, n := range set {
 				e := ev(n, AcquireFail)
-				e.Err = err.Error()
+				e.Err = errString(err)
 				w.names[n].Record(e)
 			}
-			continue
 		}
-		w.mu.Lock()
-		w.count++
-		w.mu.Unlock()
-		for _, l := range m.Locks() {
-			e := ev(l.Name(), AcquireOK)
-			e.Token, e.Deadline = l.Token(), w.main.Since(l.Deadline())
-			w.names[l.Name()].Record(e)
-		}
-		w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(m.Names())})
-		w.body(ctx, m, ev)
-		for _, n := range set {
-			w.names[n].Record(ev(n, ReleaseInvoke))
-		}
-		relErr := m.Release(context.WithoutCancel(ctx))
-		for _, l := range m.Locks() {
-			e := ev(l.Name(), ReleaseOK)
-			if lerr := l.Err(); errors.Is(lerr, redlock.ErrLockLost) {
-				e.Kind, e.Err = ReleaseFail, lerr.Error()
-			} else if relErr != nil {
-				e.Detail = "the multi-lock's release: " + relErr.Error()
+		acquired := func(m *redlock.MultiLock) {
+			w.mu.Lock()
+			w.count++
+			w.mu.Unlock()
+			for _, l := range m.Locks() {
+				e := ev(l.Name(), AcquireOK)
+				e.Token, e.Deadline = l.Token(), w.main.Since(l.Deadline())
+				w.names[l.Name()].Record(e)
 			}
-			w.names[l.Name()].Record(e)
+			w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(m.Names())})
+		}
+		stopping := func() {
+			for _, n := range set {
+				w.names[n].Record(ev(n, ReleaseInvoke))
+			}
+		}
+		released := func(m *redlock.MultiLock, relErr error) {
+			for _, l := range m.Locks() {
+				e := ev(l.Name(), ReleaseOK)
+				if lerr := l.Err(); errors.Is(lerr, redlock.ErrLockLost) {
+					e.Kind, e.Err = ReleaseFail, lerr.Error()
+				} else if relErr != nil {
+					e.Detail = "the multi-lock's release: " + relErr.Error()
+				}
+				w.names[l.Name()].Record(e)
+			}
+		}
+		if w.useDo {
+			var held *redlock.MultiLock
+			err := w.clients[c].DoMulti(ctx, set, func(fnCtx context.Context, m *redlock.MultiLock) error {
+				held = m
+				acquired(m)
+				w.body(fnCtx, m, ev)
+				stopping() // DoMulti releases after fn returns
+				return nil
+			}, redlock.WithMaxWait(5*w.ttl))
+			if held == nil {
+				failed(err)
+			} else {
+				released(held, err)
+			}
+		} else {
+			attemptCtx, cancel := context.WithTimeout(ctx, 5*w.ttl)
+			m, err := w.clients[c].AcquireMulti(attemptCtx, set)
+			cancel()
+			if err != nil {
+				failed(err)
+				continue
+			}
+			acquired(m)
+			w.body(ctx, m, ev)
+			stopping()
+			released(m, m.Release(context.WithoutCancel(ctx)))
 		}
 		select { // think: let the others in
 		case <-time.After(rand.N(w.hold)):
@@ -267,7 +321,10 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 // name's fenced resource with its token and do a read-modify-write of its
 // register.
 func (w *multiWorkload) body(ctx context.Context, m *redlock.MultiLock, ev func(string, EventKind) Event) {
-	need := w.margin + w.hold
+	need := w.margin
+	if !w.useDo {
+		need += w.hold // without extension the validity must cover the work
+	}
 	if left := time.Until(m.Deadline()); left < need {
 		for _, l := range m.Locks() {
 			e := ev(l.Name(), Abandoned)
@@ -304,9 +361,15 @@ func (w *multiWorkload) body(ctx context.Context, m *redlock.MultiLock, ev func(
 		}
 		values[n] = v
 	}
-	select { // the work, done holding every name
-	case <-time.After(w.hold):
-	case <-ctx.Done():
+	w.work(ctx, m, ev)
+	if ctx.Err() != nil && w.useDo {
+		// DoMulti cancels the body's ctx when a name is lost: stop there.
+		for n := range values {
+			e := ev(n, RegisterFail)
+			e.Err = fmt.Sprintf("abandoned: %v", context.Cause(ctx))
+			w.names[n].Record(e)
+		}
+		return
 	}
 	for _, l := range m.Locks() {
 		n, rec := l.Name(), w.names[l.Name()]
@@ -320,5 +383,30 @@ func (w *multiWorkload) body(ctx context.Context, m *redlock.MultiLock, ev func(
 		}
 		e.Value = v + 1
 		rec.Record(e)
+	}
+}
+
+// work spends the hold time holding every name, recording each name's
+// validity deadline whenever it moves (auto-extension moves it).
+func (w *multiWorkload) work(ctx context.Context, m *redlock.MultiLock, ev func(string, EventKind) Event) {
+	seen := map[string]time.Time{}
+	observe := func() {
+		for _, l := range m.Locks() {
+			if d := l.Deadline(); !d.Equal(seen[l.Name()]) {
+				seen[l.Name()] = d
+				e := ev(l.Name(), ValidityObserved)
+				e.Deadline = w.main.Since(d)
+				w.names[l.Name()].Record(e)
+			}
+		}
+	}
+	end := time.Now().Add(w.hold)
+	for left := w.hold; left > 0; left = time.Until(end) {
+		select {
+		case <-time.After(min(left, w.ttl/10)):
+			observe()
+		case <-ctx.Done():
+			return
+		}
 	}
 }
