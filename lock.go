@@ -14,6 +14,11 @@ import (
 // ErrNotHeld, or a loss (its validity passed without an extension, or an
 // extension found another owner), after which Err matches ErrLockLost. Done
 // is closed at either moment.
+//
+// A nested handle (see ContextWithLock) is a view of an outer lock: its
+// Token and Deadline are the outer lock's, Extend extends the outer lock,
+// Release ends only the nested handle, and Done and Err report the end of
+// either (the outer lock's release counts as a loss for the nested holder).
 type Lock struct {
 	c     *Client
 	a     *attempt
@@ -22,6 +27,7 @@ type Lock struct {
 	// this one setting of its lockConfig: a smaller Lock is a smaller
 	// allocation on every acquire.
 	maxExtensions int
+	outer         *Lock // set on a nested handle (reentrant.go): the lock it is a view of
 
 	extendMu sync.Mutex // one extend or release at a time: a repair must not follow a release
 
@@ -44,6 +50,9 @@ func (l *Lock) Token() int64 { return l.token }
 // Deadline is when the lock's validity ends, unless extended. Past it, the
 // lock may be held by someone else.
 func (l *Lock) Deadline() time.Time {
+	if l.outer != nil {
+		return l.outer.Deadline()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.deadline
@@ -51,6 +60,9 @@ func (l *Lock) Deadline() time.Time {
 
 // Done is closed when the lock is released or lost.
 func (l *Lock) Done() <-chan struct{} {
+	if l.outer != nil {
+		return l.nestedDone()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.done == nil {
@@ -67,6 +79,9 @@ func (l *Lock) Done() <-chan struct{} {
 // Err is nil while the lock is held. After a release it matches ErrNotHeld;
 // after a loss, ErrLockLost.
 func (l *Lock) Err() error {
+	if l.outer != nil {
+		return l.nestedErr()
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.expireLocked()
@@ -117,6 +132,9 @@ func (l *Lock) endLocked(err error) {
 // many nodes failed (the lock stays valid until Deadline; try again), or
 // ErrNotHeld after Release.
 func (l *Lock) Extend(ctx context.Context) error {
+	if l.outer != nil {
+		return l.nestedExtend(ctx)
+	}
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
 	if err := l.Err(); err != nil {
@@ -269,6 +287,9 @@ func (l *Lock) refusedBy(qe *QuorumError) int {
 // ErrNoQuorum if too many nodes failed to answer (their keys expire with the
 // TTL), or ErrNotHeld if it was already released.
 func (l *Lock) Release(ctx context.Context) error {
+	if l.outer != nil {
+		return l.nestedRelease()
+	}
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
 	l.mu.Lock()

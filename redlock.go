@@ -486,11 +486,16 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 // ErrLocked if another owner holds it, ErrNoQuorum if too many nodes failed,
 // ErrValidityTooShort if the attempt took too long to leave any validity.
 // On failure no key of the attempt stays behind: it is deleted on every
-// node, in the background for nodes that have not answered yet.
+// node, in the background for nodes that have not answered yet. If ctx
+// carries this client's lock of the same name (ContextWithLock), it returns
+// a nested handle of it instead.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {
 		return nil, err
+	}
+	if l, ok, err := c.reenter(ctx, name); ok {
+		return l, err
 	}
 	l, _, err := c.attemptLock(ctx, name, lc, timeout)
 	return l, err
@@ -500,7 +505,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // passes. A waiter is woken as soon as the holder releases (the client
 // listens to the lock's own release channel while it waits); jittered
 // retries cover lost wake-ups. When it gives up, the error matches both the
-// context's error and the last attempt's (ErrLocked, say).
+// context's error and the last attempt's (ErrLocked, say). If ctx carries
+// this client's lock of the same name (ContextWithLock), it returns a nested
+// handle of it at once: the options then do not apply.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.opts.Observer == nil {
 		return c.acquire(ctx, name, opts)
@@ -520,6 +527,9 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {
 		return nil, err
+	}
+	if l, ok, err := c.reenter(ctx, name); ok {
+		return l, err
 	}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
@@ -778,7 +788,8 @@ func (c *Client) noteToken(t int64) {
 // cancelled the moment the lock is lost, with context.Cause matching
 // ErrLockLost; fn must then stop touching the guarded resource. Do returns
 // fn's error, joined with an error matching ErrLockLost if the lock was lost
-// before fn returned.
+// before fn returned. fn's context carries the lock (ContextWithLock): a Do
+// or Acquire of the same name inside fn reenters it.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := c.Acquire(ctx, name, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
 	if err != nil {
@@ -795,7 +806,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		case <-fnCtx.Done():
 		}
 	}()
-	fnErr := fn(fnCtx, l)
+	fnErr := fn(ContextWithLock(fnCtx, l), l)
 	lost := l.Err()
 	relErr := l.Release(context.WithoutCancel(ctx))
 	cancel(nil)

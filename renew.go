@@ -159,17 +159,37 @@ func (r *renewals) renew(batch []*renewal) {
 		least = min(least, rn.l.Deadline().Sub(c.clock.Now()))
 	}
 	timeout = max(timeout, least/3)
+	locks := make([]*Lock, len(live))
+	for k, rn := range live {
+		locks[k] = rn.l
+	}
+	start, errs := c.extendBatch(context.Background(), locks, timeout)
+	for k, rn := range live {
+		l := rn.l
+		if l.extended(context.Background(), start, errs[k], nil) == nil {
+			rn.extensions++
+		}
+		l.extendMu.Unlock()
+		r.schedule(rn)
+	}
+}
+
+// extendBatch sends the extend of every lock of batch to each node as one
+// batch, and gives each lock's *QuorumError, nil where a quorum renewed it,
+// with the time the round started, from which the new validities count.
+// The caller holds every lock's extendMu.
+func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time.Duration) (time.Time, []error) {
 	type answer struct {
 		yes bool
 		err error
 	}
 	answers := make([][]answer, len(c.nodes)) // per node, per lock
 	start := c.clock.Now()
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
-		answers[i] = make([]answer, len(live))
+		answers[i] = make([]answer, len(batch))
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -182,8 +202,7 @@ func (r *renewals) renew(batch []*renewal) {
 			}
 			var sent []int // indices of the locks sent to n
 			var args [][]any
-			for k, rn := range live {
-				l := rn.l
+			for k, l := range batch {
 				if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
 					got[k].err = err
 					continue
@@ -198,7 +217,7 @@ func (r *renewals) renew(batch []*renewal) {
 			at := c.clock.Now()
 			vals, errs := runMany(ctx, n, extendScript, args)
 			for j, k := range sent {
-				yes, err := live[k].l.extendAnswer(ctx, n, vals[j], errs[j], at)
+				yes, err := batch[k].extendAnswer(ctx, n, vals[j], errs[j], at)
 				if err != nil {
 					c.failed(n, err, timeout)
 				}
@@ -208,8 +227,8 @@ func (r *renewals) renew(batch []*renewal) {
 	}
 	wg.Wait()
 
-	for k, rn := range live {
-		l := rn.l
+	errs := make([]error, len(batch))
+	for k, l := range batch {
 		qe := &QuorumError{Op: "extend", Name: l.a.name, Needed: c.quorum()}
 		for i, n := range c.nodes {
 			switch a := answers[i][k]; {
@@ -219,16 +238,11 @@ func (r *renewals) renew(batch []*renewal) {
 				qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: a.err})
 			}
 		}
-		var err error
 		if qe.Won < qe.Needed {
-			err = qe
+			errs[k] = qe
 		}
-		if l.extended(context.Background(), start, err, nil) == nil {
-			rn.extensions++
-		}
-		l.extendMu.Unlock()
-		r.schedule(rn)
 	}
+	return start, errs
 }
 
 // runMany runs one script with each of args on n, in one write when n has

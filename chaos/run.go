@@ -388,8 +388,13 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 // finalState records the register's value and, on every node, whether
 // the lock key (or another key of the lock, see scannedKeys) is still there.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, keys []string) {
+	finalStateOf(ctx, rec, resource, registerKey, addrs, keys)
+}
+
+// finalStateOf is finalState for the register and lock keys given.
+func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
-	v, err := resource.Get(ctx, registerKey).Int64()
+	v, err := resource.Get(ctx, register).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
 		e.Err = err.Error()
 	}
