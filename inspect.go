@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -157,6 +158,13 @@ type NodeInfo struct {
 	RTT          time.Duration
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
+	// TLS is the TLS version of the last connection made to the node
+	// ("TLS 1.3"), "" if it was not encrypted or none was made.
+	TLS string
+	// CertExpires is when the certificate the node presented on that
+	// connection expires (zero without TLS), and CertSubject its common name.
+	CertExpires time.Time
+	CertSubject string
 }
 
 // Nodes probes every node now and reports what the guards know of it.
@@ -179,6 +187,10 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.RTT = res.recv.Sub(res.sent)
 		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
+		if st := n.tls.Load(); st != nil && st.version != 0 {
+			info.TLS = tls.VersionName(st.version)
+			info.CertExpires, info.CertSubject = st.certExpires, st.certSubject
+		}
 	})
 	// Every clock is compared with the others' once all answered.
 	c.compareClocks()

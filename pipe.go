@@ -126,7 +126,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
-		eval[0], eval[1] = "eval", s.src
+		eval[0], eval[1] = "eval", s.srcArg
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
 		if err := p.do(ctx, cmd); err != nil {
 			return nil, err
@@ -320,7 +320,7 @@ func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]in
 		for j, i := range retry {
 			eval := make([]any, len(args[i]))
 			copy(eval, args[i])
-			eval[0], eval[1] = "eval", s.src
+			eval[0], eval[1] = "eval", s.srcArg
 			evals[j] = redis.NewIntSliceCmd(ctx, eval...)
 		}
 		p.doMany(ctx, evals, retryErrs)
