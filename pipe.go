@@ -132,7 +132,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 			return nil, err
 		}
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.explain(cmd.Err())
 }
 
 // do sends cmd in its turn and waits for its reply, or for ctx: a call
@@ -330,7 +330,7 @@ func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]in
 	}
 	for i, cmd := range cmds {
 		if errs[i] == nil {
-			vals[i], errs[i] = cmd.Val(), cmd.Err()
+			vals[i], errs[i] = cmd.Val(), s.explain(cmd.Err())
 		}
 	}
 }

@@ -113,6 +113,47 @@ func (s *script) args(keys []string, argv ...any) []any {
 	return append(args, argv...)
 }
 
+// explain names the command an ACL refused inside the script: Redis 7.0
+// tells only the line ("The user executing the script can't run this
+// command or subcommand script: <sha>, on @user_script:17."), so the
+// commands called on that line of the source are named instead. Other
+// errors are returned as they are.
+func (s *script) explain(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
+		return err
+	}
+	_, after, ok := strings.Cut(err.Error(), "@user_script:")
+	if !ok {
+		return err
+	}
+	digits := strings.TrimRight(after, ".")
+	line := 0
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			break
+		}
+		line = line*10 + int(d-'0')
+	}
+	lines := strings.Split(s.src, "\n")
+	if line < 1 || line > len(lines) {
+		return err
+	}
+	var cmds []string
+	for rest := lines[line-1]; ; {
+		_, call, found := strings.Cut(rest, "redis.call('")
+		if !found {
+			break
+		}
+		name, tail, _ := strings.Cut(call, "'")
+		cmds = append(cmds, "'"+strings.ToLower(name)+"'")
+		rest = tail
+	}
+	if len(cmds) == 0 {
+		return err
+	}
+	return fmt.Errorf("NOPERM the ACL refused the lock script the command %s (see ACLRule): %w", strings.Join(cmds, " or "), err)
+}
+
 // scriptRunner runs a script on one node. The real one talks to Redis; the
 // quorum unit tests use fakes.
 type scriptRunner interface {
@@ -136,7 +177,7 @@ func (r redisRunner) run(ctx context.Context, s *script, args []any) ([]int64, e
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
 		_ = r.rdb.Process(ctx, cmd)
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.explain(cmd.Err())
 }
 
 // runScript is run with a check of the reply's length, for callers off the
