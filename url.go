@@ -56,7 +56,7 @@ func parseURL(raw string, base *tls.Config) (*redis.Options, error) {
 		return nil, configErr("node URL", shown, "names TLS files (cacert, cert, key, sni) but is not a rediss:// (TLS) URL")
 	}
 	if base != nil && u.Scheme != "rediss" {
-		return nil, configErr("node URL", shown, "is a plain redis:// URL, but a TLS configuration is given (Options.TLSConfig): use rediss://")
+		return nil, configErr("node URL", shown, "is a plain redis:// URL, but TLS settings are given (Options.TLSConfig, or the CLI's --cacert, --cert, --key, --sni): use rediss://")
 	}
 	opts, err := redis.ParseURL(u.String())
 	if err != nil {
