@@ -195,6 +195,26 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// TestACLUserWithoutScriptLoadStillLocks: SCRIPT LOAD only spares the
+// scripts' source on every call; a user without it locks all the same (by
+// EVAL, until a probe of some node learned the SHAs).
+func TestACLUserWithoutScriptLoadStillLocks(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{Users: []string{"no-load on >pw " + redlock.ACLRule("") + " -script|load"}})
+	c := fromURLs(t, aclURLs(cl, "no-load"), redlock.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	l, err := c.TryAcquire(ctx, "acl-no-load")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestREADMEDocumentsTheACLRule: the rule in the README is the one the code
 // needs.
 func TestREADMEDocumentsTheACLRule(t *testing.T) {
