@@ -21,17 +21,19 @@ func TestExecOverTLSWithClientCertificates(t *testing.T) {
 	nodes := "REDLOCK_NODES=" + strings.Join(cl.URLs(), ",")
 	tlsFlags := []string{"--cacert", pki.CAFile, "--cert", files.Client.Cert, "--key", files.Client.Key}
 
-	r := cli{args: append(append([]string{"exec", "--ttl", "2s", "--restart-grace", "off"}, tlsFlags...), "tls-job", "--", "sh", "-c", "echo token=$REDLOCK_TOKEN"), env: []string{nodes}}.run(t)
+	// Each run is a new process that makes new connections: the node timeout leaves room
+	// for their handshakes under -race on a busy machine.
+	r := cli{args: append(append([]string{"exec", "--ttl", "10s", "--node-timeout", "1s", "--restart-grace", "off"}, tlsFlags...), "tls-job", "--", "sh", "-c", "echo token=$REDLOCK_TOKEN"), env: []string{nodes}}.run(t)
 	if r.code != 0 || !strings.Contains(r.stdout, "token=") || strings.Contains(r.stdout, "token=\n") {
 		t.Fatalf("exec with TLS flags: %v", r)
 	}
 	byEnv := []string{nodes, "REDLOCK_CACERT=" + pki.CAFile, "REDLOCK_CERT=" + files.Client.Cert, "REDLOCK_KEY=" + files.Client.Key}
-	r = cli{args: []string{"exec", "--ttl", "2s", "--restart-grace", "off", "tls-job", "--", "true"}, env: byEnv}.run(t)
+	r = cli{args: []string{"exec", "--ttl", "10s", "--node-timeout", "1s", "--restart-grace", "off", "tls-job", "--", "true"}, env: byEnv}.run(t)
 	if r.code != 0 {
 		t.Fatalf("exec with TLS from the environment: %v", r)
 	}
 
-	r = cli{args: []string{"nodes", "--ttl", "2s"}, env: byEnv}.run(t)
+	r = cli{args: []string{"nodes", "--ttl", "10s", "--node-timeout", "1s", "--restart-grace", "off"}, env: byEnv}.run(t)
 	if r.code != 0 || strings.Count(r.stdout, "1.3 cert until ") != 3 {
 		t.Fatalf("nodes: want TLS 1.3 and the certificate's expiry on every node: %v", r)
 	}
