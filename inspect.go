@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"strconv"
@@ -178,6 +179,13 @@ type NodeInfo struct {
 	// Cluster is set when the node runs in Redis Cluster mode: it can take
 	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
 	Cluster *ClusterInfo
+	// TLS is the TLS version of the last connection made to the node
+	// ("TLS 1.3"), "" if it was not encrypted or none was made.
+	TLS string
+	// CertExpires is when the certificate the node presented on that
+	// connection expires (zero without TLS), and CertSubject its common name.
+	CertExpires time.Time
+	CertSubject string
 }
 
 // Nodes probes every node now and reports what the guards know of it.
@@ -201,6 +209,10 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
 		info.Cluster = res.cluster
+		if st := n.tls.Load(); st != nil && st.version != 0 {
+			info.TLS = tls.VersionName(st.version)
+			info.CertExpires, info.CertSubject = st.certExpires, st.certSubject
+		}
 	})
 	// Every clock is compared with the others' once all answered.
 	c.compareClocks()

@@ -43,6 +43,7 @@ type node struct {
 	// run_id started after it (dateStart).
 	lastAnswer atomic.Int64
 
+	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
 	raising atomic.Bool                     // a background raise of the register is under way
 }
@@ -233,9 +234,11 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	reg := c.registerCmd(ctx, pipe, raise)
 	tm := pipe.Time(ctx)
+	learnScripts := loadScripts(ctx, pipe)
 	res.sent = c.clock.Now()
 	_, _ = pipe.Exec(ctx)
 	res.recv = c.clock.Now()
+	learnScripts()
 	// CONFIG may be refused (an ACL user without it): the node then does
 	// not count as persistent, which only costs a grace. The register may
 	// be refused too (a replica is read-only): what the node is still

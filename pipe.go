@@ -126,13 +126,13 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
-		eval[0], eval[1] = "eval", s.src
+		eval[0], eval[1] = "eval", s.srcArg
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
 		if err := p.do(ctx, cmd); err != nil {
 			return nil, err
 		}
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.explain(cmd.Err())
 }
 
 // do sends cmd in its turn and waits for its reply, or for ctx: a call
@@ -320,7 +320,7 @@ func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]in
 		for j, i := range retry {
 			eval := make([]any, len(args[i]))
 			copy(eval, args[i])
-			eval[0], eval[1] = "eval", s.src
+			eval[0], eval[1] = "eval", s.srcArg
 			evals[j] = redis.NewIntSliceCmd(ctx, eval...)
 		}
 		p.doMany(ctx, evals, retryErrs)
@@ -330,7 +330,7 @@ func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]in
 	}
 	for i, cmd := range cmds {
 		if errs[i] == nil {
-			vals[i], errs[i] = cmd.Val(), cmd.Err()
+			vals[i], errs[i] = cmd.Val(), s.explain(cmd.Err())
 		}
 	}
 }

@@ -143,8 +143,10 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 		ttlArg = ttl.Milliseconds()
 	}
 	args := make([]any, 15)
-	a.acquireArgs = append(args[:0:9], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal, c.fenceLifetimeArg)
-	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, channel)
+	acquireCmd, acquireCode := acquireScript.head()
+	releaseCmd, releaseCode := releaseScript.head()
+	a.acquireArgs = append(args[:0:9], acquireCmd, acquireCode, 2, lockKey, a.keys[1], value, ttlArg, a.proposal, c.fenceLifetimeArg)
+	a.releaseArgs = append(args[9:9:15], releaseCmd, releaseCode, 1, lockKey, value, channel)
 	return a
 }
 

@@ -17,6 +17,7 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -121,6 +122,14 @@ type Options struct {
 	Observer Observer
 	// Clock is the time source. Default: the system clock.
 	Clock Clock
+	// TLSConfig, if set, is the TLS configuration of every node that
+	// NewFromURLs connects to (LoadTLSConfig makes one from PEM files). Each
+	// node gets a copy, with the URL's host as ServerName unless one is set
+	// here, and the URL's own TLS parameters (cacert, cert, key, sni) on
+	// top. Every URL must then be rediss://: a plain one is refused rather
+	// than silently left unencrypted. New ignores it: the go-redis clients
+	// given to New carry their own.
+	TLSConfig *tls.Config
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -177,6 +186,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	}
 	for _, n := range ns {
 		n.rdb.AddHook(dialWatch{n})
+		n.rdb.AddHook(tlsWatch{n})
 	}
 	return c, nil
 }
@@ -216,7 +226,7 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 	}
 	for _, u := range urls {
-		o, err := ParseURL(u)
+		o, err := parseURL(u, opts.TLSConfig)
 		if err != nil {
 			closeAll()
 			return nil, err

@@ -2,10 +2,10 @@ package redlock
 
 import (
 	"context"
-	"crypto/sha1"
 	_ "embed"
-	"encoding/hex"
 	"fmt"
+	"strings"
+	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -36,27 +36,122 @@ var (
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node
 // does not know it yet (a fresh or restarted node).
+//
+// The client never hashes a script itself: Go refuses SHA-1 under
+// GODEBUG=fips140=only, and a package that hashed its scripts at start-up
+// could not even be loaded there. A script runs with EVAL (its source) until
+// a node told its SHA in reply to SCRIPT LOAD, which every probe sends for
+// the scripts still unknown (see loadScripts); from then on it runs with
+// EVALSHA on every node, since the SHA depends on the source alone.
 type script struct {
 	src    string
-	sha    string
-	shaArg any // sha, boxed once: the hot path builds its commands without it
+	srcArg any                 // src, boxed once
+	sha    atomic.Pointer[any] // the SHA, boxed once; nil until a node told it
 }
+
+// scripts lists every script made by newScript: the probes load them all,
+// so a new script needs nothing more than its newScript line.
+var scripts []*script
 
 func newScript(src string) *script {
-	sum := sha1.Sum([]byte(src))
-	sha := hex.EncodeToString(sum[:])
-	return &script{src: src, sha: sha, shaArg: sha}
+	s := &script{src: src, srcArg: src}
+	scripts = append(scripts, s)
+	return s
 }
 
-// args builds the whole EVALSHA command. The slice is only read by go-redis,
-// so one built per operation is shared by the calls to every node.
+// head gives the first two words of a call: EVALSHA and the SHA once
+// known, EVAL and the source before.
+func (s *script) head() (cmd, code any) {
+	if sha := s.sha.Load(); sha != nil {
+		return "evalsha", *sha
+	}
+	return "eval", s.srcArg
+}
+
+// learn records the SHA a node answered to SCRIPT LOAD of s. A reply that
+// is not a SHA-1 in hex is ignored: the script keeps running by EVAL.
+func (s *script) learn(sha string) {
+	if len(sha) != 40 || strings.Trim(sha, "0123456789abcdef") != "" {
+		return
+	}
+	boxed := any(sha)
+	s.sha.CompareAndSwap(nil, &boxed)
+}
+
+// loadScripts queues a SCRIPT LOAD of every script whose SHA is not known
+// yet in a probe's pipeline; the returned function, called after the
+// pipeline ran, learns the SHAs from the replies. A node that refuses SCRIPT
+// LOAD (an ACL user without it) costs only the EVALs' longer commands.
+func loadScripts(ctx context.Context, pipe redis.Pipeliner) (learn func()) {
+	var loads []*redis.StringCmd
+	var loaded []*script
+	for _, s := range scripts {
+		if s.sha.Load() == nil {
+			loads = append(loads, pipe.ScriptLoad(ctx, s.src))
+			loaded = append(loaded, s)
+		}
+	}
+	return func() {
+		for i, cmd := range loads {
+			if cmd.Err() == nil {
+				loaded[i].learn(cmd.Val())
+			}
+		}
+	}
+}
+
+// args builds the whole EVALSHA (or EVAL) command. The slice is only read
+// by go-redis, so one built per operation is shared by the calls to every
+// node.
 func (s *script) args(keys []string, argv ...any) []any {
 	args := make([]any, 0, 3+len(keys)+len(argv))
-	args = append(args, "evalsha", s.shaArg, len(keys))
+	cmd, code := s.head()
+	args = append(args, cmd, code, len(keys))
 	for _, k := range keys {
 		args = append(args, k)
 	}
 	return append(args, argv...)
+}
+
+// explain names the command an ACL refused inside the script: Redis 7.0
+// tells only the line ("The user executing the script can't run this
+// command or subcommand script: <sha>, on @user_script:17."), so the
+// commands called on that line of the source are named instead. Other
+// errors are returned as they are.
+func (s *script) explain(err error) error {
+	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
+		return err
+	}
+	_, after, ok := strings.Cut(err.Error(), "@user_script:")
+	if !ok {
+		return err
+	}
+	digits := strings.TrimRight(after, ".")
+	line := 0
+	for _, d := range digits {
+		if d < '0' || d > '9' {
+			break
+		}
+		line = line*10 + int(d-'0')
+	}
+	lines := strings.Split(s.src, "\n")
+	if line < 1 || line > len(lines) {
+		return err
+	}
+	var cmds []string
+	for rest := lines[line-1]; ; {
+		_, call, found := strings.Cut(rest, "redis.call('")
+		if !found {
+			break
+		}
+		name, tail, _ := strings.Cut(call, "'")
+		cmds = append(cmds, "'"+strings.ToLower(name)+"'")
+		rest = tail
+	}
+	if len(cmds) == 0 {
+		return err
+	}
+	return fmt.Errorf("NOPERM the ACL refused the lock script the command %s (see ACLRule): %w", strings.Join(cmds, " or "), err)
 }
 
 // scriptRunner runs a script on one node. The real one talks to Redis; the
@@ -78,11 +173,11 @@ func (r redisRunner) run(ctx context.Context, s *script, args []any) ([]int64, e
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		eval := make([]any, len(args))
 		copy(eval, args)
-		eval[0], eval[1] = "eval", s.src
+		eval[0], eval[1] = "eval", s.srcArg
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
 		_ = r.rdb.Process(ctx, cmd)
 	}
-	return cmd.Val(), cmd.Err()
+	return cmd.Val(), s.explain(cmd.Err())
 }
 
 // runScript is run with a check of the reply's length, for callers off the

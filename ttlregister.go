@@ -60,7 +60,7 @@ func (c *Client) registerArgs(ttl time.Duration) []any {
 // needs no NOSCRIPT fallback.
 func (c *Client) registerCmd(ctx context.Context, pipe redis.Pipeliner, ttl time.Duration) *redis.Cmd {
 	args := c.registerArgs(ttl)
-	args[0], args[1] = "eval", ttlRegisterScript.src
+	args[0], args[1] = "eval", ttlRegisterScript.srcArg
 	cmd := redis.NewCmd(ctx, args...)
 	_ = pipe.Process(ctx, cmd)
 	return cmd

@@ -1,10 +1,12 @@
 package redlock
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net/url"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -12,7 +14,22 @@ import (
 // ParseURL parses a node URL: redis://[user[:password]@]host:port[/db] or
 // rediss://... for TLS, with go-redis' query options (dial_timeout=1s,
 // ...). Its errors never contain the password.
+//
+// A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
+// cacert (a bundle of the CA certificates that sign the node's certificate;
+// default: the system roots), cert and key (a client certificate and its
+// key, for nodes that ask for one) and sni (the name the node's certificate
+// must be valid for, instead of the URL's host). The files are read here:
+// a missing or unreadable file, one with no PEM certificate, a key that
+// does not match its certificate or an expired certificate is a
+// *ConfigError naming the file. See LoadTLSConfig.
 func ParseURL(raw string) (*redis.Options, error) {
+	return parseURL(raw, nil)
+}
+
+// parseURL is ParseURL with base, if not nil, as the TLS configuration of a
+// rediss:// URL, its TLS parameters applied to a copy of it.
+func parseURL(raw string, base *tls.Config) (*redis.Options, error) {
 	shown := RedactURL(raw)
 	if strings.TrimSpace(raw) == "" {
 		return nil, configErr("node URL", `""`, "is empty")
@@ -34,7 +51,14 @@ func ParseURL(raw string) (*redis.Options, error) {
 			return nil, configErr("node URL", shown, fmt.Sprintf("has port %s: want 1 to 65535", p))
 		}
 	}
-	opts, err := redis.ParseURL(raw)
+	files, hasTLSFiles := tlsFilesOf(u)
+	if hasTLSFiles && u.Scheme != "rediss" {
+		return nil, configErr("node URL", shown, "names TLS files (cacert, cert, key, sni) but is not a rediss:// (TLS) URL")
+	}
+	if base != nil && u.Scheme != "rediss" {
+		return nil, configErr("node URL", shown, "is a plain redis:// URL, but TLS settings are given (Options.TLSConfig, or the CLI's --cacert, --cert, --key, --sni): use rediss://")
+	}
+	opts, err := redis.ParseURL(u.String())
 	if err != nil {
 		reason := err.Error()
 		if pw, ok := u.User.Password(); ok && pw != "" {
@@ -44,6 +68,20 @@ func ParseURL(raw string) (*redis.Options, error) {
 			reason = strings.ReplaceAll(reason, name, "xxxxx") // may be a password (see RedactURL)
 		}
 		return nil, configErr("node URL", shown, strings.TrimPrefix(reason, "redis: "))
+	}
+	if base != nil {
+		// go-redis set the server name to the URL's host, and skip_verify.
+		cfg := base.Clone()
+		if cfg.ServerName == "" {
+			cfg.ServerName = opts.TLSConfig.ServerName
+		}
+		cfg.InsecureSkipVerify = cfg.InsecureSkipVerify || opts.TLSConfig.InsecureSkipVerify
+		opts.TLSConfig = cfg
+	}
+	if hasTLSFiles {
+		if opts.TLSConfig, err = files.apply(opts.TLSConfig, time.Now()); err != nil {
+			return nil, err
+		}
 	}
 	return opts, nil
 }

@@ -3,6 +3,7 @@ package redlock
 import (
 	"context"
 	"crypto/rand"
+	"errors"
 	"strconv"
 	"sync"
 	"time"
@@ -315,6 +316,9 @@ func (w *waiters) read(s *nodeSub) {
 			w.mu.Unlock()
 			s.wake()
 			failures++
+			if failures == 1 {
+				w.warnRefused(s, err)
+			}
 			if !w.pause(failures) {
 				return
 			}
@@ -334,6 +338,17 @@ func (w *waiters) read(s *nodeSub) {
 	}
 }
 
+// warnRefused logs a pub/sub command that node s refused (an ACL without
+// subscribe, say): waiters still get the lock by their retries, only later,
+// and nothing else would tell why.
+func (w *waiters) warnRefused(s *nodeSub, err error) {
+	var refused redis.Error
+	if errors.As(err, &refused) && w.ctx.Err() == nil {
+		w.c.logger.Warn("redlock: cannot listen for releases; waiters fall back to retries",
+			"node", w.c.nodes[s.index].name, "err", err)
+	}
+}
+
 // write keeps node s's subscriptions in line with the topics.
 func (w *waiters) write(s *nodeSub) {
 	defer w.c.bg.done()
@@ -343,8 +358,15 @@ func (w *waiters) write(s *nodeSub) {
 		case <-w.ctx.Done():
 			return
 		}
-		for failures := 0; w.sync(s) != nil; {
+		for failures := 0; ; {
+			err := w.sync(s)
+			if err == nil {
+				break
+			}
 			failures++
+			if failures == 1 {
+				w.warnRefused(s, err)
+			}
 			if !w.pause(failures) {
 				return
 			}

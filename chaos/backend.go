@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -40,6 +41,7 @@ type ClusterSpec struct {
 	Nodes       int  // lock nodes (independent masters)
 	Persistence bool // appendonly yes, appendfsync always
 	FakeTime    bool // run the lock nodes under libfaketime so clock faults can move their clocks
+	TLS         bool // the lock nodes serve TLS only and require client certificates (the resource stays plain)
 }
 
 // Cluster is N lock nodes plus one resource server (the fenced resource
@@ -52,7 +54,10 @@ type Cluster struct {
 	// process (a proxy on a replication link): 127.0.0.1 for processes,
 	// the Docker bridge gateway for containers.
 	HostIP string
-	stop   func() error
+	// TLS is the client configuration for the lock nodes when they serve
+	// TLS (ClusterSpec.TLS), nil otherwise.
+	TLS  *tls.Config
+	stop func() error
 }
 
 // Stop stops every server the cluster started and removes its files.
@@ -124,10 +129,10 @@ func BackendsFromEnv() ([]string, error) {
 }
 
 // waitPing polls a server until it answers PING or the deadline passes.
-func waitPing(ctx context.Context, addr string, within time.Duration) error {
+func waitPing(ctx context.Context, addr string, tlsConfig *tls.Config, within time.Duration) error {
 	ctx, cancel := context.WithTimeout(ctx, within)
 	defer cancel()
-	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+	c := redis.NewClient(&redis.Options{Addr: addr, TLSConfig: tlsConfig, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
@@ -164,7 +169,7 @@ func fakeTimeFileContent(d time.Duration) string {
 // directClient talks to a node without going through its proxy, for setup
 // and for the nemesis.
 func directClient(n Node) *redis.Client {
-	return redis.NewClient(&redis.Options{Addr: n.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+	return redis.NewClient(&redis.Options{Addr: n.Addr(), TLSConfig: nodeTLS(n), MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 }
 
 // SilenceRedisLog stops go-redis from printing every failed dial: under

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -18,6 +19,8 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/testcontainers/testcontainers-go"
 	tclog "github.com/testcontainers/testcontainers-go/log"
+
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // ryukEnv turns off testcontainers' reaper container: its image cannot be
@@ -111,6 +114,17 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	if err != nil {
 		return nil, err
 	}
+	var nodeFiles *redistest.TLS
+	var clientTLS *tls.Config
+	if spec.TLS {
+		dir := filepath.Join(tmp, "tls")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(tmp))
+		}
+		if nodeFiles, clientTLS, err = clusterTLS(dir); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(tmp))
+		}
+	}
 	nodes := make([]*dockerNode, spec.Nodes+1)
 	errs := make([]error, len(nodes))
 	var wg sync.WaitGroup
@@ -118,15 +132,16 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 		name := fmt.Sprintf("n%d", i)
 		fake := spec.FakeTime
 		persist := spec.Persistence
+		files, reach := nodeFiles, clientTLS
 		if i == spec.Nodes {
-			name, fake, persist = "res", false, false
+			name, fake, persist, files, reach = "res", false, false, nil, nil
 		}
 		wg.Go(func() {
-			nodes[i], errs[i] = b.startNode(ctx, name, filepath.Join(tmp, name), persist, fake)
+			nodes[i], errs[i] = b.startNode(ctx, name, filepath.Join(tmp, name), persist, fake, files, reach)
 		})
 	}
 	wg.Wait()
-	c := &Cluster{Backend: b.Name()}
+	c := &Cluster{Backend: b.Name(), TLS: clientTLS}
 	c.stop = func() error {
 		var errs []error
 		for _, n := range nodes {
@@ -165,9 +180,11 @@ func portTaken(err error) bool {
 	return strings.Contains(msg, "port is already allocated") || strings.Contains(msg, "address already in use")
 }
 
-func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
+// startNode starts one container; with files it serves TLS only, and the
+// backend reaches it with clientTLS.
+func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
 	for attempt := 1; ; attempt++ {
-		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fake)
+		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fake, files, clientTLS)
 		if err == nil || attempt == portAttempts || !portTaken(err) {
 			return n, err
 		}
@@ -179,15 +196,24 @@ func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persist
 	}
 }
 
-func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence, fake bool) (*dockerNode, error) {
+func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
-	n := &dockerNode{backend: b, name: name, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	n := &dockerNode{backend: b, name: name, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tls: clientTLS}
 	args := append([]string{"--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"}, redisArgs(persistence)...)
 	env := map[string]string{}
 	binds := []string(nil)
+	if files != nil {
+		// The files' directory is mounted read-only at /tls; the node
+		// serves TLS on 6379 and nothing else.
+		inImage := func(path string) string { return "/tls/" + filepath.Base(path) }
+		binds = append(binds, filepath.Dir(files.CAFile)+":/tls:ro")
+		args[1] = "0"
+		args = append(args, "--tls-port", "6379", "--tls-cert-file", inImage(files.Server.Cert), "--tls-key-file", inImage(files.Server.Key),
+			"--tls-ca-cert-file", inImage(files.CAFile), "--tls-auth-clients", "yes")
+	}
 	if fake {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
@@ -222,7 +248,7 @@ func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir strin
 	if err != nil {
 		return n, fmt.Errorf("chaos: start container %s: %w", name, err)
 	}
-	if err := waitPing(ctx, n.addr, 20*time.Second); err != nil {
+	if err := waitPing(ctx, n.addr, n.tls, 20*time.Second); err != nil {
 		return n, err
 	}
 	return n, nil
@@ -243,12 +269,17 @@ type dockerNode struct {
 	backend  *DockerBackend
 	name     string
 	addr     string
+	tls      *tls.Config // the clients' configuration; nil for plain TCP
 	clockDir string
 	ctr      *testcontainers.DockerContainer
 }
 
 func (n *dockerNode) Name() string { return n.name }
-func (n *dockerNode) Addr() string { return n.addr }
+
+// TLSConfig is the client configuration to reach the node with, nil for
+// plain TCP.
+func (n *dockerNode) TLSConfig() *tls.Config { return n.tls }
+func (n *dockerNode) Addr() string           { return n.addr }
 
 // PeerAddr is the container's address on the Docker bridge, asked afresh
 // because a restarted container may get another one.
@@ -292,7 +323,7 @@ func (n *dockerNode) Restart(ctx context.Context) error {
 	if _, err := n.backend.cli.ContainerStart(ctx, n.ctr.GetContainerID(), client.ContainerStartOptions{}); err != nil {
 		return fmt.Errorf("chaos: start %s again: %w", n.name, err)
 	}
-	return waitPing(ctx, n.addr, 20*time.Second)
+	return waitPing(ctx, n.addr, n.tls, 20*time.Second)
 }
 
 func (n *dockerNode) Pause(ctx context.Context) error {

@@ -2,8 +2,10 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"os"
 	"os/exec"
 	"time"
 
@@ -34,19 +36,37 @@ func (*ProcessBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, e
 	if spec.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
 	}
-	nodes, err := redistest.Start(spec.Nodes, redistest.Options{Persistence: spec.Persistence, FakeTime: spec.FakeTime})
+	opts := redistest.Options{Persistence: spec.Persistence, FakeTime: spec.FakeTime}
+	var clientTLS *tls.Config
+	tlsDir := ""
+	if spec.TLS {
+		var err error
+		if tlsDir, err = os.MkdirTemp("", "redlock-chaos-tls-"); err != nil {
+			return nil, err
+		}
+		if opts.TLS, clientTLS, err = clusterTLS(tlsDir); err != nil {
+			return nil, errors.Join(err, os.RemoveAll(tlsDir))
+		}
+	}
+	removeTLS := func() error {
+		if tlsDir == "" {
+			return nil
+		}
+		return os.RemoveAll(tlsDir)
+	}
+	nodes, err := redistest.Start(spec.Nodes, opts)
 	if err != nil {
-		return nil, err
+		return nil, errors.Join(err, removeTLS())
 	}
 	res, err := redistest.Start(1, redistest.Options{})
 	if err != nil {
-		return nil, errors.Join(err, nodes.Stop())
+		return nil, errors.Join(err, nodes.Stop(), removeTLS())
 	}
-	c := &Cluster{Backend: "process", HostIP: "127.0.0.1", Resource: processNode{"res", res.Servers[0], false}}
+	c := &Cluster{Backend: "process", HostIP: "127.0.0.1", Resource: processNode{"res", res.Servers[0], false, nil}, TLS: clientTLS}
 	for i, s := range nodes.Servers {
-		c.Nodes = append(c.Nodes, processNode{fmt.Sprintf("n%d", i), s, spec.Persistence})
+		c.Nodes = append(c.Nodes, processNode{fmt.Sprintf("n%d", i), s, spec.Persistence, clientTLS})
 	}
-	c.stop = func() error { return errors.Join(nodes.Stop(), res.Stop()) }
+	c.stop = func() error { return errors.Join(nodes.Stop(), res.Stop(), removeTLS()) }
 	return c, nil
 }
 
@@ -54,7 +74,12 @@ type processNode struct {
 	name        string
 	s           *redistest.Server
 	persistence bool
+	tls         *tls.Config // the clients' configuration; nil for plain TCP
 }
+
+// TLSConfig is the client configuration to reach the node with, nil for
+// plain TCP.
+func (n processNode) TLSConfig() *tls.Config { return n.tls }
 
 func (n processNode) Name() string     { return n.name }
 func (n processNode) Addr() string     { return n.s.Addr }

@@ -82,7 +82,7 @@ func TestBackendNodeOperations(t *testing.T) {
 			if err := n0.Resume(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if err := waitPing(ctx, n0.Addr(), 10*time.Second); err != nil {
+			if err := waitPing(ctx, n0.Addr(), nil, 10*time.Second); err != nil {
 				t.Fatal(err)
 			}
 

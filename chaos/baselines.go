@@ -37,7 +37,7 @@ func newBaselineLocker(name string, env SchemeEnv) (*baselineLocker, error) {
 	if len(env.Addrs) == 0 {
 		return nil, fmt.Errorf("chaos: %s needs a node address", name)
 	}
-	return &baselineLocker{name: name, rdb: nodeClient(env.Addrs[0]), clock: skewedClock{env.ClockSkew}, ttl: env.TTL}, nil
+	return &baselineLocker{name: name, rdb: nodeClient(env.Addrs[0], env.TLSConfig), clock: skewedClock{env.ClockSkew}, ttl: env.TTL}, nil
 }
 
 // Acquire retries with a small jittered delay until it wins or ctx ends.

@@ -19,7 +19,7 @@ func TestFinalScanFindsAHolderKeyLeftBehind(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := NewRecorder()
-	finalState(ctx, rec, nodes.Servers[0].Client(), nodes.Addrs(), scannedKeys(RedlockScheme{}))
+	finalState(ctx, rec, nodes.Servers[0].Client(), nodes.Addrs(), nil, scannedKeys(RedlockScheme{}))
 	res := CheckHistory(rec.History(), CheckOptions{})
 	if res.Counts[CheckLeftoverKey] != 1 {
 		t.Fatalf("want one key left behind (on n1), got %d: %+v", res.Counts[CheckLeftoverKey], res.Violations)

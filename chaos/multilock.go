@@ -112,7 +112,7 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	for i := range sc.clients() {
 		clients := make([]redis.UniversalClient, sc.nodes())
 		for j, a := range nw.Addrs()[:sc.nodes()] {
-			clients[j] = nodeClient(a)
+			clients[j] = nodeClient(a, cluster.TLS)
 		}
 		c, err := redlock.New(clients, redlock.Options{TTL: sc.ttl(), RestartGrace: sc.RestartGrace, Logger: log.With("client", i)})
 		if err != nil {
@@ -150,7 +150,7 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	var mismatches []error
 	for _, n := range MultiNames {
 		rec := names[n]
-		finalStateOf(ctx, rec, resource, registerKey+":"+n, nw.Addrs()[:sc.nodes()], []string{redlock.DefaultKeyPrefix + "{" + n + "}"})
+		finalStateOf(ctx, rec, resource, registerKey+":"+n, nw.Addrs()[:sc.nodes()], cluster.TLS, []string{redlock.DefaultKeyPrefix + "{" + n + "}"})
 		h := nameHistory(rec.History(), nemesis)
 		r := &Run{Scenario: sc, Backend: b.Name(), Elapsed: run.Elapsed, History: h}
 		r.Scenario.Name = sc.Name + "/" + n

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -49,7 +50,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	}
 	log = log.With("scenario", sc.Name, "backend", b.Name())
 	started := time.Now()
-	cluster, err := b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime()})
+	cluster, err := b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
 	if err != nil {
 		return nil, err
 	}
@@ -95,7 +96,8 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
 			},
-			Log: log.With("client", i),
+			Log:       log.With("client", i),
+			TLSConfig: cluster.TLS,
 		})
 		if err != nil {
 			return nil, err
@@ -119,7 +121,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 	}
 	w.lockers = nil
-	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], scannedKeys(sc.Scheme))
+	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, scannedKeys(sc.Scheme))
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
 	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound()})
@@ -387,12 +389,13 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 
 // finalState records the register's value and, on every node, whether
 // the lock key (or another key of the lock, see scannedKeys) is still there.
-func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, keys []string) {
-	finalStateOf(ctx, rec, resource, registerKey, addrs, keys)
+// tlsConfig reaches nodes that serve TLS only.
+func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, tlsConfig *tls.Config, keys []string) {
+	finalStateOf(ctx, rec, resource, registerKey, addrs, tlsConfig, keys)
 }
 
 // finalStateOf is finalState for the register and lock keys given.
-func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, keys []string) {
+func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, tlsConfig *tls.Config, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, register).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -401,7 +404,7 @@ func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, re
 	e.Value = v
 	rec.Record(e)
 	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		c := redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
 		var found []string
 		for _, key := range keys {

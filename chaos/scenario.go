@@ -202,6 +202,7 @@ type Scenario struct {
 	ClientSkew   map[int]time.Duration
 	ClientTTL    map[int]time.Duration // a client's own TTL instead of TTL (clients of one lock with different TTLs)
 	Replica      bool                  // node 1 replicates node 0 (the failover baseline)
+	TLS          bool                  // clients reach the lock nodes over TLS with client certificates
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
@@ -284,7 +285,7 @@ func Scenarios() []Scenario {
 			Heal(quorumOfThree), Resume(), Wait(1500*time.Millisecond), Unpin())
 	}
 
-	return []Scenario{
+	table := []Scenario{
 		{Name: "no-faults", About: "control: contention alone", Scheme: rl, Expect: safe,
 			Schedule: []Step{Wait(3 * time.Second)}},
 		{Name: "latency", About: "every request and reply delayed 40ms±30ms (round trips near the 100ms node timeout)", Scheme: rl, Expect: safe,
@@ -368,6 +369,7 @@ func Scenarios() []Scenario {
 			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
 	}
+	return append(table, tlsScenarios(table)...)
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:

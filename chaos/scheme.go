@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -50,6 +51,9 @@ type SchemeEnv struct {
 	// lock) into the history.
 	Note func(detail string)
 	Log  *slog.Logger
+	// TLSConfig, if set, is the client configuration for the nodes (the
+	// proxies pass TLS through untouched).
+	TLSConfig *tls.Config
 }
 
 // Scheme is a lock algorithm under test: the redlock library, or one of
@@ -77,9 +81,10 @@ func (c skewedClock) Now() time.Time { return time.Now().Add(c.skew) }
 // with the context's deadline bounding every socket read and write (go-redis
 // ignores ctx deadlines on the socket unless told to), and no retries of its
 // own: retrying is the lock algorithm's business.
-func nodeClient(addr string) *redis.Client {
+func nodeClient(addr string, tlsConfig *tls.Config) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
+		TLSConfig:             tlsConfig,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
 		DialTimeout:           500 * time.Millisecond,
@@ -125,7 +130,7 @@ func scannedKeys(s Scheme) []string {
 func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 	clients := make([]redis.UniversalClient, len(env.Addrs))
 	for i, a := range env.Addrs {
-		clients[i] = nodeClient(a)
+		clients[i] = nodeClient(a, env.TLSConfig)
 	}
 	opts := redlock.Options{
 		TTL:          env.TTL,

@@ -10,6 +10,7 @@ package redistest
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -39,6 +40,28 @@ type Options struct {
 	// own cluster and serving no hash slot until ServeSlots; partial
 	// coverage is allowed, so a node serves the slots it was given.
 	ClusterMode bool
+	// TLS, if set, makes the nodes serve TLS only, on Port (--port 0
+	// --tls-port). See PKI for certificates made in the test.
+	TLS *TLS
+	// Users are ACL users, one rule each as after "user" in an ACL file:
+	// "locker on >secret ~redlock:* +get". The default user stays as Redis
+	// makes it (no password, every command) unless a rule redefines it,
+	// and the helper's own client logs in as the default user.
+	Users []string
+}
+
+// TLS are the files of nodes that serve TLS.
+type TLS struct {
+	// CAFile is the CA bundle the nodes trust for client certificates.
+	CAFile string
+	// Server is the nodes' certificate and key.
+	Server CertFiles
+	// Client is the certificate that the helper's own client and
+	// readiness probe present. When it is set the nodes ask every client
+	// for a certificate signed by CAFile (--tls-auth-clients yes); when it
+	// is not, they ask none. The helper's client does not check the
+	// nodes' certificates: tests give nodes bad ones on purpose.
+	Client CertFiles
 }
 
 // readyTimeout bounds how long a node may take to answer PING after start.
@@ -70,7 +93,9 @@ type Server struct {
 
 	opts      Options
 	binary    string
-	clockFile string // FakeTime only
+	clockFile string      // FakeTime only
+	tlsConfig *tls.Config // TLS only: the helper's own client's
+	aclFile   string      // Users only
 	client    *redis.Client
 
 	mu     sync.Mutex
@@ -133,6 +158,9 @@ func (o Options) validate() error {
 	if o.ClockRate < 0 || math.IsNaN(o.ClockRate) || math.IsInf(o.ClockRate, 0) {
 		return fmt.Errorf("redistest: ClockRate %v: must be a positive finite number (or 0 for real speed)", o.ClockRate)
 	}
+	if o.TLS != nil && (o.TLS.CAFile == "" || o.TLS.Server.Cert == "" || o.TLS.Server.Key == "") {
+		return fmt.Errorf("redistest: TLS needs CAFile and the server's Cert and Key (see PKI)")
+	}
 	if o.FakeTime {
 		if _, err := os.Stat(fakeTimeLibrary); err != nil {
 			return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or scripts/install-deps.sh): %w", fakeTimeLibrary, err)
@@ -150,13 +178,22 @@ func (c *Cluster) Addrs() []string {
 	return addrs
 }
 
-// URLs returns "redis://127.0.0.1:port" of every node, in order.
+// URLs returns "redis://127.0.0.1:port" of every node, in order
+// ("rediss://" with TLS).
 func (c *Cluster) URLs() []string {
 	urls := make([]string, len(c.Servers))
 	for i, s := range c.Servers {
-		urls[i] = "redis://" + s.Addr
+		urls[i] = s.URL()
 	}
 	return urls
+}
+
+// URL returns "redis://127.0.0.1:port", or "rediss://..." with TLS.
+func (s *Server) URL() string {
+	if s.opts.TLS != nil {
+		return "rediss://" + s.Addr
+	}
+	return "redis://" + s.Addr
 }
 
 // Clients returns the go-redis client of every node, in order (the same
@@ -192,6 +229,22 @@ func startServer(binary, dir string, opts Options) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Dir: dir, opts: opts, binary: binary}
+	if opts.TLS != nil {
+		var err error
+		if s.tlsConfig, err = helperTLSConfig(opts.TLS); err != nil {
+			return nil, err
+		}
+	}
+	if len(opts.Users) > 0 {
+		s.aclFile = filepath.Join(dir, "users.acl")
+		var b strings.Builder
+		for _, u := range opts.Users {
+			b.WriteString("user " + u + "\n")
+		}
+		if err := os.WriteFile(s.aclFile, []byte(b.String()), 0o600); err != nil {
+			return nil, err
+		}
+	}
 	if opts.FakeTime {
 		s.clockFile = filepath.Join(dir, "faketime")
 		if err := s.SetClockOffset(0); err != nil {
@@ -204,7 +257,7 @@ func startServer(binary, dir string, opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
-		s.client = newClient(s.Addr)
+		s.client = newClient(s.Addr, s.tlsConfig)
 		s.mu.Lock()
 		err = s.startLocked()
 		s.mu.Unlock()
@@ -248,6 +301,15 @@ func (s *Server) startLocked() error {
 	}
 	if s.opts.ClusterMode {
 		args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no")
+	}
+	if t := s.opts.TLS; t != nil {
+		args[1] = "0" // no plain port
+		args = append(args, "--tls-port", strconv.Itoa(s.Port),
+			"--tls-cert-file", t.Server.Cert, "--tls-key-file", t.Server.Key,
+			"--tls-ca-cert-file", t.CAFile, "--tls-auth-clients", yesNo(t.Client.Cert != ""))
+	}
+	if s.aclFile != "" {
+		args = append(args, "--aclfile", s.aclFile)
 	}
 	args = append(args, s.opts.Args...)
 
@@ -311,9 +373,13 @@ func (s *Server) awaitReady(exited <-chan struct{}) error {
 // probe sends one PING on a fresh connection. It bypasses go-redis, whose
 // dial retries and pool logging would slow and clutter the polling.
 func (s *Server) probe() error {
-	conn, err := net.DialTimeout("tcp", s.Addr, 500*time.Millisecond)
+	raw, err := net.DialTimeout("tcp", s.Addr, 500*time.Millisecond)
 	if err != nil {
 		return err
+	}
+	conn := raw
+	if s.tlsConfig != nil {
+		conn = tls.Client(raw, s.tlsConfig)
 	}
 	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
@@ -457,12 +523,35 @@ func (s *Server) Client() *redis.Client {
 	return s.client
 }
 
-func newClient(addr string) *redis.Client {
+func newClient(addr string, tlsConfig *tls.Config) *redis.Client {
 	return redis.NewClient(&redis.Options{
 		Addr:                  addr,
+		TLSConfig:             tlsConfig,
 		ContextTimeoutEnabled: true,
 		DialerRetries:         1,
 		MaxRetries:            -1,
 		DisableIdentity:       true,
 	})
+}
+
+// helperTLSConfig is the TLS configuration of the helper's own client and
+// probe: it presents the client certificate, if any, and trusts any server
+// certificate, since tests give nodes expired or misnamed ones on purpose.
+func helperTLSConfig(t *TLS) (*tls.Config, error) {
+	cfg := &tls.Config{InsecureSkipVerify: true, MinVersion: tls.VersionTLS12}
+	if t.Client.Cert != "" {
+		pair, err := tls.LoadX509KeyPair(t.Client.Cert, t.Client.Key)
+		if err != nil {
+			return nil, fmt.Errorf("redistest: TLS client certificate %s: %w", t.Client.Cert, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
 }

@@ -213,7 +213,7 @@ func TestTakenPortIsRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := &Server{Dir: dir, binary: binary, Port: l.Addr().(*net.TCPAddr).Port, Addr: l.Addr().String()}
-	s.client = newClient(s.Addr)
+	s.client = newClient(s.Addr, nil)
 	defer s.client.Close()
 	s.mu.Lock()
 	err = s.startLocked()

@@ -142,6 +142,7 @@ func parseFlags(fs *flag.FlagSet, args []string) ([]string, error) {
 // nodeFlags are the flags every command that talks to the nodes shares.
 type nodeFlags struct {
 	nodes       string
+	tls         tlsFlags
 	keyPrefix   string
 	nodeTimeout time.Duration
 	verbose     bool
@@ -153,6 +154,7 @@ func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
+	nf.tls.register(fs)
 }
 
 // urls returns the node URLs from --nodes or REDLOCK_NODES, each checked, with an error
@@ -257,6 +259,9 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	urls, err := nf.urls(a)
 	if err != nil {
 		return nil, err
+	}
+	if opts.TLSConfig, err = nf.tls.config(a); err != nil {
+		return nil, withExitCode(exitUsage, err)
 	}
 	c, err := redlock.NewFromURLs(urls, opts)
 	if err != nil {

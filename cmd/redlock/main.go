@@ -113,6 +113,8 @@ Commands:
 Nodes are given with --nodes or the REDLOCK_NODES environment variable: a comma-separated
 list of redis://[user:password@]host:port[/db] URLs (rediss:// for TLS), one per independent
 master. Prefer REDLOCK_NODES when URLs carry passwords: command lines are visible to other users.
+TLS nodes with a private CA or client certificates: --cacert, --cert, --key and --sni as in
+redis-cli, or REDLOCK_CACERT, REDLOCK_CERT, REDLOCK_KEY and REDLOCK_SNI.
 
 Examples:
   redlock demo                                   # no Redis needed beyond redis-server on PATH

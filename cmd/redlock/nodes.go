@@ -91,6 +91,9 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	for _, warning := range persistenceWarnings(infos, grace.d, *ttl) {
 		fmt.Fprintln(a.stdout, warning)
 	}
+	for _, warning := range certWarnings(infos, time.Now(), certWarningPeriod) {
+		fmt.Fprintln(a.stdout, warning)
+	}
 	v := verdicts(rows, client.Quorum(), name, slot)
 	fmt.Fprintf(a.stdout, "quorum: %s\n", v.quorum)
 	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
@@ -104,6 +107,10 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	}
 	return nil
 }
+
+// certWarningPeriod: a node certificate that expires sooner than this is worth a line,
+// time enough to renew it before the clients refuse the node.
+const certWarningPeriod = 14 * 24 * time.Hour
 
 // nodeRow is one node's line: what the probe learned and the two per-node verdicts.
 type nodeRow struct {
@@ -312,22 +319,47 @@ func printNodes(w io.Writer, rows []nodeRow) {
 	// median of the other nodes' (what the clock guard compares), and
 	// TTL_IN_USE the node's register of the largest TTL any client uses
 	// (how long it would sit out after a restart without persistence).
-	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tTTL_IN_USE\tCLOCK_OFFSET\tVS_OTHERS\tRTT\tINDEPENDENT\tVOTES")
+	// TLS is the version and when the node's certificate expires, "off" for plain TCP.
+	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tTTL_IN_USE\tCLOCK_OFFSET\tVS_OTHERS\tRTT\tTLS\tINDEPENDENT\tVOTES")
 	for _, r := range rows {
 		n := r.info
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
 			continue
 		}
 		ttlInUse := "-"
 		if n.LargestTTL > 0 {
 			ttlInUse = formatDuration(n.LargestTTL)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
 			n.Uptime.Round(time.Second), persistence(n), ttlInUse, signedDuration(n.ClockOffset), signedDuration(n.ClockSkew),
-			formatDuration(n.RTT), r.independent, r.votes)
+			formatDuration(n.RTT), tlsState(n), r.independent, r.votes)
 	}
 	tw.Flush()
+}
+
+// tlsState shows a node's TLS version and when its certificate expires.
+func tlsState(n redlock.NodeInfo) string {
+	if n.TLS == "" {
+		return "off"
+	}
+	v := strings.TrimPrefix(n.TLS, "TLS ")
+	if n.CertExpires.IsZero() {
+		return v
+	}
+	return v + " cert until " + n.CertExpires.UTC().Format("2006-01-02T15:04Z")
+}
+
+// certWarnings names the nodes whose certificate expires within soon (or has expired).
+func certWarnings(infos []redlock.NodeInfo, now time.Time, soon time.Duration) []string {
+	var out []string
+	for _, n := range infos {
+		if n.Err == nil && !n.CertExpires.IsZero() && n.CertExpires.Sub(now) < soon {
+			out = append(out, fmt.Sprintf("warning: %s: its TLS certificate (%s) expires at %s, in %s: renew it before clients refuse the node",
+				n.Node, n.CertSubject, n.CertExpires.UTC().Format(time.RFC3339), formatDuration(n.CertExpires.Sub(now).Round(time.Minute))))
+		}
+	}
+	return out
 }
 
 // persistence summarises what a node keeps across a crash: with "fsync always" every lock

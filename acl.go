@@ -1,0 +1,53 @@
+package redlock
+
+import "strings"
+
+// aclCommands are the commands the client sends, each for a reason:
+//
+//   - evalsha, eval: every lock operation is a script (lua/); eval runs a
+//     script a node does not know yet, and the TTL register in the probe.
+//   - script|load: the probe learns the scripts' SHA from the node (the
+//     client never hashes them itself, see scripts.go). Without it the
+//     scripts run by eval, longer commands and nothing else.
+//   - get, set, pttl, pexpire, del, publish, time: the commands the scripts
+//     run; Redis checks them against the caller's rules like any other.
+//     get and pttl also serve Inspect.
+//   - subscribe, unsubscribe, ping: a waiting Acquire listens to its lock's
+//     release channel and confirms the subscription with a PING.
+//   - info, time, config|get: the node guards' probe (run_id, role, uptime,
+//     persistence, clock). Without config|get a node never counts as
+//     persistent and always sits out the restart grace after a restart.
+//   - hello: go-redis' connection handshake (RESP3). go-redis also sends
+//     CLIENT SETINFO (Redis 7.2 on) and goes on when it is refused.
+var aclCommands = []string{
+	"evalsha", "eval", "script|load",
+	"get", "set", "pttl", "pexpire", "del", "publish", "time",
+	"subscribe", "unsubscribe", "ping",
+	"info", "config|get",
+	"hello",
+}
+
+// ACLRule is the least-privilege Redis ACL rule for the users of a client
+// with the given key prefix (Options.KeyPrefix; "" for the default), to put
+// after "ACL SETUSER <name> on ><password>" or "user <name> on ><password>"
+// in an ACL file. It allows the commands the client sends and nothing
+// else, on the keys and pub/sub channels under the prefix: the locks
+// ("<prefix>{<name>}"), their fence registers ("<prefix>{<name>}:fence"),
+// the register of the largest TTL in use ("<prefix>ttl-in-use") and the
+// release channels ("<prefix>{<name>}:released"). ForceUnlock needs incr
+// on top; FencedSet needs hget and hset on the resource's own key.
+func ACLRule(keyPrefix string) string {
+	if keyPrefix == "" {
+		keyPrefix = DefaultKeyPrefix
+	}
+	// The prefix is a glob in the rule: its own glob characters are escaped.
+	pattern := globEscaper.Replace(keyPrefix) + "*"
+	var b strings.Builder
+	b.WriteString("resetkeys resetchannels -@all ~" + pattern + " &" + pattern)
+	for _, c := range aclCommands {
+		b.WriteString(" +" + c)
+	}
+	return b.String()
+}
+
+var globEscaper = strings.NewReplacer(`\`, `\\`, "*", `\*`, "?", `\?`, "[", `\[`, "]", `\]`)
