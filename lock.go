@@ -36,6 +36,10 @@ func (l *Lock) Name() string { return l.a.name }
 // token of every earlier holder of the lock. Pass it to the guarded
 // resource, which must reject tokens lower than one it has seen. It is 0
 // when fencing is disabled.
+//
+// A reader of a read-write lock takes no token of its own: its Token is the
+// highest fence value it saw, at least the token of every writer whose
+// lock ended before the reader's began (see RWLock).
 func (l *Lock) Token() int64 { return l.token }
 
 // Deadline is when the lock's validity ends, unless extended. Past it, the
@@ -140,7 +144,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()
-		vals, err := n.run.run(ctx, extendScript, args)
+		vals, err := n.run.run(ctx, l.a.kind.extend, args)
 		return l.extendAnswer(ctx, n, vals, err, sent)
 	})
 	return l.extended(start, err)
@@ -155,7 +159,14 @@ func (l *Lock) nodeTimeout() time.Duration {
 // extendArgs builds the extend script's command for this lock.
 func (l *Lock) extendArgs() []any {
 	a := l.a
-	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
+	keys, token := a.keys[:], l.token
+	if a.extKeys != nil {
+		keys = a.extKeys
+	}
+	if a.kind.reader && l.c.opts.DisableFencing {
+		token = -1 // a reader saw no fence value: its repair checks none
+	}
+	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), token, l.c.fenceLifetimeArg)
 }
 
 // extendAnswer records what an extend call sent to n at sent left on the
@@ -265,7 +276,11 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	c, a := l.c, l.a
 	deleted, errs := a.release()
-	c.waiters.notify(a.name, a.value, true)
+	announced := a.value
+	if a.kind.wakeAll {
+		announced = wakeAllMark + announced // as the script published it
+	}
+	c.waiters.notify(a.name, announced, true)
 	c.emit(Event{Kind: EventReleased, Name: a.name, Token: l.token, Err: prior})
 	switch {
 	case prior != nil:

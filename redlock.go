@@ -423,7 +423,8 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int // 0: no bound
+	maxExtensions int     // 0: no bound
+	rw            *rwCall // a read-write lock's side; nil for the mutex
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -500,6 +501,11 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
+	return c.acquire(ctx, name, lc, timeout)
+}
+
+// acquire is Acquire's waiting loop, for every kind of lock.
+func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
@@ -594,6 +600,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 	a := c.newAttempt(name, lc.ttl)
 	a.nodeTimeout = nodeTimeout
+	if lc.rw != nil {
+		lc.rw.prepare(a)
+	}
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
 	start := c.clock.Now()
@@ -625,7 +634,11 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 
 	var token int64
-	if !c.opts.DisableFencing {
+	switch {
+	case c.opts.DisableFencing:
+	case a.kind.reader:
+		token = d.maxFence // a reader takes no token: it carries the fence it saw
+	default:
 		if token, err = a.token(d); err != nil {
 			a.abandon()
 			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err})
@@ -741,6 +754,12 @@ func (c *Client) noteToken(t int64) {
 // before fn returned.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := c.Acquire(ctx, name, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	return c.run(ctx, l, err, fn)
+}
+
+// run is Do once the lock was acquired (or not, with err): fn under l,
+// cancelled on its loss, and the release.
+func (c *Client) run(ctx context.Context, l *Lock, err error, fn func(ctx context.Context, l *Lock) error) error {
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +30,12 @@ const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // RFC 4648, as rand.T
 
 // releasedSuffix ends a lock's release channel: "<prefix>{<name>}:released".
 const releasedSuffix = ":released"
+
+// wakeAllMark starts a release message that wakes every waiter of the lock
+// rather than one: the release of a read-write lock's writer, which lets
+// all waiting readers in together. Owner values are base32, so it cannot
+// start one.
+const wakeAllMark = "*"
 
 // subscriptionLinger is how long a client stays subscribed to a lock's
 // channel after the last of its Acquire calls stopped waiting for that lock.
@@ -261,6 +268,15 @@ func (w *waiters) notify(name, value string, local bool) {
 	if local {
 		t.copies = q
 	} else if t.copies++; t.copies < q {
+		return
+	}
+	if strings.HasPrefix(value, wakeAllMark) {
+		for _, wt := range t.list {
+			select {
+			case wt.ch <- local:
+			default: // already woken
+			}
+		}
 		return
 	}
 	for i, wt := range t.list {
