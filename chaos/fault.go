@@ -29,10 +29,11 @@ type Env struct {
 	// ReplLink is the index in Net of the proxy the replica replicates
 	// through (-1 if the scenario has no replica).
 	ReplLink int
-	// LockKey is the scheme's lock key, Clients the number of workload
-	// clients (for Quiesce).
-	LockKey string
-	Clients int
+	// LockKeys are the keys the scheme keeps on a node while the lock is
+	// held or waited for, Clients the number of workload clients (for
+	// Quiesce).
+	LockKeys []string
+	Clients  int
 
 	clients clientControl
 

@@ -66,7 +66,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	defer nw.Close()
 
 	rec := NewRecorder()
-	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKey: sc.Scheme.LockKey(), Clients: sc.clients()}
+	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKeys: schemeKeys(sc.Scheme), Clients: sc.clients()}
 	if sc.Replica {
 		if env.ReplLink, err = replicate(ctx, cluster, nw, 1, 0); err != nil {
 			return nil, err
@@ -102,6 +102,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 		w.lockers = append(w.lockers, l)
 	}
+	assignRWRoles(w.lockers)
 
 	log.Info("scenario start", "about", sc.About, "expect", sc.Expect.Verdict)
 	wctx, stopWorkload := context.WithCancel(ctx)
@@ -119,7 +120,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 	}
 	w.lockers = nil
-	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], sc.Scheme.LockKey())
+	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], env.LockKeys)
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
 	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound()})
@@ -274,15 +275,14 @@ func quiesce(ctx context.Context, env *Env, within time.Duration) error {
 		err := func() error {
 			defer c.Close()
 			for reported := false; ; {
-				val, err := c.Get(ctx, env.LockKey).Result()
-				if errors.Is(err, redis.Nil) {
+				found, err := keysOn(ctx, c, env.LockKeys)
+				if err == nil && found == "" {
 					return nil
 				}
 				if err == nil && !reported && time.Since(parked) > orphanAfter {
 					reported = true
-					pttl, _ := c.PTTL(ctx, env.LockKey).Result()
 					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
-						Detail: fmt.Sprintf("value=%q pttl=%s, %s after every client parked", val, pttl, orphanAfter)})
+						Detail: fmt.Sprintf("%s, %s after every client parked", found, orphanAfter)})
 				}
 				if time.Now().After(deadline) {
 					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.Name(), within, err)
@@ -382,7 +382,30 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 
 // finalState records the register's value and, on every node, whether
 // the lock key is still there.
-func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, key string) {
+// keysOn describes the keys of keys that node c holds ("" if none): each
+// one's value (or type, for a set) and PTTL.
+func keysOn(ctx context.Context, c *redis.Client, keys []string) (string, error) {
+	var found []string
+	for _, key := range keys {
+		typ, err := c.Type(ctx, key).Result()
+		if err != nil {
+			return "", err
+		}
+		if typ == "none" {
+			continue
+		}
+		desc := typ
+		if typ == "string" {
+			val, _ := c.Get(ctx, key).Result()
+			desc = fmt.Sprintf("value=%q", val)
+		}
+		pttl, _ := c.PTTL(ctx, key).Result()
+		found = append(found, fmt.Sprintf("%s %s pttl=%s", key, desc, pttl))
+	}
+	return strings.Join(found, "; "), nil
+}
+
+func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, registerKey).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -393,15 +416,11 @@ func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addr
 	for i, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
-		val, err := c.Get(ctx, key).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
+		found, err := keysOn(ctx, c, keys)
+		if err != nil {
 			e.Err = err.Error()
-		default:
-			pttl, _ := c.PTTL(ctx, key).Result()
-			e.Detail = fmt.Sprintf("value=%q pttl=%s", val, pttl)
 		}
+		e.Detail = found
 		c.Close()
 		rec.Record(e)
 	}

@@ -63,6 +63,20 @@ type Scheme interface {
 	LockKey() string
 }
 
+// multiKeyScheme is a scheme that keeps more than its lock key on a node
+// (the read-write lock's readers and waiting writers).
+type multiKeyScheme interface {
+	LockKeys() []string
+}
+
+// schemeKeys are the keys the key scans look for.
+func schemeKeys(s Scheme) []string {
+	if m, ok := s.(multiKeyScheme); ok {
+		return m.LockKeys()
+	}
+	return []string{s.LockKey()}
+}
+
 // LockName is the one lock every client contends for.
 const LockName = "chaos"
 
