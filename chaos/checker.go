@@ -58,7 +58,7 @@ type HoldSpan struct {
 	// other, never a writer, and their Token is the fence value they saw,
 	// not a token of their own (check b skips them).
 	Shared bool
-	events   []Event
+	events []Event
 }
 
 // Result is the checker's judgement of one history, with the figures the

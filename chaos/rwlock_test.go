@@ -59,3 +59,41 @@ func TestRWScenarios(t *testing.T) {
 		})
 	}
 }
+
+// TestCheckerLetsReadersOverlapOnlyEachOther judges hand-made histories:
+// two readers at once pass; a writer beside a reader, or a reader beside
+// a writer, is a mutual-exclusion violation; readers' fence values are not
+// tokens and may repeat.
+func TestCheckerLetsReadersOverlapOnlyEachOther(t *testing.T) {
+	read := func(client, hold, start, stop int, fence int64) []Event {
+		ev := func(at int, k EventKind) Event { return Event{At: ms(at), Kind: k, Client: client, Hold: hold} }
+		ok := ev(start, AcquireOK)
+		ok.Token, ok.Deadline, ok.Detail = fence, ms(stop+100), SharedHold
+		return []Event{ev(start-1, AcquireInvoke), ok, ev(stop, ReleaseInvoke), ev(stop+1, ReleaseOK)}
+	}
+	write := func(client, hold, start, stop int, token int64) []Event {
+		ev := func(at int, k EventKind) Event { return Event{At: ms(at), Kind: k, Client: client, Hold: hold} }
+		ok := ev(start, AcquireOK)
+		ok.Token, ok.Deadline = token, ms(stop+100)
+		return []Event{ev(start-1, AcquireInvoke), ok, ev(stop, ReleaseInvoke), ev(stop+1, ReleaseOK)}
+	}
+	cases := []struct {
+		name string
+		h    []Event
+		want map[Check]int
+	}{
+		{"readers together", append(read(0, 1, 10, 50, 7), read(1, 2, 20, 60, 7)...), map[Check]int{}},
+		{"writer then readers", append(write(0, 1, 10, 20, 9), append(read(1, 2, 30, 60, 9), read(2, 3, 40, 70, 9)...)...), map[Check]int{}},
+		{"reader beside a writer", append(read(1, 1, 10, 50, 7), write(0, 2, 20, 30, 8)...), map[Check]int{CheckMutualExclusion: 1}},
+		{"writer beside a reader", append(write(0, 1, 10, 50, 8), read(1, 2, 20, 30, 8)...), map[Check]int{CheckMutualExclusion: 1}},
+		{"writers' tokens go back", append(write(0, 1, 10, 20, 9), write(1, 2, 30, 40, 8)...), map[Check]int{CheckTokenOrder: 1}},
+	}
+	for _, tc := range cases {
+		r := CheckHistory(History(tc.h), CheckOptions{})
+		for _, ch := range AllChecks {
+			if r.Counts[ch] != tc.want[ch] {
+				t.Errorf("%s: %s=%d, want %d (%s)", tc.name, ch, r.Counts[ch], tc.want[ch], Summarize(r))
+			}
+		}
+	}
+}
