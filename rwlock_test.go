@@ -5,6 +5,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -424,4 +426,83 @@ func TestRWBadInput(t *testing.T) {
 	if left := rwKeysLeft(t, cl, c.RWLock("x")); len(left) > 0 {
 		t.Fatalf("bad input left keys: %v", left)
 	}
+}
+
+func TestRWRestartedNodeSitsOutForBothSides(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	const grace = 2 * time.Second
+	guarded := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: grace})
+	unguarded := newClient(t, cl, redlock.Options{TTL: time.Second})
+	ctx := context.Background()
+	eventually(t, 10*time.Second, "fresh nodes vote after the grace", func() bool {
+		for _, n := range guarded.Nodes(ctx) {
+			if !n.Voting {
+				return false
+			}
+		}
+		return true
+	})
+	if err := cl.Servers[1].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cl.Servers[0].Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	// Nodes 0 (restarted empty) and 2 remain: a quorum only if node 0 votes.
+	rw := guarded.RWLock("restart")
+	if _, err := rw.TryRLock(ctx); !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("reader: got %v, want no quorum because the restarted node sits out", err)
+	}
+	if _, err := rw.TryLock(ctx); !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("writer: got %v, want no quorum because the restarted node sits out", err)
+	}
+	// Without the guard the restarted node votes at once.
+	r, err := unguarded.RWLock("restart").TryRLock(ctx)
+	if err != nil {
+		t.Fatalf("without the restart guard: %v", err)
+	}
+	_ = r.Release(ctx)
+	eventually(t, 10*time.Second, "restarted node votes after the grace", func() bool { return guarded.Nodes(ctx)[0].Voting })
+	w, err := rw.TryLock(ctx)
+	if err != nil {
+		t.Fatalf("after the grace: %v", err)
+	}
+	_ = w.Release(ctx)
+}
+
+func ExampleRWLock() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+	ctx := context.Background()
+	rw := client.RWLock("price-list")
+
+	var writerToken int64
+	err = rw.DoWrite(ctx, func(ctx context.Context, l *redlock.Lock) error {
+		writerToken = l.Token() // pass it to the resource with every write
+		return nil
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, err := rw.RLock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	b, err := rw.RLock(ctx) // readers share the lock
+	if err != nil {
+		log.Fatal(err)
+	}
+	_, err = rw.TryLock(ctx)
+	fmt.Println("writer beside readers:", errors.Is(err, redlock.ErrLocked))
+	fmt.Println("readers saw the writer's token:", a.Token() == writerToken && b.Token() == writerToken)
+	_ = a.Release(ctx)
+	_ = b.Release(ctx)
+	// Output:
+	// writer beside readers: true
+	// readers saw the writer's token: true
 }

@@ -241,7 +241,9 @@ func (w *waiters) remove(name string, wt *waiter) {
 	t.linger = timer
 }
 
-// notify wakes one waiter of name for the release of the owner value. The
+// notify wakes one waiter of name for the release of the owner value, or
+// every waiter when the value starts with wakeAllMark (a read-write lock's
+// writer or last reader left, and the readers need not take turns). The
 // same release comes from every node (and from ourselves first, if we held
 // it): it wakes one waiter once, when our own release or a quorum of nodes
 // told of it. The woken waiter goes to the back, so waiters take turns.
