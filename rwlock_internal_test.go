@@ -22,10 +22,10 @@ type rwFake struct {
 	fence   int64
 	readers map[string]bool
 	intents map[string]bool
-	calls   []string        // "<script>:<value or intent>", in the order they ran
-	gate    chan struct{}   // if set, acquires answer only once it is closed
-	arrived chan struct{}   // if set, told when an acquire waits at the gate
-	ran     chan struct{}   // if set, told when an acquire ran (after the gate)
+	calls   []string      // "<script>:<value or intent>", in the order they ran
+	gate    chan struct{} // if set, acquires answer only once it is closed
+	arrived chan struct{} // if set, told when an acquire waits at the gate
+	ran     chan struct{} // if set, told when an acquire ran (after the gate)
 	scripts map[*script]string
 }
 
