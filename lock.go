@@ -45,6 +45,10 @@ func (l *Lock) Name() string { return l.a.name }
 // token of every earlier holder of the lock. Pass it to the guarded
 // resource, which must reject tokens lower than one it has seen. It is 0
 // when fencing is disabled.
+//
+// A reader of a read-write lock takes no token of its own: its Token is the
+// highest fence value it saw, at least the token of every writer whose
+// lock ended before the reader's began (see RWLock).
 func (l *Lock) Token() int64 { return l.token }
 
 // Deadline is when the lock's validity ends, unless extended. Past it, the
@@ -165,7 +169,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()
-		vals, err := n.run.run(ctx, extendScript, args)
+		vals, err := n.run.run(ctx, l.a.kind.extend, args)
 		return l.extendAnswer(ctx, n, vals, err, sent)
 	}, nodes)
 	return l.extended(ctx, start, err, nodes)
@@ -183,7 +187,14 @@ func (l *Lock) extendArgs() []any {
 	if holderKey, md, ok := a.holder(); ok {
 		return extendScript.args([]string{a.keys[0], a.keys[1], holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, md)
 	}
-	return extendScript.args(a.keys[:], a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
+	keys, token := a.keys[:], l.token
+	if a.extKeys != nil {
+		keys = a.extKeys
+	}
+	if a.kind.reader && l.c.opts.DisableFencing {
+		token = -1 // a reader saw no fence value: its repair checks none
+	}
+	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), token, l.c.fenceLifetimeArg)
 }
 
 // extendAnswer records what an extend call sent to n at sent left on the
@@ -309,7 +320,11 @@ func (l *Lock) Release(ctx context.Context) error {
 		nodes, start = new([]NodeResult), c.clock.Now()
 	}
 	deleted, errs := a.release(nodes)
-	c.waiters.notify(a.name, a.value, true)
+	announced := a.value
+	if a.kind.wakeAll {
+		announced = wakeAllMark + announced // as the script published it
+	}
+	c.waiters.notify(a.name, announced, true)
 	var err error
 	switch {
 	case prior != nil:

@@ -91,7 +91,7 @@ func newNodePipes(rdb redis.UniversalClient) *nodePipes {
 }
 
 func (ps *nodePipes) of(s *script) *pipe {
-	if s == extendScript || s == ttlRegisterScript {
+	if s.renewal {
 		return ps.renew
 	}
 	return ps.acquire

@@ -61,12 +61,28 @@ const (
 	callUnsure                     // no answer: the call may still set the key later
 )
 
+// lockKind is what one kind of lock runs on the nodes: the mutex, or one
+// side of a read-write lock. Everything else about an attempt (the quorum,
+// the validity, fencing, the ordered release) is shared.
+type lockKind struct {
+	acquire, release, extend *script
+	// reader: the lock issues no token; its Token is the highest fence
+	// value it saw.
+	reader bool
+	// wakeAll: a release wakes every waiter of the name, not one.
+	wakeAll bool
+}
+
+var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript}
+
 // attempt is one try at a lock on all nodes, and afterwards the record of
 // which nodes may hold its key, for release.
 type attempt struct {
 	c        *Client
+	kind     *lockKind
 	name     string
 	keys     [2]string // lock key, fence register
+	extKeys  []string  // the extend script's keys, if not keys
 	value    string
 	ttl      time.Duration
 	proposal int64
@@ -101,6 +117,7 @@ const (
 func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	a := &attempt{
 		c:       c,
+		kind:    mutexKind,
 		name:    name,
 		ttl:     ttl,
 		replies: make(chan nodeReply, 2*len(c.nodes)), // per node one acquire reply and at most one release result
@@ -246,7 +263,7 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		return r, callNoKey
 	}
 	sentAt := a.c.clock.Now()
-	vals, err := n.run.run(ctx, acquireScript, a.acquireArgs)
+	vals, err := n.run.run(ctx, a.kind.acquire, a.acquireArgs)
 	recv := a.c.clock.Now()
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
@@ -428,7 +445,7 @@ func (a *attempt) sweepLater(n *node) {
 
 // deleteOn runs the release script on n: it deletes the key if it is ours.
 func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
-	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
+	vals, err := n.run.run(ctx, a.kind.release, a.releaseArgs)
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}

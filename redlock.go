@@ -433,8 +433,9 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int    // 0: no bound
-	metadata      string // WithMetadata, "" if none
+	maxExtensions int     // 0: no bound
+	metadata      string  // WithMetadata, "" if none
+	rw            *rwCall // a read-write lock's side; nil for the mutex
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -519,11 +520,24 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // this client's lock of the same name (ContextWithLock), it returns a nested
 // handle of it at once: the options then do not apply.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	lc, timeout, err := c.params(name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if l, ok, err := c.reenter(ctx, name); ok {
+		return l, err
+	}
+	return c.acquire(ctx, name, lc, timeout)
+}
+
+// acquire waits for a lock of any kind (the mutex, a read-write lock's
+// side), timed for an Observer's EventWaited.
+func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if c.opts.Observer == nil {
-		return c.acquire(ctx, name, opts)
+		return c.waitFor(ctx, name, lc, timeout)
 	}
 	start := c.clock.Now()
-	l, err := c.acquire(ctx, name, opts)
+	l, err := c.waitFor(ctx, name, lc, timeout)
 	e := Event{Kind: EventWaited, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx}
 	if l != nil {
 		e.Token = l.token
@@ -532,15 +546,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	return l, err
 }
 
-// acquire is Acquire, untimed.
-func (c *Client) acquire(ctx context.Context, name string, opts []LockOption) (*Lock, error) {
-	lc, timeout, err := c.params(name, opts)
-	if err != nil {
-		return nil, err
-	}
-	if l, ok, err := c.reenter(ctx, name); ok {
-		return l, err
-	}
+// waitFor is Acquire's waiting loop: attempts, woken by releases or backing
+// off, until one wins or ctx is done.
+func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
@@ -641,6 +649,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		a.attachMetadata(lc.metadata)
 	}
 	a.nodeTimeout = nodeTimeout
+	if lc.rw != nil {
+		lc.rw.prepare(a)
+	}
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
 	start := c.clock.Now()
@@ -674,7 +685,11 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 
 	var token int64
-	if !c.opts.DisableFencing {
+	switch {
+	case c.opts.DisableFencing:
+	case a.kind.reader:
+		token = d.maxFence // a reader takes no token: it carries the fence it saw
+	default:
 		if token, err = a.token(d); err != nil {
 			a.abandon()
 			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx, Nodes: d.nodes})
@@ -802,6 +817,12 @@ func (c *Client) noteToken(t int64) {
 // or Acquire of the same name inside fn reenters it.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := c.Acquire(ctx, name, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	return c.run(ctx, l, err, fn)
+}
+
+// run is Do once the lock was acquired (or not, with err): fn under l,
+// cancelled on its loss, and the release.
+func (c *Client) run(ctx context.Context, l *Lock, err error, fn func(ctx context.Context, l *Lock) error) error {
 	if err != nil {
 		return err
 	}

@@ -202,6 +202,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 			}
 			var sent []int // indices of the locks sent to n
 			var args [][]any
+			var kinds []*script
 			for k, l := range batch {
 				if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
 					got[k].err = err
@@ -213,9 +214,10 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 				}
 				sent = append(sent, k)
 				args = append(args, l.extendArgs())
+				kinds = append(kinds, l.a.kind.extend)
 			}
 			at := c.clock.Now()
-			vals, errs := runMany(ctx, n, extendScript, args)
+			vals, errs := runMixed(ctx, n, kinds, args)
 			for j, k := range sent {
 				yes, err := batch[k].extendAnswer(ctx, n, vals[j], errs[j], at)
 				if err != nil {
@@ -256,6 +258,42 @@ func runMany(ctx context.Context, n *node, s *script, args [][]any) ([][]int64, 
 	}
 	for i, a := range args {
 		vals[i], errs[i] = n.run.run(ctx, s, a)
+	}
+	return vals, errs
+}
+
+// runMixed is runMany for calls of several scripts (the extends of
+// mutexes and of read-write locks): one runMany per script, each in one
+// write, and the replies back in the order of args.
+func runMixed(ctx context.Context, n *node, scripts []*script, args [][]any) ([][]int64, []error) {
+	same := true
+	for _, s := range scripts {
+		same = same && s == scripts[0]
+	}
+	if same {
+		if len(scripts) == 0 {
+			return nil, nil
+		}
+		return runMany(ctx, n, scripts[0], args)
+	}
+	vals := make([][]int64, len(args))
+	errs := make([]error, len(args))
+	done := make([]bool, len(args))
+	for i, s := range scripts {
+		if done[i] {
+			continue
+		}
+		var idx []int
+		var group [][]any
+		for j := i; j < len(scripts); j++ {
+			if scripts[j] == s {
+				idx, group, done[j] = append(idx, j), append(group, args[j]), true
+			}
+		}
+		v, e := runMany(ctx, n, s, group)
+		for k, j := range idx {
+			vals[j], errs[j] = v[k], e[k]
+		}
 	}
 	return vals, errs
 }

@@ -25,13 +25,35 @@ var (
 	fencedSetSrc string
 	//go:embed lua/ttl_register.lua
 	ttlRegisterSrc string
+	//go:embed lua/rw_read_acquire.lua
+	rwReadAcquireSrc string
+	//go:embed lua/rw_read_release.lua
+	rwReadReleaseSrc string
+	//go:embed lua/rw_read_extend.lua
+	rwReadExtendSrc string
+	//go:embed lua/rw_write_acquire.lua
+	rwWriteAcquireSrc string
+	//go:embed lua/rw_write_release.lua
+	rwWriteReleaseSrc string
+	//go:embed lua/rw_write_extend.lua
+	rwWriteExtendSrc string
+	//go:embed lua/rw_intent_clear.lua
+	rwIntentClearSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
-	extendScript      = newScript(extendSrc)
+	extendScript      = newRenewalScript(extendSrc)
 	releaseScript     = newScript(releaseSrc)
 	fencedSetScript   = newScript(fencedSetSrc)
-	ttlRegisterScript = newScript(ttlRegisterSrc)
+	ttlRegisterScript = newRenewalScript(ttlRegisterSrc)
+
+	rwReadAcquireScript  = newScript(rwReadAcquireSrc)
+	rwReadReleaseScript  = newScript(rwReadReleaseSrc)
+	rwReadExtendScript   = newRenewalScript(rwReadExtendSrc)
+	rwWriteAcquireScript = newScript(rwWriteAcquireSrc)
+	rwWriteReleaseScript = newScript(rwWriteReleaseSrc)
+	rwWriteExtendScript  = newRenewalScript(rwWriteExtendSrc)
+	rwIntentClearScript  = newScript(rwIntentClearSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node
@@ -47,6 +69,9 @@ type script struct {
 	src    string
 	srcArg any                 // src, boxed once
 	sha    atomic.Pointer[any] // the SHA, boxed once; nil until a node told it
+	// renewal scripts go on a node's renewal pipe, apart from the acquires
+	// (see nodePipes)
+	renewal bool
 }
 
 // scripts lists every script made by newScript: the probes load them all,
@@ -56,6 +81,12 @@ var scripts []*script
 func newScript(src string) *script {
 	s := &script{src: src, srcArg: src}
 	scripts = append(scripts, s)
+	return s
+}
+
+func newRenewalScript(src string) *script {
+	s := newScript(src)
+	s.renewal = true
 	return s
 }
 

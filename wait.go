@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +31,12 @@ const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // RFC 4648, as rand.T
 
 // releasedSuffix ends a lock's release channel: "<prefix>{<name>}:released".
 const releasedSuffix = ":released"
+
+// wakeAllMark starts a release message that wakes every waiter of the lock
+// rather than one: the release of a read-write lock's writer, which lets
+// all waiting readers in together. Owner values are base32, so it cannot
+// start one.
+const wakeAllMark = "*"
 
 // subscriptionLinger is how long a client stays subscribed to a lock's
 // channel after the last of its Acquire calls stopped waiting for that lock.
@@ -235,7 +242,9 @@ func (w *waiters) remove(name string, wt *waiter) {
 	t.linger = timer
 }
 
-// notify wakes one waiter of name for the release of the owner value. The
+// notify wakes one waiter of name for the release of the owner value, or
+// every waiter when the value starts with wakeAllMark (a read-write lock's
+// writer or last reader left, and the readers need not take turns). The
 // same release comes from every node (and from ourselves first, if we held
 // it): it wakes one waiter once, when our own release or a quorum of nodes
 // told of it. The woken waiter goes to the back, so waiters take turns.
@@ -262,6 +271,15 @@ func (w *waiters) notify(name, value string, local bool) {
 	if local {
 		t.copies = q
 	} else if t.copies++; t.copies < q {
+		return
+	}
+	if strings.HasPrefix(value, wakeAllMark) {
+		for _, wt := range t.list {
+			select {
+			case wt.ch <- local:
+			default: // already woken
+			}
+		}
 		return
 	}
 	for i, wt := range t.list {

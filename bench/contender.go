@@ -67,7 +67,7 @@ const (
 
 // AllContenders lists every contender in the order tables show them.
 var AllContenders = []string{
-	ContenderRedlock, ContenderRedlockNoFence, ContenderRedsync,
+	ContenderRedlock, ContenderRedlockNoFence, ContenderRedlockRWRead, ContenderRedlockRWWrite, ContenderRedsync,
 	ContenderRedsyncFailFast, ContenderRedislock, ContenderRueidislock, ContenderFloor,
 }
 

@@ -121,6 +121,8 @@ func (w workload) runsOn(contender string, n int) bool {
 	switch {
 	case contender == ContenderRedislock && n != 1:
 		return false // a single-instance lock
+	case isRW(contender):
+		return w.name == WorkloadUncontended1 || w.name == WorkloadUncontended16 // cycles beside the mutex's
 	case w.slow && n < 3:
 		return false // with one node slow out of one or two, every quorum waits for it
 	case w.held:

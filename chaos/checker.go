@@ -54,7 +54,11 @@ type HoldSpan struct {
 	End      time.Duration
 	Stalled  bool // an action started after ValidUntil
 	Conflict bool // overlaps another client's hold (check a)
-	events   []Event
+	// Shared is a reader of a read-write lock: readers may overlap each
+	// other, never a writer, and their Token is the fence value they saw,
+	// not a token of their own (check b skips them).
+	Shared bool
+	events []Event
 }
 
 // Result is the checker's judgement of one history, with the figures the
@@ -162,6 +166,7 @@ func buildHolds(h History) []HoldSpan {
 			a.ok = true
 			a.span.Token = e.Token
 			a.span.Start = e.At
+			a.span.Shared = e.Detail == SharedHold
 			a.span.ValidUntil = e.Deadline
 		case ValidityObserved:
 			a.span.ValidUntil = max(a.span.ValidUntil, e.Deadline)
@@ -269,13 +274,16 @@ func percentile(ds []time.Duration, q float64) time.Duration {
 	return s[min(max(i, 0), len(s)-1)]
 }
 
+// SharedHold, as the Detail of an AcquireOK event, marks a reader's hold.
+const SharedHold = "shared (reader)"
+
 // checkMutualExclusion reports every pair of holds of different clients
-// whose acting intervals [Start, End) overlap (a).
+// whose acting intervals [Start, End) overlap (a), unless both are readers.
 func checkMutualExclusion(spans []HoldSpan, add func(Violation)) {
 	for i := range spans {
 		for j := i + 1; j < len(spans) && spans[j].Start < spans[i].End; j++ {
 			a, b := &spans[i], &spans[j]
-			if a.Client == b.Client || b.End <= b.Start {
+			if a.Client == b.Client || b.End <= b.Start || (a.Shared && b.Shared) {
 				continue
 			}
 			a.Conflict, b.Conflict = true, true
@@ -304,7 +312,7 @@ func checkTokenOrder(spans []HoldSpan, add func(Violation)) {
 	var best *HoldSpan
 	for i := range spans {
 		s := &spans[i]
-		if s.Token == 0 {
+		if s.Token == 0 || s.Shared {
 			continue
 		}
 		if best != nil && s.Token <= best.Token {

@@ -37,7 +37,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		return fmt.Errorf("unexpected argument %q", flags.Arg(0))
 	}
 	if *list {
-		for _, s := range Scenarios() {
+		for _, s := range append(Scenarios(), RWScenarios()...) {
 			fmt.Fprintf(stdout, "%-28s %-17s %s\n", s.Name, s.Expect.Verdict, s.About)
 		}
 		return nil

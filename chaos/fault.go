@@ -29,10 +29,9 @@ type Env struct {
 	// ReplLink is the index in Net of the proxy the replica replicates
 	// through (-1 if the scenario has no replica).
 	ReplLink int
-	// LockKey is the scheme's lock key, ScanKeys every key no node may
-	// keep once no client holds the lock (the lock key first), Clients the
-	// number of workload clients (for Quiesce).
-	LockKey  string
+	// ScanKeys are every key no node may keep once no client holds the
+	// lock (the lock key first; see scannedKeys), Clients the number of
+	// workload clients (for Quiesce).
 	ScanKeys []string
 	Clients  int
 

@@ -67,7 +67,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	defer nw.Close()
 
 	rec := NewRecorder()
-	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKey: sc.Scheme.LockKey(), ScanKeys: scannedKeys(sc.Scheme), Clients: sc.clients()}
+	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, ScanKeys: scannedKeys(sc.Scheme), Clients: sc.clients()}
 	if sc.Replica {
 		if env.ReplLink, err = replicate(ctx, cluster, nw, 1, 0); err != nil {
 			return nil, err
@@ -104,6 +104,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 		w.lockers = append(w.lockers, l)
 	}
+	assignRWRoles(w.lockers)
 
 	log.Info("scenario start", "about", sc.About, "expect", sc.Expect.Verdict)
 	wctx, stopWorkload := context.WithCancel(ctx)
@@ -121,7 +122,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 	}
 	w.lockers = nil
-	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, scannedKeys(sc.Scheme))
+	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
 	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound()})
@@ -272,39 +273,33 @@ func quiesce(ctx context.Context, env *Env, within time.Duration) error {
 	parked := time.Now()
 	deadline = parked.Add(within)
 	for _, n := range env.Cluster.Nodes {
-		for _, key := range env.ScanKeys {
-			if err := awaitGone(ctx, env, n, key, parked, deadline, within); err != nil {
-				return err
+		c := directClient(n)
+		err := func() error {
+			defer c.Close()
+			for reported := false; ; {
+				found, err := keysOn(ctx, c, env.ScanKeys)
+				if err == nil && found == "" {
+					return nil
+				}
+				if err == nil && !reported && time.Since(parked) > orphanAfter {
+					reported = true
+					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
+						Detail: fmt.Sprintf("%s, %s after every client parked", found, orphanAfter)})
+				}
+				if time.Now().After(deadline) {
+					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.Name(), within, err)
+				}
+				if err := sleep(ctx, 10*time.Millisecond); err != nil {
+					return err
+				}
 			}
+		}()
+		if err != nil {
+			return err
 		}
 	}
 	env.Note("workload quiesced: no lock key on any node")
 	return nil
-}
-
-// awaitGone waits until node n no longer has key, recording it as left
-// behind (check e) if it is still there orphanAfter after parked.
-func awaitGone(ctx context.Context, env *Env, n Node, key string, parked, deadline time.Time, within time.Duration) error {
-	c := directClient(n)
-	defer c.Close()
-	for reported := false; ; {
-		val, err := c.Get(ctx, key).Result()
-		if errors.Is(err, redis.Nil) {
-			return nil
-		}
-		if err == nil && !reported && time.Since(parked) > orphanAfter {
-			reported = true
-			pttl, _ := c.PTTL(ctx, key).Result()
-			env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
-				Detail: fmt.Sprintf("key=%s value=%q pttl=%s, %s after every client parked", key, val, pttl, orphanAfter)})
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("quiesce: key %s still on %s after %s (err %v)", key, n.Name(), within, err)
-		}
-		if err := sleep(ctx, 10*time.Millisecond); err != nil {
-			return err
-		}
-	}
 }
 
 // holdBack parks every client but the pinned holder, whose hold goes on.
@@ -387,9 +382,32 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 	}
 }
 
-// finalState records the register's value and, on every node, whether
-// the lock key (or another key of the lock, see scannedKeys) is still there.
-// tlsConfig reaches nodes that serve TLS only.
+// keysOn describes the keys of keys that node c holds ("" if none): each
+// one's value (or type, for a set) and PTTL.
+func keysOn(ctx context.Context, c *redis.Client, keys []string) (string, error) {
+	var found []string
+	for _, key := range keys {
+		typ, err := c.Type(ctx, key).Result()
+		if err != nil {
+			return "", err
+		}
+		if typ == "none" {
+			continue
+		}
+		desc := typ
+		if typ == "string" {
+			val, _ := c.Get(ctx, key).Result()
+			desc = fmt.Sprintf("value=%q", val)
+		}
+		pttl, _ := c.PTTL(ctx, key).Result()
+		found = append(found, fmt.Sprintf("%s %s pttl=%s", key, desc, pttl))
+	}
+	return strings.Join(found, "; "), nil
+}
+
+// finalState records the register's value and, on every node, which keys
+// of keys (the lock key and the others of the lock, see scannedKeys) are
+// still there. tlsConfig reaches nodes that serve TLS only.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, tlsConfig *tls.Config, keys []string) {
 	finalStateOf(ctx, rec, resource, registerKey, addrs, tlsConfig, keys)
 }
@@ -406,19 +424,11 @@ func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, re
 	for i, a := range addrs {
 		c := redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
 		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
-		var found []string
-		for _, key := range keys {
-			val, err := c.Get(ctx, key).Result()
-			switch {
-			case errors.Is(err, redis.Nil):
-			case err != nil:
-				e.Err = err.Error()
-			default:
-				pttl, _ := c.PTTL(ctx, key).Result()
-				found = append(found, fmt.Sprintf("key=%s value=%q pttl=%s", key, val, pttl))
-			}
+		found, err := keysOn(ctx, c, keys)
+		if err != nil {
+			e.Err = err.Error()
 		}
-		e.Detail = strings.Join(found, "; ")
+		e.Detail = found
 		c.Close()
 		rec.Record(e)
 	}

@@ -401,7 +401,7 @@ func rapidRestarts(ttl time.Duration) []Step {
 // ScenarioByName finds a scenario of the table.
 func ScenarioByName(name string) (Scenario, error) {
 	var names []string
-	for _, s := range Scenarios() {
+	for _, s := range append(Scenarios(), RWScenarios()...) {
 		if s.Name == name {
 			return s, nil
 		}

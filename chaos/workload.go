@@ -98,6 +98,9 @@ func (w *workload) acquired(ev func(EventKind) Event, h Held, invoked time.Durat
 	e := ev(AcquireOK)
 	e.Token = h.Token()
 	e.Deadline = w.rec.Since(h.Deadline())
+	if isShared(h) {
+		e.Detail = SharedHold
+	}
 	w.rec.Record(e)
 	if w.control.claimPin(e.Client, e.Hold, invoked) {
 		n := ev(NemesisNote)
@@ -174,6 +177,11 @@ func (w *workload) body(ctx context.Context, c, hold int, h Held) {
 		e.Duration = d
 		w.rec.Record(e)
 		time.Sleep(d) // the injected pause itself: nothing to wait for
+	}
+	if isShared(h) {
+		// A reader only reads: it holds the lock for the work's time.
+		w.work(ctx, hold, observe)
+		return
 	}
 	// The writes go out even if the lock was lost during a stall: the
 	// stalled client does not know. Only the fence can stop it.

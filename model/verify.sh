@@ -32,6 +32,8 @@ configs=(
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
 "semaphore-qk|ok|semaphore.pml|full|"
 "unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
+"rwlock-majority|ok|rwlock.pml|full|-DN=3"
+"unsafe-rwlock-naive|wheld|rwlock.pml|full|-DN=3 -DNAIVE"
 )
 
 pass=0 fail=0

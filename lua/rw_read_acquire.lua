@@ -1,0 +1,37 @@
+-- Admit a reader of a read-write lock on this node: only while no writer
+-- holds it and no writer waits (writer intent), so a stream of readers
+-- cannot starve a writer (DESIGN §5).
+-- KEYS[1] writer key (the mutex's lock key), KEYS[2] fence register,
+-- KEYS[3] readers (ZSET: owner value -> expiry in µs of this node's clock),
+-- KEYS[4] writer intents (ZSET: intent id -> expiry in µs); one hash tag.
+-- ARGV[1] owner value, ARGV[2] TTL in ms
+-- Returns {1, fence register, sec, usec} when admitted here,
+--         {0, writer's PTTL or -1 when a waiting writer refused us, sec, usec}.
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+local nowus = sec * 1000000 + usec
+local ttl = tonumber(ARGV[2])
+local function admitted()
+  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), sec, usec}
+end
+-- A retried command that already won here.
+local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
+if mine and tonumber(mine) > nowus then
+  return admitted()
+end
+local writer = redis.call('PTTL', KEYS[1])
+if writer ~= -2 then
+  return {0, writer, sec, usec}
+end
+redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowus)
+if redis.call('ZCARD', KEYS[4]) > 0 then
+  return {0, -1, sec, usec}
+end
+-- The entry lives exactly the TTL on this node's clock, as a key set with
+-- PX would; the set itself outlives its longest entry by a millisecond, so
+-- it never vanishes under a live entry.
+redis.call('ZADD', KEYS[3], nowus + ttl * 1000, ARGV[1])
+if redis.call('PTTL', KEYS[3]) < ttl + 1 then
+  redis.call('PEXPIRE', KEYS[3], ttl + 1)
+end
+return admitted()

@@ -1,0 +1,216 @@
+package redlock
+
+// The read-write lock across N independent masters (DESIGN §5).
+//
+// A node admits a reader only while no writer holds the lock there and no
+// writer waits (a writer intent), and a writer only while no live reader
+// and no other writer is there. Both sides need a majority quorum, and any
+// two majorities share a node, which never admitted a reader and a writer
+// at once: a reader and a writer are never valid together, and neither are
+// two writers. The writer key is the mutex's lock key and the writer takes
+// its fencing token from the mutex's fence register, in the same round trip
+// and by the same rules, so writers' tokens strictly increase and a
+// resource can reject a stale writer. docs/PROTOCOL.md has the proof.
+//
+// A writer that waits records its intent on every node that refuses it;
+// the intent keeps new readers out of that node, so the readers already in
+// drain away and a stream of new readers cannot starve the writer. The
+// intent expires unless the writer's next attempt refreshes it, so a writer
+// that dies blocks readers for a few retry periods at most; a writer that
+// got the lock or gave up withdraws it at once.
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+const (
+	readersSuffix = ":readers" // ZSET of the live readers: owner value -> expiry (µs, node clock)
+	intentsSuffix = ":writers" // ZSET of the waiting writers: intent id -> expiry (µs, node clock)
+)
+
+var (
+	readerKind = &lockKind{acquire: rwReadAcquireScript, release: rwReadReleaseScript, extend: rwReadExtendScript, reader: true}
+	writerKind = &lockKind{acquire: rwWriteAcquireScript, release: rwWriteReleaseScript, extend: rwWriteExtendScript, wakeAll: true}
+)
+
+// RWLock is a read-write lock called name: many readers at once, or one
+// writer. Its handles are *Lock values, with the same validity, extension,
+// release, Done and Err as the mutex's. A writer's Token is a fencing token
+// from the same register as the mutex of the same name; a reader's Token is
+// the highest fence value it saw: the token of the last writer whose lock
+// ended before the reader's began, or a later one.
+//
+// The write side uses the mutex's key: a mutex and the writers of the same
+// name exclude each other, but a mutex does not exclude readers. Do not use
+// one name both as a mutex and as a read-write lock.
+//
+// An RWLock holds no state: it is a name on the client, cheap to make and
+// safe for concurrent use. A bad name is reported by the first call.
+type RWLock struct {
+	c    *Client
+	name string
+}
+
+// RWLock returns the read-write lock called name.
+func (c *Client) RWLock(name string) *RWLock { return &RWLock{c: c, name: name} }
+
+// Name is the lock's name.
+func (rw *RWLock) Name() string { return rw.name }
+
+// Keys lists the keys the lock keeps on each node while it is held or
+// waited for: the writer key (the mutex's LockKey), the readers and the
+// waiting writers' intents. None of them stays once the lock is released
+// and nobody waits. The fence register (FenceKey) is apart: it outlives
+// every holder by design.
+func (rw *RWLock) Keys() []string {
+	k := rw.c.LockKey(rw.name)
+	return []string{k, k + readersSuffix, k + intentsSuffix}
+}
+
+// RLock waits for a read lock, as Client.Acquire waits for the mutex: until
+// no writer holds the lock or waits for it on a quorum of nodes, ctx is done
+// or MaxWait passes. A reader is refused while a writer waits, so a writer
+// is not starved by a stream of readers; the readers then get in together
+// when the writer releases.
+func (rw *RWLock) RLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.lock(ctx, false, true, opts)
+}
+
+// TryRLock makes one attempt at a read lock. It fails with an error matching
+// ErrLocked if a writer holds the lock or waits for it, and otherwise as
+// Client.TryAcquire does.
+func (rw *RWLock) TryRLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.lock(ctx, false, false, opts)
+}
+
+// Lock waits for the write lock: until no reader and no other writer holds
+// it on a quorum of nodes, ctx is done or MaxWait passes. While it waits it
+// keeps new readers out; when it returns, lock or not, it withdraws that
+// intent from every node (in the background, after its last attempt's
+// calls ended).
+func (rw *RWLock) Lock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.lock(ctx, true, true, opts)
+}
+
+// TryLock makes one attempt at the write lock. It fails with an error
+// matching ErrLocked if a reader or another writer holds it, and otherwise
+// as Client.TryAcquire does. It records no intent: nobody waits.
+func (rw *RWLock) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error) {
+	return rw.lock(ctx, true, false, opts)
+}
+
+// DoRead runs fn under a read lock, as Client.Do runs it under the mutex:
+// the lock is waited for, kept extended, and released when fn returns; fn's
+// context is cancelled the moment the lock is lost.
+func (rw *RWLock) DoRead(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	l, err := rw.RLock(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	return rw.c.run(ctx, l, err, fn)
+}
+
+// DoWrite runs fn under the write lock, as Client.Do runs it under the
+// mutex. Pass l.Token() to the resource with every write.
+func (rw *RWLock) DoWrite(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
+	l, err := rw.Lock(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	return rw.c.run(ctx, l, err, fn)
+}
+
+func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []LockOption) (*Lock, error) {
+	c := rw.c
+	lc, timeout, err := c.params(rw.name, opts)
+	if err != nil {
+		return nil, err
+	}
+	if lc.metadata != "" {
+		// The holder key is one per lock name: readers share the name.
+		return nil, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a read-write lock has many holders at once")
+	}
+	call := &rwCall{write: write}
+	lc.rw = call
+	if !wait {
+		l, _, err := c.attemptLock(ctx, rw.name, lc, timeout)
+		return l, err
+	}
+	if write {
+		var id [ownerValueLen]byte
+		ownerValue(&id)
+		call.intent = string(id[:])
+		call.intentTTL = c.intentTTL(timeout)
+	}
+	l, err := c.acquire(ctx, rw.name, lc, timeout)
+	call.withdraw(c)
+	return l, err
+}
+
+// intentTTL is how long a waiting writer's intent lives on a node unless
+// its next attempt refreshes it. The attempts of a waiting writer come at
+// most RetryDelayMax apart, each taking up to a node timeout and its
+// subscription's confirmation another: twice that keeps the intent alive
+// while the writer waits, and lets it lapse soon after a writer died.
+func (c *Client) intentTTL(nodeTimeout time.Duration) time.Duration {
+	return 2 * (c.opts.RetryDelayMax + 2*nodeTimeout)
+}
+
+// rwCall is one RLock, TryRLock, Lock or TryLock call: its side, and for a
+// waiting writer the intent it records.
+type rwCall struct {
+	write     bool
+	intent    string // the waiting writer's id on the nodes; "" records none
+	intentTTL time.Duration
+	attempts  int      // made so far
+	last      *attempt // the latest, whose calls the withdrawal must follow
+}
+
+// prepare makes a an attempt at this call's side of the lock. A writer's
+// first attempt records no intent: if it wins, which is the common case,
+// there is nothing to withdraw; if it loses, the next attempt follows at
+// once (Acquire's loop retries right after subscribing) and records it.
+func (r *rwCall) prepare(a *attempt) {
+	writer, fence := a.keys[0], a.keys[1]
+	readers, intents := writer+readersSuffix, writer+intentsSuffix
+	channel := a.releaseArgs[len(a.releaseArgs)-1] // the release channel, last (newAttempt)
+	ttl := a.ttl.Milliseconds()
+	a.extKeys = []string{writer, fence, readers}
+	if r.write {
+		intent := ""
+		if r.attempts > 0 {
+			intent = r.intent
+		}
+		a.kind = writerKind
+		a.acquireArgs = writerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg, intent, r.intentTTL.Milliseconds())
+		a.releaseArgs = writerKind.release.args([]string{writer}, a.value, channel)
+	} else {
+		a.kind = readerKind
+		a.acquireArgs = readerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl)
+		a.releaseArgs = readerKind.release.args([]string{readers}, a.value, channel)
+	}
+	r.attempts++
+	r.last = a
+}
+
+// withdraw removes the writer's intent from every node once the call is
+// over, if an attempt recorded one: in the background, on a context of its
+// own (a cancelled caller must not leave its intent keeping readers out),
+// and only after the last attempt's calls ended, so that none of them
+// records the intent again behind the withdrawal. Client.Close waits for it.
+func (r *rwCall) withdraw(c *Client) {
+	if r.intent == "" || r.attempts < 2 {
+		return
+	}
+	last := r.last
+	intents := last.keys[0] + intentsSuffix
+	args := rwIntentClearScript.args([]string{intents}, r.intent, c.releaseChannel(last.name))
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		<-last.calls.ctx.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout())
+		defer cancel()
+		c.each(func(_ int, n *node) {
+			if _, err := n.run.run(ctx, rwIntentClearScript, args); err != nil {
+				c.failed(n, err, last.nodeTimeout)
+			}
+		})
+	}()
+}
