@@ -265,7 +265,7 @@ func (l *Lock) Release(ctx context.Context) error {
 
 	c, a := l.c, l.a
 	deleted, errs := a.release()
-	c.waiters.notify(a.name, a.value, true)
+	c.waiters.notify(a.topic, a.value, true)
 	c.emit(Event{Kind: EventReleased, Name: a.name, Token: l.token, Err: prior})
 	switch {
 	case prior != nil:

@@ -70,6 +70,9 @@ type attempt struct {
 	value    string
 	ttl      time.Duration
 	proposal int64
+	topic    string // the waiters' topic its release wakes: the name, or the semaphore's (semaphoreTopic)
+	permits  int    // 0 for a mutex; a semaphore's K: the acquire takes a slot (see semaphore.go)
+	slot     int    // the semaphore slot won
 
 	// The commands, built once and shared by every node's call.
 	acquireArgs []any
@@ -86,6 +89,7 @@ type nodeReply struct {
 	node int
 	kind replyKind
 	won  bool  // acquire: the lock is ours here; release: our key was deleted
+	slot int32 // semaphore acquire: the slot the node gave us
 	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
 	err  error // a *NodeError
 }
@@ -102,6 +106,7 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	a := &attempt{
 		c:       c,
 		name:    name,
+		topic:   name,
 		ttl:     ttl,
 		replies: make(chan nodeReply, 2*len(c.nodes)), // per node one acquire reply and at most one release result
 	}
@@ -246,8 +251,12 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		r.err = &NodeError{Node: n.name, Err: err}
 		return r, callNoKey
 	}
+	s, want := acquireScript, 4
+	if a.permits > 0 {
+		s, want = semaphoreAcquireScript, 5 // and the slot
+	}
 	sentAt := a.c.clock.Now()
-	vals, err := n.run.run(ctx, acquireScript, a.acquireArgs)
+	vals, err := n.run.run(ctx, s, a.acquireArgs)
 	recv := a.c.clock.Now()
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
@@ -257,11 +266,14 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		}
 		return r, callUnsure
 	}
-	if len(vals) != 4 {
+	if len(vals) != want {
 		r.err = &NodeError{Node: n.name, Err: fmt.Errorf("redlock: unexpected acquire reply %v", vals)}
 		return r, callMayHold
 	}
 	r.won, r.val = vals[0] == 1, vals[1]
+	if want == 5 {
+		r.slot = int32(vals[4])
+	}
 	outcome = callNoKey
 	if r.won {
 		outcome = callMayHold
@@ -367,7 +379,11 @@ func (a *attempt) release() (deleted int, errs *multierror.Error) {
 func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
-	a.releaseArgs[releaseChannelArg] = ""
+	channel := releaseChannelArg
+	if a.permits > 0 {
+		channel = semaphoreChannelArg(a.permits)
+	}
+	a.releaseArgs[channel] = ""
 	a.releaseInBackground()
 }
 
@@ -410,7 +426,11 @@ func (a *attempt) sweepLater(n *node) {
 
 // deleteOn runs the release script on n: it deletes the key if it is ours.
 func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
-	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
+	s := releaseScript
+	if a.permits > 0 {
+		s = semaphoreReleaseScript // its source is what a node without it runs
+	}
+	vals, err := n.run.run(ctx, s, a.releaseArgs)
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}
@@ -427,6 +447,8 @@ type decision struct {
 	refused  int   // nodes that answered "held by another owner"
 	errs     *multierror.Error
 	tally    tally
+	slot     int        // semaphore: the slot won
+	slots    *slotTally // semaphore: the votes per slot; nil for a mutex
 }
 
 // decide reads replies until the outcome is known or ctx is done. Nodes
@@ -436,6 +458,9 @@ type decision struct {
 func (a *attempt) decide(ctx context.Context) (decision, error) {
 	nodeCtx := a.calls.ctx
 	d := decision{minPTTL: -1, tally: newTally(len(a.c.nodes))}
+	if a.permits > 0 {
+		d.slots = newSlotTally(len(a.c.nodes), a.permits)
+	}
 	timeout := nodeCtx.Done()
 	for {
 		select {
@@ -479,6 +504,9 @@ func (d *decision) count(r nodeReply) bool {
 		if r.val >= 0 && (d.minPTTL < 0 || r.val < d.minPTTL) {
 			d.minPTTL = r.val
 		}
+	}
+	if d.slots != nil {
+		return d.slots.add(d, r)
 	}
 	decided, won := d.tally.add(r.won)
 	d.won = won

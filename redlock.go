@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -383,11 +384,18 @@ func (c *Client) nameOf(key string) (string, bool) {
 // slot, and it starts with the key prefix, so one ACL channel pattern
 // ("&<prefix>*") covers every lock's channel.
 func (c *Client) releaseChannel(name string) string {
+	if sem, ok := strings.CutSuffix(name, semaphoreTopic); ok {
+		return c.semaphoreChannel(sem)
+	}
 	return c.LockKey(name) + releasedSuffix
 }
 
 // nameOfChannel is the inverse of releaseChannel.
 func (c *Client) nameOfChannel(channel string) (string, bool) {
+	if key, ok := strings.CutSuffix(channel, semaphoreChannelSuffix); ok {
+		name, ok := c.nameOf(key)
+		return name + semaphoreTopic, ok
+	}
 	if len(channel) < len(releasedSuffix) || channel[len(channel)-len(releasedSuffix):] != releasedSuffix {
 		return "", false
 	}
@@ -486,7 +494,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	if err != nil {
 		return nil, err
 	}
-	l, _, err := c.attemptLock(ctx, name, lc, timeout)
+	l, _, err := c.attemptLock(ctx, name, lc, timeout, nil)
 	return l, err
 }
 
@@ -500,6 +508,12 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	if err != nil {
 		return nil, err
 	}
+	return c.acquire(ctx, name, name, lc, timeout, nil)
+}
+
+// acquire is Acquire's wait, for a mutex (sem nil) or a permit of sem:
+// topic is what its releases are announced under (see waiters).
+func (c *Client) acquire(ctx context.Context, name, topic string, lc lockConfig, timeout time.Duration, sem *Semaphore) (*Lock, error) {
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
@@ -508,7 +522,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	var wake *waiter
 	defer func() {
 		if wake != nil {
-			c.waiters.remove(name, wake)
+			c.waiters.remove(topic, wake)
 		}
 	}()
 	backoff := c.opts.RetryDelayMin
@@ -520,7 +534,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, ctx.Err(), last)
 	}
 	for {
-		l, info, err := c.attemptLock(ctx, name, lc, timeout)
+		l, info, err := c.attemptLock(ctx, name, lc, timeout, sem)
 		switch {
 		case err == nil:
 			return l, nil
@@ -533,7 +547,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 		if wake == nil {
 			// Subscribe, then try again at once: a release that comes
 			// after that attempt cannot be missed.
-			wake = c.waiters.add(ctx, name, timeout)
+			wake = c.waiters.add(ctx, topic, timeout)
 			continue
 		}
 		// Contenders that reach the nodes at the same moment can split the
@@ -583,8 +597,9 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // attemptLock is one try: the parallel acquire, the decision, fencing and
-// the validity check (DESIGN §1, §2).
-func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, nodeTimeout time.Duration) (*Lock, attemptInfo, error) {
+// the validity check (DESIGN §1, §2). With sem set it tries for one of the
+// semaphore's permits: the same round, with one mutex per slot (semaphore.go).
+func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, nodeTimeout time.Duration, sem *Semaphore) (*Lock, attemptInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, attemptInfo{}, fmt.Errorf("redlock: acquire %q: %w", name, err)
 	}
@@ -592,7 +607,12 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err := c.checkIndependence(ctx, nodeTimeout); err != nil {
 		return nil, attemptInfo{}, err
 	}
-	a := c.newAttempt(name, lc.ttl)
+	var a *attempt
+	if sem == nil {
+		a = c.newAttempt(name, lc.ttl)
+	} else {
+		a = sem.newAttempt(lc.ttl)
+	}
 	a.nodeTimeout = nodeTimeout
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
@@ -620,10 +640,16 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if !d.won {
 		a.abandon()
 		err := c.refusal(a, d)
+		if sem != nil {
+			err = sem.refusal(d, err)
+		}
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err})
 		return nil, info, err
 	}
 
+	if sem != nil {
+		sem.won(a, d.slot) // the slot's keys, for the fencing slow path, extend and release
+	}
 	var token int64
 	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {
@@ -744,6 +770,11 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// runHeld runs fn while l is held and releases l when fn returns (see Do).
+func runHeld(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchDone := make(chan struct{})
@@ -755,7 +786,7 @@ func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Contex
 		case <-fnCtx.Done():
 		}
 	}()
-	fnErr := fn(fnCtx, l)
+	fnErr := fn(fnCtx)
 	lost := l.Err()
 	relErr := l.Release(context.WithoutCancel(ctx))
 	cancel(nil)

@@ -25,6 +25,10 @@ var (
 	fencedSetSrc string
 	//go:embed lua/ttl_register.lua
 	ttlRegisterSrc string
+	//go:embed lua/semaphore_acquire.lua
+	semaphoreAcquireSrc string
+	//go:embed lua/semaphore_release.lua
+	semaphoreReleaseSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -32,6 +36,9 @@ var (
 	releaseScript     = newScript(releaseSrc)
 	fencedSetScript   = newScript(fencedSetSrc)
 	ttlRegisterScript = newScript(ttlRegisterSrc)
+
+	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
+	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node
