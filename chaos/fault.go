@@ -29,10 +29,10 @@ type Env struct {
 	// ReplLink is the index in Net of the proxy the replica replicates
 	// through (-1 if the scenario has no replica).
 	ReplLink int
-	// LockKey is the scheme's lock key, Clients the number of workload
-	// clients (for Quiesce).
-	LockKey string
-	Clients int
+	// LockKeys are the scheme's lock keys (one, or a semaphore's slots),
+	// Clients the number of workload clients (for Quiesce).
+	LockKeys []string
+	Clients  int
 
 	clients clientControl
 

@@ -66,7 +66,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	defer nw.Close()
 
 	rec := NewRecorder()
-	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKey: sc.Scheme.LockKey(), Clients: sc.clients()}
+	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, LockKeys: schemeKeys(sc.Scheme), Clients: sc.clients()}
 	if sc.Replica {
 		if env.ReplLink, err = replicate(ctx, cluster, nw, 1, 0); err != nil {
 			return nil, err
@@ -119,10 +119,10 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 	}
 	w.lockers = nil
-	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], sc.Scheme.LockKey())
+	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], schemeKeys(sc.Scheme))
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
-	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound()})
+	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound(), Permits: sc.Permits})
 	if nemErr != nil {
 		// The history so far is returned too: it shows why the schedule
 		// could not go on.
@@ -270,34 +270,39 @@ func quiesce(ctx context.Context, env *Env, within time.Duration) error {
 	parked := time.Now()
 	deadline = parked.Add(within)
 	for _, n := range env.Cluster.Nodes {
-		c := directClient(n)
-		err := func() error {
-			defer c.Close()
-			for reported := false; ; {
-				val, err := c.Get(ctx, env.LockKey).Result()
-				if errors.Is(err, redis.Nil) {
-					return nil
-				}
-				if err == nil && !reported && time.Since(parked) > orphanAfter {
-					reported = true
-					pttl, _ := c.PTTL(ctx, env.LockKey).Result()
-					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
-						Detail: fmt.Sprintf("value=%q pttl=%s, %s after every client parked", val, pttl, orphanAfter)})
-				}
-				if time.Now().After(deadline) {
-					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.Name(), within, err)
-				}
-				if err := sleep(ctx, 10*time.Millisecond); err != nil {
-					return err
-				}
+		for _, key := range env.LockKeys {
+			if err := awaitKeyGone(ctx, env, n, key, parked, deadline); err != nil {
+				return err
 			}
-		}()
-		if err != nil {
-			return err
 		}
 	}
 	env.Note("workload quiesced: no lock key on any node")
 	return nil
+}
+
+// awaitKeyGone waits until node n has no key any more. A key still there
+// orphanAfter after the clients parked is recorded as left behind.
+func awaitKeyGone(ctx context.Context, env *Env, n Node, key string, parked, deadline time.Time) error {
+	c := directClient(n)
+	defer c.Close()
+	for reported := false; ; {
+		val, err := c.Get(ctx, key).Result()
+		if errors.Is(err, redis.Nil) {
+			return nil
+		}
+		if err == nil && !reported && time.Since(parked) > orphanAfter {
+			reported = true
+			pttl, _ := c.PTTL(ctx, key).Result()
+			env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
+				Detail: fmt.Sprintf("%s value=%q pttl=%s, %s after every client parked", key, val, pttl, orphanAfter)})
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("quiesce: lock key %s still on %s after %s (err %v)", key, n.Name(), deadline.Sub(parked), err)
+		}
+		if err := sleep(ctx, 10*time.Millisecond); err != nil {
+			return err
+		}
+	}
 }
 
 // holdBack parks every client but the pinned holder, whose hold goes on.
@@ -381,8 +386,8 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 }
 
 // finalState records the register's value and, on every node, whether
-// the lock key is still there.
-func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, key string) {
+// each lock key is still there.
+func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, registerKey).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -391,18 +396,25 @@ func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addr
 	e.Value = v
 	rec.Record(e)
 	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
-		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
-		val, err := c.Get(ctx, key).Result()
-		switch {
-		case errors.Is(err, redis.Nil):
-		case err != nil:
-			e.Err = err.Error()
-		default:
-			pttl, _ := c.PTTL(ctx, key).Result()
-			e.Detail = fmt.Sprintf("value=%q pttl=%s", val, pttl)
+		for _, key := range keys {
+			scanKey(ctx, rec, a, "n"+strconv.Itoa(i), key)
 		}
-		c.Close()
-		rec.Record(e)
 	}
+}
+
+// scanKey records whether the node at addr still has key.
+func scanKey(ctx context.Context, rec *Recorder, addr, node, key string) {
+	c := redis.NewClient(&redis.Options{Addr: addr, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+	defer c.Close()
+	e := Event{Kind: KeyScan, Client: NoClient, Node: node}
+	val, err := c.Get(ctx, key).Result()
+	switch {
+	case errors.Is(err, redis.Nil):
+	case err != nil:
+		e.Err = err.Error()
+	default:
+		pttl, _ := c.PTTL(ctx, key).Result()
+		e.Detail = fmt.Sprintf("%s value=%q pttl=%s", key, val, pttl)
+	}
+	rec.Record(e)
 }

@@ -194,6 +194,7 @@ type Scenario struct {
 	Clients int           // default 3
 	TTL     time.Duration // default 1s
 	Hold    time.Duration // work per hold; default 20ms
+	Permits int           // a semaphore's K: how many may hold at once (0: a lock)
 	UseDo   bool          // hold through Do (auto-extended) instead of Acquire/Release
 
 	Persistence  bool          // AOF with fsync always on every node
@@ -284,7 +285,7 @@ func Scenarios() []Scenario {
 			Heal(quorumOfThree), Resume(), Wait(1500*time.Millisecond), Unpin())
 	}
 
-	return []Scenario{
+	return append([]Scenario{
 		{Name: "no-faults", About: "control: contention alone", Scheme: rl, Expect: safe,
 			Schedule: []Step{Wait(3 * time.Second)}},
 		{Name: "latency", About: "every request and reply delayed 40ms±30ms (round trips near the 100ms node timeout)", Scheme: rl, Expect: safe,
@@ -367,7 +368,7 @@ func Scenarios() []Scenario {
 			Scheme: FailoverScheme{}, Expect: baseline, TTL: long, Replica: true, Once: true,
 			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
-	}
+	}, semaphoreScenarios()...)
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:

@@ -59,8 +59,22 @@ type Scheme interface {
 	// NewLocker makes the locker of one workload client.
 	NewLocker(env SchemeEnv) (Locker, error)
 	// LockKey is the key the scheme keeps on a node while the lock is
-	// held; the final scan looks for it.
+	// held; the final scan looks for it (and for every key of LockKeys,
+	// if the scheme has several: a semaphore's slots).
 	LockKey() string
+}
+
+// multiKeyScheme is a scheme that keeps several keys per lock.
+type multiKeyScheme interface {
+	LockKeys() []string
+}
+
+// schemeKeys are the keys the scans look for.
+func schemeKeys(s Scheme) []string {
+	if m, ok := s.(multiKeyScheme); ok {
+		return m.LockKeys()
+	}
+	return []string{s.LockKey()}
 }
 
 // LockName is the one lock every client contends for.
@@ -100,6 +114,16 @@ func (RedlockScheme) LockKey() string { return redlock.DefaultKeyPrefix + "{" + 
 
 // NewLocker builds a redlock.Client over the node proxies.
 func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
+	c, clients, err := newRedlockClient(env)
+	if err != nil {
+		return nil, err
+	}
+	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
+}
+
+// newRedlockClient builds a client of the library over the node proxies,
+// reporting what it observes into the history.
+func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, error) {
 	clients := make([]redis.UniversalClient, len(env.Addrs))
 	for i, a := range env.Addrs {
 		clients[i] = nodeClient(a)
@@ -139,9 +163,9 @@ func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 	c, err := redlock.New(clients, opts)
 	if err != nil {
 		closeClients(clients)
-		return nil, err
+		return nil, nil, err
 	}
-	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
+	return c, clients, nil
 }
 
 // failureKind sorts an attempt's error into the library's error kinds.
