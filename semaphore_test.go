@@ -6,6 +6,8 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -399,4 +401,31 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 	if err := p.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("second release: %v, want ErrNotHeld", err)
 	}
+}
+
+func ExampleClient_Semaphore() {
+	urls, stop := exampleNodes(3)
+	defer stop()
+	client, err := redlock.NewFromURLs(urls, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer client.Close()
+
+	ctx := context.Background()
+	sem, err := client.Semaphore("encoder", 2)
+	if err != nil {
+		log.Fatal(err)
+	}
+	a, _ := sem.TryAcquire(ctx)
+	b, _ := sem.TryAcquire(ctx)
+	_, err = sem.TryAcquire(ctx) // both permits are held
+	fmt.Println("slots differ:", a.Slot() != b.Slot(), "third:", errors.Is(err, redlock.ErrLocked))
+	st, _ := sem.Holders(ctx)
+	fmt.Println("held:", st.Held(), "of", st.Permits)
+	_ = a.Release(ctx)
+	_ = b.Release(ctx)
+	// Output:
+	// slots differ: true third: true
+	// held: 2 of 2
 }
