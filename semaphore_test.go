@@ -82,9 +82,10 @@ func TestSemaphoreAdmitsKHoldersAndNoMore(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if left := semaphoreKeysLeft(t, cl, s); len(left) > 0 {
-		t.Fatalf("keys left after release: %v", left)
-	}
+	// A node still answering an acquire releases once it answered.
+	eventually(t, 5*time.Second, "no slot key left after the releases", func() bool {
+		return len(semaphoreKeysLeft(t, cl, s)) == 0
+	})
 	// A permit frees a slot for the next holder.
 	p, err := s.TryAcquire(ctx)
 	if err != nil {
@@ -213,12 +214,19 @@ func TestSemaphoreExtendMovesTheDeadlineAndTheKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Release(ctx)
-	// Let the key age, then extend: its PTTL must be back near the TTL.
+	// Let the keys age, then extend: their PTTL must be back near the
+	// TTL on the quorum that answered.
 	key := s.SlotKey(p.Slot())
-	rdb := cl.Servers[0].Client()
-	eventually(t, 5*time.Second, "the key ages by 500ms", func() bool {
-		return rdb.PTTL(ctx, key).Val() < 1500*time.Millisecond
-	})
+	fresh := func() int {
+		n := 0
+		for _, srv := range cl.Servers {
+			if srv.Client().PTTL(ctx, key).Val() >= 1500*time.Millisecond {
+				n++
+			}
+		}
+		return n
+	}
+	eventually(t, 5*time.Second, "the keys age by 500ms", func() bool { return fresh() == 0 })
 	before := p.Deadline()
 	if err := p.Extend(ctx); err != nil {
 		t.Fatal(err)
@@ -226,8 +234,8 @@ func TestSemaphoreExtendMovesTheDeadlineAndTheKey(t *testing.T) {
 	if !p.Deadline().After(before) {
 		t.Fatalf("deadline %v did not move past %v", p.Deadline(), before)
 	}
-	if ttl := rdb.PTTL(ctx, key).Val(); ttl < 1500*time.Millisecond {
-		t.Fatalf("the slot key's PTTL is %v after the extension", ttl)
+	if n := fresh(); n < c.Quorum() {
+		t.Fatalf("the slot key's PTTL was renewed on %d nodes, want a quorum of %d", n, c.Quorum())
 	}
 }
 
@@ -293,9 +301,9 @@ func TestSemaphoreDoKeepsThePermitAndReleasesIt(t *testing.T) {
 	if !extended.Load() {
 		t.Fatal("fn returned without seeing an extension")
 	}
-	if left := semaphoreKeysLeft(t, cl, s); len(left) > 0 {
-		t.Fatalf("keys left after Do: %v", left)
-	}
+	eventually(t, 5*time.Second, "no slot key left after Do", func() bool {
+		return len(semaphoreKeysLeft(t, cl, s)) == 0
+	})
 }
 
 func TestSemaphoreTokensIncreaseAndSitInTheSlotsRegister(t *testing.T) {
@@ -313,9 +321,17 @@ func TestSemaphoreTokensIncreaseAndSitInTheSlotsRegister(t *testing.T) {
 			t.Fatalf("acquisition %d: token %d not above %d", i, p.Token(), last)
 		}
 		last = p.Token()
-		fence, _ := strconv.ParseInt(cl.Servers[0].Client().Get(ctx, s.SlotKey(0)+":fence").Val(), 10, 64)
-		if fence != p.Token() {
-			t.Fatalf("slot register holds %d, token %d", fence, p.Token())
+		// The quorum that decided holds the token in slot 0's register
+		// (a straggler may not have answered yet).
+		holding := 0
+		for _, srv := range cl.Servers {
+			fence, _ := strconv.ParseInt(srv.Client().Get(ctx, s.SlotKey(0)+":fence").Val(), 10, 64)
+			if fence == p.Token() {
+				holding++
+			}
+		}
+		if holding < c.Quorum() {
+			t.Fatalf("token %d is in slot 0's register on %d nodes, want a quorum of %d", p.Token(), holding, c.Quorum())
 		}
 		if err := p.Release(ctx); err != nil {
 			t.Fatal(err)
