@@ -445,3 +445,66 @@ func ExampleClient_Semaphore() {
 	// slots differ: true third: true
 	// held: 2 of 2
 }
+
+func TestSemaphoreKeepsTheLocksFaultToleranceForAnyK(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Minute})
+	// Admission sets would need 5 of 5 nodes for K = 5 (floor(25/6)+1);
+	// slots need a majority whatever K.
+	s := newSemaphore(t, c, "tolerant", 5)
+	for _, srv := range cl.Servers[:2] {
+		if err := srv.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	var held []*redlock.Permit
+	for range 5 {
+		p, err := s.TryAcquire(ctx)
+		if err != nil {
+			t.Fatalf("permit %d of 5 with 2 of 5 nodes down: %v", len(held)+1, err)
+		}
+		held = append(held, p)
+	}
+	// The three live nodes refuse, the two dead ones fail: no quorum.
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("a sixth permit: %v, want ErrNoQuorum", err)
+	}
+	for _, p := range held {
+		if err := p.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestSemaphoreReleaseWakesAWaiterOfTheSameClient(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	opts, failed := failures(slowRetries())
+	c := newClient(t, cl, opts)
+	s := newSemaphore(t, c, "local", 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := s.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		q, err := s.Acquire(ctx)
+		if err == nil {
+			err = q.Release(ctx)
+		}
+		got <- err
+	}()
+	awaitWaiting(t, ctx, failed, "local")
+	start := time.Now()
+	if err := p.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiter: %v", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("the waiter took the permit %v after the release: not woken by it", took)
+	}
+}
