@@ -70,9 +70,10 @@ type attempt struct {
 	value    string
 	ttl      time.Duration
 	proposal int64
-	topic    string // the waiters' topic its release wakes: the name, or the semaphore's (semaphoreTopic)
-	permits  int    // 0 for a mutex; a semaphore's K: the acquire takes a slot (see semaphore.go)
-	slot     int    // the semaphore slot won
+	topic    string       // the waiters' topic its release wakes: the name, or the semaphore's (semaphoreTopic)
+	permits  int          // 0 for a mutex; a semaphore's K: the acquire takes a slot (see semaphore.go)
+	slot     int          // the semaphore slot won
+	settled  atomic.Int32 // the semaphore slot won + 1, once known; 0 before (see Semaphore.won)
 
 	// The commands, built once and shared by every node's call.
 	acquireArgs []any
@@ -168,6 +169,13 @@ func (a *attempt) acquireOn(n *node) {
 	// release asked while we were in flight goes out now, after our SET.
 	a.leave(n, outcome)
 	a.replies <- r // buffered for every node: never blocks
+	if a.permits > 0 && r.won {
+		// After the reply is out: either the winner's sweep of the
+		// replies sees it, or this sees the slot won (Semaphore.won).
+		if won := a.settled.Load(); won > 0 && r.slot != won-1 {
+			a.clearOtherSlots(n, int(won-1))
+		}
+	}
 }
 
 // enter counts a call about to be sent to n that may set our key. It

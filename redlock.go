@@ -648,7 +648,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	}
 
 	if sem != nil {
-		sem.won(a, d.slot) // the slot's keys, for the fencing slow path, extend and release
+		sem.won(a, d) // the slot's keys, for the fencing slow path, extend and release
 	}
 	var token int64
 	if !c.opts.DisableFencing {

@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -212,21 +213,64 @@ func (s *Semaphore) newAttempt(ttl time.Duration) *attempt {
 	a.acquireArgs = append(a.acquireArgs, "evalsha", semaphoreAcquireScript.shaArg, 2*k)
 	a.acquireArgs = append(a.acquireArgs, s.keyArgs...)
 	a.acquireArgs = append(a.acquireArgs, value, ttlArg, a.proposal, c.fenceLifetimeArg, rand.N(k))
-	a.releaseArgs = make([]any, 0, 3+k+3)
+	a.releaseArgs = make([]any, 0, 3+k+4)
 	a.releaseArgs = append(a.releaseArgs, "evalsha", semaphoreReleaseScript.shaArg, k)
 	a.releaseArgs = append(a.releaseArgs, s.keyArgs[:k]...)
-	a.releaseArgs = append(a.releaseArgs, value, s.channel, -1)
+	a.releaseArgs = append(a.releaseArgs, value, s.channel, -1, -1)
 	return a
 }
 
 // won records the slot a quorum gave the attempt: its keys are the ones
 // the fencing slow path, the extensions and the release count on. It runs
 // before any release of the attempt is asked, which the attempt's per-node
-// state orders after it, so changing the shared command is safe.
-func (s *Semaphore) won(a *attempt, slot int) {
+// state orders after it, so changing the shared command is safe. The nodes
+// that had answered with another slot clear it at once, in the background:
+// nothing else of the attempt writes that slot there any more (the acquire
+// has answered, extensions touch only the won slot), and left alone it
+// would keep a permit of that node taken until the release or its TTL.
+//
+// A node that answers after the decision is covered too: its acquire call
+// sends its reply, then looks at a.settled (see acquireOn); won stores
+// a.settled, then takes the replies that came after the decision. So a
+// late reply is either seen here or sees the slot won, and cleans itself.
+func (s *Semaphore) won(a *attempt, d decision) {
+	slot := d.slot
 	a.slot = slot
 	a.keys = [2]string{s.keys[slot], s.keys[s.permits+slot]}
 	a.releaseArgs[semaphoreChannelArg(s.permits)+1] = slot
+	a.settled.Store(int32(slot) + 1)
+	for i, given := range d.slots.given {
+		if given >= 0 && int(given) != slot {
+			a.clearOtherSlots(a.c.nodes[i], slot)
+		}
+	}
+	// Only acquire replies can be waiting: no release was asked yet, and
+	// release() skips acquire replies anyway.
+	for len(a.replies) > 0 {
+		if r := <-a.replies; r.kind == acquireReply && r.won && int(r.slot) != slot {
+			a.clearOtherSlots(a.c.nodes[r.node], slot)
+		}
+	}
+}
+
+// clearOtherSlots deletes, in the background, the attempt's owner value
+// from every slot but keep on node n. Run twice for one node, it finds
+// nothing the second time.
+func (a *attempt) clearOtherSlots(n *node, keep int) {
+	args := slices.Clone(a.releaseArgs)
+	channel := semaphoreChannelArg(a.permits)
+	args[channel] = "" // frees nothing anyone waits for: the slot was never held
+	args[channel+1] = -1
+	args[channel+2] = keep
+	a.c.bg.add()
+	go func() {
+		defer a.c.bg.done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
+		defer cancel()
+		if _, err := n.run.run(ctx, semaphoreReleaseScript, args); err != nil {
+			a.c.failed(n, err, a.nodeTimeout)
+		}
+	}()
 }
 
 // refusal is the error of a lost attempt. The mutex's refusal calls it a
@@ -249,10 +293,15 @@ type slotTally struct {
 	best          int     // the most votes any slot has
 	yes           []int   // per slot
 	maxFence      []int64 // per slot: the highest fence register among its winners
+	given         []int32 // per node: the slot it gave, -1 if none (yet)
 }
 
 func newSlotTally(nodes, permits int) *slotTally {
-	return &slotTally{nodes: nodes, quorum: nodes/2 + 1, yes: make([]int, permits), maxFence: make([]int64, permits)}
+	t := &slotTally{nodes: nodes, quorum: nodes/2 + 1, yes: make([]int, permits), maxFence: make([]int64, permits), given: make([]int32, nodes)}
+	for i := range t.given {
+		t.given[i] = -1
+	}
+	return t
 }
 
 // add counts one node's answer into d and tells whether d is decided. On a
@@ -263,6 +312,7 @@ func (t *slotTally) add(d *decision, r nodeReply) bool {
 	t.answered++
 	if r.won && int(r.slot) >= 0 && int(r.slot) < len(t.yes) {
 		i := int(r.slot)
+		t.given[r.node] = r.slot
 		t.yes[i]++
 		t.maxFence[i] = max(t.maxFence[i], r.val)
 		t.best = max(t.best, t.yes[i])

@@ -20,9 +20,9 @@ func (f *fakeNode) execSemaphore(s *script, keys []string, argv []any) ([]int64,
 	num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(argv[i]), 10, 64); return n }
 	if s == semaphoreReleaseScript {
 		f.calls = append(f.calls, "release:"+str(0))
-		won, wonDeleted, deleted := int(num(2)), false, false
+		won, keep, wonDeleted, deleted := int(num(2)), int(num(3)), false, false
 		for i, k := range keys {
-			if f.keys[k] == str(0) {
+			if i != keep && f.keys[k] == str(0) {
 				delete(f.keys, k)
 				deleted = true
 				wonDeleted = wonDeleted || i == won
@@ -176,6 +176,25 @@ func TestSemaphorePartialWinTakesTheQuorumSlotAndReleasesTheOthers(t *testing.T)
 		t.Fatalf("slot 0's register holds the token on %d nodes, want 3", got)
 	}
 	value := p.a.value
+	// Nodes 3 and 4 gave us slot 1: it is cleared there while we hold
+	// slot 0, so that their permit is free for others.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		v3, _ := fs[3].get(s.SlotKey(1))
+		v4, _ := fs[4].get(s.SlotKey(1))
+		if v3 == "other" && v4 == "other" {
+			t.Fatal("the test's own keys were touched")
+		}
+		if v3 != value && v4 != value {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("slot 1 still ours on nodes 3, 4 (%q, %q) while we hold slot 0", v3, v4)
+		}
+		time.Sleep(time.Millisecond) // polling a fake's state: the clean-up sends no event
+	}
+	if got, _ := fs[0].get(s.SlotKey(0)); got != value {
+		t.Fatalf("the won slot was cleared: %q", got)
+	}
 	if err := p.Release(context.Background()); err != nil {
 		t.Fatalf("release: %v", err)
 	}

@@ -466,9 +466,10 @@ func TestSemaphoreKeepsTheLocksFaultToleranceForAnyK(t *testing.T) {
 		}
 		held = append(held, p)
 	}
-	// The three live nodes refuse, the two dead ones fail: no quorum.
-	if _, err := s.TryAcquire(ctx); !errors.Is(err, redlock.ErrNoQuorum) {
-		t.Fatalf("a sixth permit: %v, want ErrNoQuorum", err)
+	// The three live nodes refuse and the two dead ones fail: held by
+	// others, or no quorum, depending on which answers decide first.
+	if _, err := s.TryAcquire(ctx); !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("a sixth permit: %v, want ErrLocked or ErrNoQuorum", err)
 	}
 	for _, p := range held {
 		if err := p.Release(ctx); err != nil {
