@@ -182,15 +182,20 @@ func (l *naiveSemaphoreLocker) Acquire(ctx context.Context) (Held, error) {
 	}
 }
 
-// each runs op on every node in parallel, each call bounded by a tenth of
-// the TTL, and counts the yeses; early, it returns as soon as a majority
+// naiveNodeTimeout bounds each call to a node, as the library's default
+// node timeout does: a node whose connection broke in a partition costs an
+// attempt that long, not a tenth of the TTL.
+const naiveNodeTimeout = 200 * time.Millisecond
+
+// each runs op on every node in parallel, each call bounded by
+// naiveNodeTimeout, and counts the yeses; early, it returns as soon as a majority
 // said yes or can no longer say it, as any Redlock-style client does (the
 // calls still running go on: an admission they make expires with the TTL).
 func (l *naiveSemaphoreLocker) each(ctx context.Context, early bool, op func(ctx context.Context, rdb *redis.Client) bool) int {
 	yes := make(chan bool, len(l.nodes))
 	for _, rdb := range l.nodes {
 		go func() {
-			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.ttl/10)
+			cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), naiveNodeTimeout)
 			defer cancel()
 			yes <- op(cctx, rdb)
 		}()
@@ -222,7 +227,7 @@ func (l *naiveSemaphoreLocker) Close() error {
 // rotatingPartitions plays DESIGN §5's counterexample with partitions that
 // move: a first holder is admitted by n0-n2 and pinned; then, with n0 and
 // n1 cut off, the next holder is admitted by n2-n4 and works 2s; then,
-// with n2 and n4 cut off, a third client reaches n0, n1 and n3, each of
+// for 1.5s, with n2 and n4 cut off, a third client reaches n0, n1 and n3, each of
 // which has admitted only one holder. A naive semaphore of 2 permits
 // admits it: three holders at once. The library's semaphore finds each
 // node's free slot differs and the attempt splits.
@@ -230,7 +235,7 @@ func rotatingPartitions() []Step {
 	first, second, third := Partition{[]int{3, 4}}, Partition{[]int{0, 1}}, Partition{[]int{2, 4}}
 	return []Step{Quiesce(), Apply(first), Resume(), AwaitHold(AnyClient), HoldBack(),
 		Heal(first), Apply(second), Resume(), Wait(400 * time.Millisecond),
-		Heal(second), Apply(third), Wait(time.Second), Unpin(), Heal(third)}
+		Heal(second), Apply(third), Wait(1500 * time.Millisecond), Unpin(), Heal(third)}
 }
 
 // semaphoreScenarios are the lock's faults against the semaphore of
