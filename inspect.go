@@ -77,7 +77,17 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		}
 		ns.Fence, _ = strconv.ParseInt(fence.Val(), 10, 64)
 	})
-	qe := &QuorumError{Op: "inspect", Name: name, Needed: c.quorum()}
+	if qe := c.judge(st); qe != nil {
+		return st, qe
+	}
+	return st, nil
+}
+
+// judge fills in st's verdict from its nodes' views: who holds the key on
+// a quorum, and until when at least. It returns a *QuorumError when fewer
+// than a quorum of nodes answered: the verdict may be wrong.
+func (c *Client) judge(st *Status) *QuorumError {
+	qe := &QuorumError{Op: "inspect", Name: st.Name, Needed: c.quorum()}
 	holders := make(map[string][]time.Duration)
 	for _, ns := range st.Nodes {
 		if ns.Err != nil {
@@ -114,9 +124,9 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		st.Remaining = max(q-driftAllowance(q, c.opts.DriftFactor), 0)
 	}
 	if qe.Won < qe.Needed {
-		return st, qe
+		return qe
 	}
-	return st, nil
+	return nil
 }
 
 // ForceUnlock deletes the lock's key (and its holder's metadata) on every

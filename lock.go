@@ -324,7 +324,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if a.kind.wakeAll {
 		announced = wakeAllMark + announced // as the script published it
 	}
-	c.waiters.notify(a.name, announced, true)
+	c.waiters.notify(a.topic, announced, true)
 	var err error
 	switch {
 	case prior != nil:

@@ -75,6 +75,11 @@ type lockKind struct {
 
 var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript}
 
+// semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
+// answers with the slot too, and once the slot is won the permit is that
+// slot's mutex, extended by the mutex's script.
+var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: extendScript}
+
 // attempt is one try at a lock on all nodes, and afterwards the record of
 // which nodes may hold its key, for release.
 type attempt struct {
@@ -86,6 +91,10 @@ type attempt struct {
 	value    string
 	ttl      time.Duration
 	proposal int64
+	topic    string       // the waiters' topic its release wakes: the name, or the semaphore's (semaphoreTopic)
+	permits  int          // 0 for a mutex; a semaphore's K: the acquire takes a slot (see semaphore.go)
+	slot     int          // the semaphore slot won
+	settled  atomic.Int32 // the semaphore slot won + 1, once known; 0 before (see Semaphore.won)
 
 	// The commands, built once and shared by every node's call.
 	acquireArgs []any
@@ -102,6 +111,7 @@ type nodeReply struct {
 	node int
 	kind replyKind
 	won  bool  // acquire: the lock is ours here; release: our key was deleted
+	slot int32 // semaphore acquire: the slot the node gave us
 	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
 	err  error // a *NodeError
 }
@@ -119,6 +129,7 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 		c:       c,
 		kind:    mutexKind,
 		name:    name,
+		topic:   name,
 		ttl:     ttl,
 		replies: make(chan nodeReply, 2*len(c.nodes)), // per node one acquire reply and at most one release result
 	}
@@ -179,6 +190,13 @@ func (a *attempt) acquireOn(n *node) {
 	// release asked while we were in flight goes out now, after our SET.
 	a.leave(n, outcome)
 	a.replies <- r // buffered for every node: never blocks
+	if a.permits > 0 && r.won {
+		// After the reply is out: either the winner's sweep of the
+		// replies sees it, or this sees the slot won (Semaphore.won).
+		if won := a.settled.Load(); won > 0 && r.slot != won-1 {
+			a.clearOtherSlots(n, int(won-1))
+		}
+	}
 }
 
 // enter counts a call about to be sent to n that may set our key. It
@@ -262,6 +280,10 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		r.err = &NodeError{Node: n.name, Err: err}
 		return r, callNoKey
 	}
+	want := 4
+	if a.permits > 0 {
+		want = 5 // and the slot
+	}
 	sentAt := a.c.clock.Now()
 	vals, err := n.run.run(ctx, a.kind.acquire, a.acquireArgs)
 	recv := a.c.clock.Now()
@@ -276,11 +298,14 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		}
 		return r, callUnsure
 	}
-	if len(vals) != 4 {
+	if len(vals) != want {
 		r.err = &NodeError{Node: n.name, Err: fmt.Errorf("redlock: unexpected acquire reply %v", vals)}
 		return r, callMayHold
 	}
 	r.won, r.val = vals[0] == 1, vals[1]
+	if want == 5 {
+		r.slot = int32(vals[4])
+	}
 	outcome = callNoKey
 	if r.won {
 		outcome = callMayHold
@@ -402,7 +427,11 @@ func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Er
 func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
-	a.releaseArgs[len(a.releaseArgs)-1] = "" // the release channel
+	channel := len(a.releaseArgs) - 1 // the release channel, last (newAttempt)
+	if a.permits > 0 {
+		channel = semaphoreChannelArg(a.permits)
+	}
+	a.releaseArgs[channel] = ""
 	a.releaseInBackground()
 }
 
@@ -462,6 +491,8 @@ type decision struct {
 	refused  int   // nodes that answered "held by another owner"
 	errs     *multierror.Error
 	tally    tally
+	slot     int        // semaphore: the slot won
+	slots    *slotTally // semaphore: the votes per slot; nil for a mutex
 
 	// Only with an Observer: when the round started, and every node's
 	// result as it came in, for Event.Nodes.
@@ -488,6 +519,9 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (decision, error)
 	d := decision{minPTTL: -1, tally: newTally(len(a.c.nodes))}
 	if a.c.opts.Observer != nil {
 		d.start = start
+	}
+	if a.permits > 0 {
+		d.slots = newSlotTally(len(a.c.nodes), a.permits)
 	}
 	timeout := nodeCtx.Done()
 	for {
@@ -537,6 +571,9 @@ func (d *decision) count(r nodeReply) bool {
 		if r.val >= 0 && (d.minPTTL < 0 || r.val < d.minPTTL) {
 			d.minPTTL = r.val
 		}
+	}
+	if d.slots != nil {
+		return d.slots.add(d, r)
 	}
 	decided, won := d.tally.add(r.won)
 	d.won = won

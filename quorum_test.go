@@ -39,7 +39,7 @@ func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, err
 	f.mu.Lock()
 	gate, deaf, arrived, late, gaveUp := f.gate, f.deaf, f.arrived, f.late, f.gaveUp
 	f.mu.Unlock()
-	if (s == acquireScript || s == extendScript) && gate != nil {
+	if (s == acquireScript || s == semaphoreAcquireScript || s == extendScript) && gate != nil {
 		select {
 		case arrived <- struct{}{}:
 		default: // already told that a call waits
@@ -84,6 +84,9 @@ func (f *fakeNode) exec(s *script, args []any) ([]int64, error) {
 	str := func(i int) string { return fmt.Sprint(argv[i]) }
 	num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(argv[i]), 10, 64); return n }
 	fence := func() int64 { n, _ := strconv.ParseInt(f.keys[keys[1]], 10, 64); return n }
+	if s == semaphoreAcquireScript || s == semaphoreReleaseScript {
+		return f.execSemaphore(s, keys, argv)
+	}
 	switch s {
 	case acquireScript:
 		if f.onAcquire != nil {

@@ -23,6 +23,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -393,11 +394,18 @@ func (c *Client) nameOf(key string) (string, bool) {
 // slot, and it starts with the key prefix, so one ACL channel pattern
 // ("&<prefix>*") covers every lock's channel.
 func (c *Client) releaseChannel(name string) string {
+	if sem, ok := strings.CutSuffix(name, semaphoreTopic); ok {
+		return c.semaphoreChannel(sem)
+	}
 	return c.LockKey(name) + releasedSuffix
 }
 
 // nameOfChannel is the inverse of releaseChannel.
 func (c *Client) nameOfChannel(channel string) (string, bool) {
+	if key, ok := strings.CutSuffix(channel, semaphoreChannelSuffix); ok {
+		name, ok := c.nameOf(key)
+		return name + semaphoreTopic, ok
+	}
 	if len(channel) < len(releasedSuffix) || channel[len(channel)-len(releasedSuffix):] != releasedSuffix {
 		return "", false
 	}
@@ -433,9 +441,10 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int     // 0: no bound
-	metadata      string  // WithMetadata, "" if none
-	rw            *rwCall // a read-write lock's side; nil for the mutex
+	maxExtensions int        // 0: no bound
+	metadata      string     // WithMetadata, "" if none
+	rw            *rwCall    // a read-write lock's side; nil otherwise
+	sem           *Semaphore // the semaphore a permit is taken of; nil otherwise
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -549,6 +558,10 @@ func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeou
 // waitFor is Acquire's waiting loop: attempts, woken by releases or backing
 // off, until one wins or ctx is done.
 func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
+	topic := name // what the lock's releases are announced under (see waiters)
+	if lc.sem != nil {
+		topic = lc.sem.topic
+	}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
@@ -557,7 +570,7 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	var wake *waiter
 	defer func() {
 		if wake != nil {
-			c.waiters.remove(name, wake)
+			c.waiters.remove(topic, wake)
 		}
 	}()
 	backoff := c.opts.RetryDelayMin
@@ -582,7 +595,7 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		if wake == nil {
 			// Subscribe, then try again at once: a release that comes
 			// after that attempt cannot be missed.
-			wake = c.waiters.add(ctx, name, timeout)
+			wake = c.waiters.add(ctx, topic, timeout)
 			continue
 		}
 		// Contenders that reach the nodes at the same moment can split the
@@ -632,7 +645,8 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // attemptLock is one try: the parallel acquire, the decision, fencing and
-// the validity check (DESIGN §1, §2).
+// the validity check (DESIGN §1, §2). With sem set it tries for one of the
+// semaphore's permits: the same round, with one mutex per slot (semaphore.go).
 func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, nodeTimeout time.Duration) (*Lock, attemptInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, attemptInfo{}, fmt.Errorf("redlock: acquire %q: %w", name, err)
@@ -644,7 +658,13 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err := c.slotsServed(name); err != nil {
 		return nil, attemptInfo{}, err
 	}
-	a := c.newAttempt(name, lc.ttl)
+	sem := lc.sem
+	var a *attempt
+	if sem == nil {
+		a = c.newAttempt(name, lc.ttl)
+	} else {
+		a = sem.newAttempt(lc.ttl)
+	}
 	if lc.metadata != "" {
 		a.attachMetadata(lc.metadata)
 	}
@@ -680,10 +700,16 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if !d.won {
 		a.abandon()
 		err := c.refusal(a, d)
+		if sem != nil {
+			err = sem.refusal(d, err)
+		}
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 
+	if sem != nil {
+		sem.won(a, d) // the slot's keys, for the fencing slow path, extend and release
+	}
 	var token int64
 	switch {
 	case c.opts.DisableFencing:
@@ -817,7 +843,7 @@ func (c *Client) noteToken(t int64) {
 // or Acquire of the same name inside fn reenters it.
 func (c *Client) Do(ctx context.Context, name string, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := c.Acquire(ctx, name, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
-	return c.run(ctx, l, err, fn)
+	return c.run(ctx, l, err, func(ctx context.Context, l *Lock) error { return fn(ContextWithLock(ctx, l), l) })
 }
 
 // run is Do once the lock was acquired (or not, with err): fn under l,
@@ -826,6 +852,11 @@ func (c *Client) run(ctx context.Context, l *Lock, err error, fn func(ctx contex
 	if err != nil {
 		return err
 	}
+	return runHeld(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
+}
+
+// runHeld runs fn while l is held and releases l when fn returns (see Do).
+func runHeld(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchDone := make(chan struct{})
@@ -837,7 +868,7 @@ func (c *Client) run(ctx context.Context, l *Lock, err error, fn func(ctx contex
 		case <-fnCtx.Done():
 		}
 	}()
-	fnErr := fn(ContextWithLock(fnCtx, l), l)
+	fnErr := fn(fnCtx)
 	lost := l.Err()
 	relErr := l.Release(context.WithoutCancel(ctx))
 	cancel(nil)

@@ -59,7 +59,9 @@ func ContextWithLock(ctx context.Context, locks ...*Lock) context.Context {
 func (c *Client) reenter(ctx context.Context, name string) (nested *Lock, ok bool, err error) {
 	for h, _ := ctx.Value(heldKey{}).(*heldLocks); h != nil; h = h.next {
 		for _, l := range h.locks {
-			if l.c != c || l.a.name != name {
+			// Only a mutex is reentered: a reader, a writer or a permit of
+			// the same name is not the mutex of that name.
+			if l.c != c || l.a.name != name || l.a.kind != mutexKind {
 				continue
 			}
 			if err := l.Err(); err != nil {

@@ -39,6 +39,10 @@ var (
 	rwWriteExtendSrc string
 	//go:embed lua/rw_intent_clear.lua
 	rwIntentClearSrc string
+	//go:embed lua/semaphore_acquire.lua
+	semaphoreAcquireSrc string
+	//go:embed lua/semaphore_release.lua
+	semaphoreReleaseSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -54,6 +58,9 @@ var (
 	rwWriteReleaseScript = newScript(rwWriteReleaseSrc)
 	rwWriteExtendScript  = newRenewalScript(rwWriteExtendSrc)
 	rwIntentClearScript  = newScript(rwIntentClearSrc)
+
+	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
+	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node

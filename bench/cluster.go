@@ -149,6 +149,13 @@ func buildContenders(ctx context.Context, want []string, nodes []redis.Universal
 			out = append(out, c)
 		case ContenderFloor:
 			out = append(out, newFloor(nodes))
+		case ContenderRedlockSemaphore:
+			c, err := newSemaphoreContender(ctx, nodes)
+			if err != nil {
+				closeAll(out)
+				return nil, err
+			}
+			out = append(out, c)
 		default:
 			closeAll(out)
 			return nil, fmt.Errorf("unknown contender %q", name)

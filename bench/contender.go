@@ -69,6 +69,7 @@ const (
 var AllContenders = []string{
 	ContenderRedlock, ContenderRedlockNoFence, ContenderRedlockRWRead, ContenderRedlockRWWrite, ContenderRedsync,
 	ContenderRedsyncFailFast, ContenderRedislock, ContenderRueidislock, ContenderFloor,
+	ContenderRedlockSemaphore,
 }
 
 // errNotReleased reports a release that found the lock gone or taken over:

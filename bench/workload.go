@@ -132,7 +132,8 @@ func (w workload) runsOn(contender string, n int) bool {
 	case w.fencing, w.idleSubs:
 		return contender == ContenderRedlock
 	case w.contended:
-		return contender != ContenderFloor // the floor has no wait of its own
+		// The floor has no wait of its own; a semaphore admits several holders.
+		return contender != ContenderFloor && contender != ContenderRedlockSemaphore
 	}
 	return true
 }

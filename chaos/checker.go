@@ -13,8 +13,8 @@ type Check string
 // The checks. Lost updates of the unfenced register (d) are counted, not
 // judged: they show what fencing buys, and the register has no fence.
 const (
-	CheckMutualExclusion Check = "a:mutual-exclusion" // no two clients act as holder at once
-	CheckTokenOrder      Check = "b:token-order"      // tokens strictly increase in acquisition order
+	CheckMutualExclusion Check = "a:mutual-exclusion" // no two clients act as holder at once (a semaphore: no more than its permits)
+	CheckTokenOrder      Check = "b:token-order"      // tokens strictly increase in acquisition order (a semaphore: per slot)
 	CheckFenceOrder      Check = "c:fence-order"      // the fenced resource never accepted a lower token after a higher one
 	CheckLeftoverKey     Check = "e:leftover-key"     // no lock key left on any node after the run
 	CheckLiveness        Check = "f:liveness"         // acquisitions resume after faults heal
@@ -39,12 +39,18 @@ type CheckOptions struct {
 	// MaxKept bounds the violations kept per check (all are counted);
 	// zero keeps 20.
 	MaxKept int
+	// Permits is how many holders may act at once: a semaphore's K. Zero
+	// or one judges a lock. With K > 1, tokens and fenced writes are
+	// judged per slot (Event.Slot): K holders hold K different tokens at
+	// once, and the resource keeps one fence per slot.
+	Permits int
 }
 
 // HoldSpan is one successful acquisition as the checker sees it.
 type HoldSpan struct {
 	Client, Hold int
 	Token        int64
+	Slot         int           // the semaphore slot of Token
 	Start        time.Duration // acquire returned
 	ValidUntil   time.Duration // latest validity deadline the holder knew of
 	Stop         time.Duration // release started (or the hold's last event)
@@ -127,9 +133,19 @@ func CheckHistory(h History, opts CheckOptions) Result {
 
 	r.Holds = buildHolds(h)
 	countEvents(h, &r)
-	checkMutualExclusion(r.Holds, add)
-	checkTokenOrder(r.Holds, add)
-	checkFenceOrder(h, add)
+	if opts.Permits > 1 {
+		checkPermits(r.Holds, opts.Permits, add)
+		for _, spans := range holdsBySlot(r.Holds) {
+			checkTokenOrder(spans, add)
+		}
+		for _, writes := range writesBySlot(h, r.Holds) {
+			checkFenceOrder(writes, add)
+		}
+	} else {
+		checkMutualExclusion(r.Holds, add)
+		checkTokenOrder(r.Holds, add)
+		checkFenceOrder(h, add)
+	}
 	checkLeftoverKeys(h, add)
 	r.Faults = faultWindows(h, r.End)
 	checkLiveness(h, opts.RecoveryBound, &r, add)
@@ -165,6 +181,7 @@ func buildHolds(h History) []HoldSpan {
 		case AcquireOK:
 			a.ok = true
 			a.span.Token = e.Token
+			a.span.Slot = e.Slot
 			a.span.Start = e.At
 			a.span.Shared = e.Detail == SharedHold
 			a.span.ValidUntil = e.Deadline

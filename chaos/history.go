@@ -112,6 +112,7 @@ type Event struct {
 	Client   int           // workload client number, or NoClient
 	Hold     int           // acquisition number, unique in the run; 0 if none
 	Token    int64         // fencing token (AcquireOK, fenced writes)
+	Slot     int           // the semaphore slot whose token it is (AcquireOK); 0 for a lock
 	Deadline time.Duration // end of validity (AcquireOK, ValidityObserved)
 	Duration time.Duration // ClientStall length
 	Value    int64         // register value written (RegisterOK) or read (RegisterFinal)

@@ -194,6 +194,7 @@ type Scenario struct {
 	Clients int           // default 3
 	TTL     time.Duration // default 1s
 	Hold    time.Duration // work per hold; default 20ms
+	Permits int           // a semaphore's K: how many may hold at once (0: a lock)
 	UseDo   bool          // hold through Do (auto-extended) instead of Acquire/Release
 
 	Persistence  bool          // AOF with fsync always on every node
@@ -369,7 +370,8 @@ func Scenarios() []Scenario {
 			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
 	}
-	return append(table, tlsScenarios(table)...)
+	table = append(table, tlsScenarios(table)...)
+	return append(table, semaphoreScenarios()...)
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:

@@ -60,7 +60,14 @@ func TestScenarioTable(t *testing.T) {
 		if sc.About == "" || sc.Scheme == nil || len(sc.Schedule) == 0 {
 			t.Errorf("%s: needs About, Scheme and a schedule", sc.Name)
 		}
-		_, isRedlock := sc.Scheme.(RedlockScheme)
+		var isRedlock bool
+		switch sc.Scheme.(type) {
+		case RedlockScheme, RedlockSemaphoreScheme:
+			isRedlock = true
+		}
+		if _, slots := sc.Scheme.(interface{ LockKeys() []string }); slots != (sc.Permits > 1) { // the semaphore schemes' slots
+			t.Errorf("%s: a semaphore scheme is judged with its permits, and only it (Permits %d)", sc.Name, sc.Permits)
+		}
 		if isRedlock == (sc.Expect.Verdict == VerdictBaseline) {
 			t.Errorf("%s: the redlock scheme is never a baseline and a baseline scheme always is (verdict %s)", sc.Name, sc.Expect.Verdict)
 		}

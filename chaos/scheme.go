@@ -63,7 +63,8 @@ type Scheme interface {
 	// NewLocker makes the locker of one workload client.
 	NewLocker(env SchemeEnv) (Locker, error)
 	// LockKey is the key the scheme keeps on a node while the lock is
-	// held; the final scan looks for it.
+	// held; the scans look for it, and for the keys a scheme keeps beside
+	// it (ExtraKeys: a semaphore's other slots, a read-write lock's readers).
 	LockKey() string
 }
 
@@ -128,6 +129,16 @@ func scannedKeys(s Scheme) []string {
 
 // NewLocker builds a redlock.Client over the node proxies.
 func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
+	c, clients, err := newRedlockClient(env)
+	if err != nil {
+		return nil, err
+	}
+	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
+}
+
+// newRedlockClient builds a client of the library over the node proxies,
+// reporting what it observes into the history.
+func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, error) {
 	clients := make([]redis.UniversalClient, len(env.Addrs))
 	for i, a := range env.Addrs {
 		clients[i] = nodeClient(a, env.TLSConfig)
@@ -167,9 +178,9 @@ func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 	c, err := redlock.New(clients, opts)
 	if err != nil {
 		closeClients(clients)
-		return nil, err
+		return nil, nil, err
 	}
-	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
+	return c, clients, nil
 }
 
 // failureKind sorts an attempt's error into the library's error kinds.

@@ -97,6 +97,7 @@ func (w *workload) think(ctx context.Context) {
 func (w *workload) acquired(ev func(EventKind) Event, h Held, invoked time.Duration) {
 	e := ev(AcquireOK)
 	e.Token = h.Token()
+	e.Slot = slotOf(h)
 	e.Deadline = w.rec.Since(h.Deadline())
 	if isShared(h) {
 		e.Detail = SharedHold
@@ -190,7 +191,7 @@ func (w *workload) body(ctx context.Context, c, hold int, h Held) {
 	e := ev(FencedWriteInvoke)
 	e.Token = h.Token()
 	w.rec.Record(e)
-	err := redlock.FencedSet(opCtx, w.resource, resourceKey, h.Token(), fmt.Sprintf("c%d/h%d", c, hold))
+	err := redlock.FencedSet(opCtx, w.resource, fencedKey(h), h.Token(), fmt.Sprintf("c%d/h%d", c, hold))
 	e = ev(FencedWriteOK)
 	e.Token = h.Token()
 	switch {

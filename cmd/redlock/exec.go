@@ -42,6 +42,11 @@ While it holds the lock, redlock records this host's name, its own pid, the star
 COMMAND with it (on every node, in a key that goes with the lock): ` + "`redlock status NAME`" + ` shows
 them. --no-metadata records nothing, for a command line that carries secrets.
 
+With --permits K, NAME is a semaphore of K permits instead of a lock: up to K commands run at
+once under NAME, each under a permit of its own with its own token (tokens grow per slot; the
+command finds its slot, 0 to K-1, in REDLOCK_SLOT). Exit 75 then means that all K permits are
+held by others. Every run of NAME must give the same K.
+
 Flags go before NAME. NAME and COMMAND are always separated by "--", so that a forgotten
 NAME ("exec -- make deploy") is an error instead of a lock named "make".
 
@@ -50,7 +55,8 @@ NAME ("exec -- make deploy") is an error instead of a lock named "make".
 redlock exec nightly-report -- ./report.sh --since yesterday
 redlock exec --wait 2m --ttl 30s deploy -- make deploy
 REDLOCK_NODES=redis://a:6379,redis://b:6379,redis://c:6379 redlock exec billing -- sh -c 'bill --fence "$REDLOCK_TOKEN"'
-redlock exec nightly-report -- ./report.sh || [ $? -eq 75 ]   # another host has it: fine`,
+redlock exec nightly-report -- ./report.sh || [ $? -eq 75 ]   # another host has it: fine
+redlock exec --permits 4 --wait 10m encoder -- ./encode.sh   # at most 4 encoders at once`,
 }
 
 // splitNameAndCommand takes NAME -- COMMAND [ARGS...] from what follows the flags (rest, the
@@ -101,6 +107,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
 	withOTel := fs.Bool("otel", false, otelFlagUsage)
 	noMetadata := fs.Bool("no-metadata", false, "do not record host, pid, start time and COMMAND with the lock (for `status`)")
+	permits := fs.Int("permits", 0, "run under one of `K` permits of the semaphore NAME instead of the lock NAME; 0: the lock")
 	rest, err := parseLeadingFlags(fs, args)
 	if err != nil {
 		return err
@@ -117,6 +124,9 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	}
 	if *killGrace < 0 {
 		return usagef("--grace must be 0 (SIGKILL at once) or positive, got %v", *killGrace)
+	}
+	if *permits < 0 {
+		return usagef("--permits must be 0 (a lock) or positive, got %d", *permits)
 	}
 
 	opts := nf.options(a, *ttl)
@@ -153,11 +163,17 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	signal.Notify(sigs, forwardedSignals...)
 	defer signal.Stop(sigs)
 
+	var sem *redlock.Semaphore
+	if *permits > 0 {
+		if sem, err = client.Semaphore(name, *permits); err != nil {
+			return withExitCode(exitUsage, err)
+		}
+	}
 	lockOpts := []redlock.LockOption{redlock.WithTTL(*ttl), redlock.WithAutoExtend()}
-	if !*noMetadata {
+	if !*noMetadata && sem == nil { // a semaphore's permits have no holder key (WithMetadata)
 		lockOpts = append(lockOpts, redlock.WithMetadata(holderMetadata(argv, time.Now())))
 	}
-	lock, stopLock, err := acquireForExec(ctx, a, client, name, lockOpts, *wait, nf.verbose, sigs)
+	lock, stopLock, err := acquireForExec(ctx, a, client, sem, name, lockOpts, *wait, nf.verbose, sigs)
 	if err != nil {
 		return err
 	}
@@ -165,6 +181,9 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	releaseCtx := context.WithoutCancel(ctx)
 
 	env := append(os.Environ(), "REDLOCK_TOKEN="+strconv.FormatInt(lock.Token(), 10), "REDLOCK_NAME="+name)
+	if sem != nil {
+		env = append(env, "REDLOCK_SLOT="+strconv.Itoa(lock.slot))
+	}
 	stdin := a.stdin
 	if term.IsTerminal(int(stdin.Fd())) {
 		// In its own process group the command is in the terminal's background: reading
@@ -174,17 +193,17 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	}
 	child, err := startSupervised(argv, env, stdin, a.stdout, a.stderr)
 	if err != nil {
-		_ = release(releaseCtx, lock)
+		_ = release(releaseCtx, lock.Lock)
 		return withExitCode(startErrorCode(err), fmt.Errorf("cannot run %q: %w", argv[0], err))
 	}
 
-	lostErr := superviseUntilExit(a, child, lock, *killGrace, sigs)
+	lostErr := superviseUntilExit(a, child, lock.Lock, *killGrace, sigs)
 	if lostErr == nil && child.exitedAt.After(lock.Deadline()) {
 		// The loss was not signalled yet, but the validity had passed before COMMAND ended:
 		// for its last moments COMMAND was not protected.
 		lostErr = fmt.Errorf("the lock's validity ended before the command did: %w", redlock.ErrLockLost)
 	}
-	releaseErr := release(releaseCtx, lock)
+	releaseErr := release(releaseCtx, lock.Lock)
 	if lostErr != nil {
 		return withExitCode(exitLockLost, fmt.Errorf("lock %q lost while the command ran (%v); its work may overlap another holder's (command exit code %d)", name, lostErr, child.exitCode()))
 	}
@@ -202,25 +221,57 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	return nil
 }
 
+// heldLock is what exec holds: a lock, or a semaphore's permit (a lock on one slot).
+type heldLock struct {
+	*redlock.Lock
+	slot int
+}
+
+// acquireOnce and acquireWaiting take the lock, or a permit of sem if it is set.
+func acquireOnce(ctx context.Context, client *redlock.Client, sem *redlock.Semaphore, name string, opts []redlock.LockOption) (heldLock, error) {
+	if sem == nil {
+		l, err := client.TryAcquire(ctx, name, opts...)
+		return heldLock{Lock: l}, err
+	}
+	p, err := sem.TryAcquire(ctx, opts...)
+	return permitHeld(p), err
+}
+
+func acquireWaiting(ctx context.Context, client *redlock.Client, sem *redlock.Semaphore, name string, opts []redlock.LockOption) (heldLock, error) {
+	if sem == nil {
+		l, err := client.Acquire(ctx, name, opts...)
+		return heldLock{Lock: l}, err
+	}
+	p, err := sem.Acquire(ctx, opts...)
+	return permitHeld(p), err
+}
+
+func permitHeld(p *redlock.Permit) heldLock {
+	if p == nil {
+		return heldLock{}
+	}
+	return heldLock{Lock: p.Lock, slot: p.Slot()}
+}
+
 // acquireForExec gets the lock, with auto-extension, making one attempt when wait is 0. An
 // interrupt while waiting abandons the wait and exits 128+N. The context the lock was
 // acquired with is cancelled only by the returned function, to be called once the lock is
 // released: the library does not promise that a lock outlives it.
-func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name string, lockOpts []redlock.LockOption, wait time.Duration, verbose bool, sigs <-chan os.Signal) (*redlock.Lock, context.CancelFunc, error) {
+func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *redlock.Semaphore, name string, lockOpts []redlock.LockOption, wait time.Duration, verbose bool, sigs <-chan os.Signal) (heldLock, context.CancelFunc, error) {
 	acquireCtx, abandon := context.WithCancel(ctx)
 	type result struct {
-		lock *redlock.Lock
+		lock heldLock
 		err  error
 	}
 	results := make(chan result, 1)
 	go func() {
 		var r result
-		r.lock, r.err = client.TryAcquire(acquireCtx, name, lockOpts...)
+		r.lock, r.err = acquireOnce(acquireCtx, client, sem, name, lockOpts)
 		if r.err != nil && wait > 0 && retryable(r.err) {
 			if verbose {
 				fmt.Fprintf(a.stderr, "redlock exec: waiting up to %v for lock %q: %v\n", wait, name, r.err)
 			}
-			r.lock, r.err = client.Acquire(acquireCtx, name, append(lockOpts, redlock.WithMaxWait(wait))...)
+			r.lock, r.err = acquireWaiting(acquireCtx, client, sem, name, append(lockOpts, redlock.WithMaxWait(wait)))
 		}
 		results <- r
 	}()
@@ -240,12 +291,12 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 		case r := <-results:
 			switch {
 			case interrupted != nil:
-				if r.lock != nil {
+				if r.lock.Lock != nil {
 					// Won just as the interrupt came: give it back at once.
-					_ = release(context.WithoutCancel(ctx), r.lock)
+					_ = release(context.WithoutCancel(ctx), r.lock.Lock)
 				}
 				abandon()
-				return nil, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(interrupted), name))
+				return heldLock{}, nil, withExitCode(signalExitCode(interrupted), fmt.Errorf("interrupted by %s while waiting for lock %q", signalName(interrupted), name))
 			case r.err == nil:
 				return r.lock, abandon, nil
 			case errors.Is(r.err, redlock.ErrInvalidConfig) && !errors.Is(r.err, redlock.ErrNotIndependent) && !errors.Is(r.err, redlock.ErrSlotNotServed):
@@ -253,14 +304,14 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, name st
 				// slot also matches ErrInvalidConfig, but it is found on the nodes, not in
 				// the command line: 69 below, like a node down.
 				abandon()
-				return nil, nil, withExitCode(exitUsage, r.err)
+				return heldLock{}, nil, withExitCode(exitUsage, r.err)
 			default:
 				abandon()
 				how := "in one attempt (--wait 0)"
 				if wait > 0 {
 					how = "within " + wait.String()
 				}
-				return nil, nil, withExitCode(notAcquiredCode(r.err), fmt.Errorf("lock %q not acquired %s: %w", name, how, r.err))
+				return heldLock{}, nil, withExitCode(notAcquiredCode(r.err), fmt.Errorf("lock %q not acquired %s: %w", name, how, r.err))
 			}
 		}
 	}

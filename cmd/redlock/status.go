@@ -19,10 +19,16 @@ register, then the verdict: the lock is held only if one owner holds it on a quo
 and what the holder recorded with it (redlock exec records its host, pid, start time and
 command).
 The highest fence register bounds the tokens handed out so far: the next holder's token is
-higher. Exits 1 if fewer than a quorum of nodes answered.`,
+higher. Exits 1 if fewer than a quorum of nodes answered.
+
+For a semaphore (see exec --permits), it shows every slot the same way: its holder on each node,
+and whether one owner holds it on a quorum. With --permits K it reads slots 0 to K-1; without,
+when NAME has no lock, it looks for a semaphore NAME and shows the slots it finds traces of (a
+key, or a fence register, which outlives the holders by a day): the slots used lately.`,
 	examples: `
 redlock status nightly-report
-redlock status --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 deploy`,
+redlock status --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 deploy
+redlock status --permits 4 encoder`,
 }
 
 func runStatus(ctx context.Context, a *app, args []string) error {
@@ -30,6 +36,7 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	fs := newFlagSet(a, statusHelp)
 	nf.register(fs)
 	timeout := registerTimeout(fs)
+	permits := fs.Int("permits", 0, "show the semaphore NAME of `K` permits; 0: the lock NAME, or a semaphore found by its traces")
 	positional, err := parseFlags(fs, args)
 	if err != nil {
 		return err
@@ -41,6 +48,9 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	if err := positiveDuration("timeout", *timeout); err != nil {
 		return err
 	}
+	if *permits < 0 || *permits > redlock.MaxPermits {
+		return usagef("--permits must be from 0 to %d, got %d", redlock.MaxPermits, *permits)
+	}
 	client, err := nf.connect(a, nf.options(a, 0))
 	if err != nil {
 		return err
@@ -49,7 +59,16 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
+	if *permits > 0 {
+		return semaphoreStatus(ctx, a, &nf, client, name, *permits, false)
+	}
 	st, err := client.Inspect(ctx, name)
+	if err == nil && unused(st) {
+		// No trace of a lock NAME: maybe it is a semaphore.
+		if serr := semaphoreStatus(ctx, a, &nf, client, name, redlock.MaxPermits, true); !errors.Is(serr, errNoSemaphore) {
+			return serr
+		}
+	}
 	if st != nil {
 		for _, n := range st.Nodes {
 			nf.logNodeError(a, n.Node, n.Err)
@@ -132,4 +151,89 @@ func formatDuration(d time.Duration) string {
 		return d.Round(10 * time.Microsecond).String()
 	}
 	return d.Round(time.Microsecond).String()
+}
+
+// unused tells whether no node has a key or a fence register of the lock.
+func unused(st *redlock.Status) bool {
+	for _, n := range st.Nodes {
+		if n.Owner != "" || n.Fence != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// errNoSemaphore is semaphoreStatus's answer, when looking, to a name without a semaphore.
+var errNoSemaphore = errors.New("no semaphore")
+
+// semaphoreStatus prints the slots of the semaphore name of the given permits. When looking
+// (the number of permits is unknown), it shows only the slots up to the last with a trace, and
+// returns errNoSemaphore, with nothing printed, if there is none.
+func semaphoreStatus(ctx context.Context, a *app, nf *nodeFlags, client *redlock.Client, name string, permits int, looking bool) error {
+	sem, err := client.Semaphore(name, permits, redlock.AllowNoFaultTolerance()) // only reads
+	if err != nil {
+		return withExitCode(exitUsage, err)
+	}
+	st, err := sem.Holders(ctx)
+	var qe *redlock.QuorumError
+	if err != nil && !errors.As(err, &qe) {
+		return err
+	}
+	if looking {
+		last := -1
+		for i, slot := range st.Slots {
+			if !unused(&slot) {
+				last = i
+			}
+		}
+		if last < 0 {
+			return errNoSemaphore
+		}
+		st.Slots = st.Slots[:last+1]
+	}
+	for _, n := range st.Slots[0].Nodes {
+		nf.logNodeError(a, n.Node, n.Err)
+	}
+	printSemaphore(a.stdout, client, sem, st, looking)
+	if qe != nil {
+		return fmt.Errorf("only %d of %s answered, fewer than the quorum of %d: the verdict above may be wrong", qe.Won, plural(len(st.Slots[0].Nodes), "node"), qe.Needed)
+	}
+	return nil
+}
+
+func printSemaphore(w io.Writer, client *redlock.Client, sem *redlock.Semaphore, st *redlock.SemaphoreStatus, looking bool) {
+	nodes := len(st.Slots[0].Nodes)
+	if looking {
+		fmt.Fprintf(w, "semaphore %q: no lock of that name; slots 0 to %d have traces (pass --permits K for all K), keys %s..., on %s, quorum %d\n\n",
+			st.Name, len(st.Slots)-1, sem.SlotKey(0), plural(nodes, "node"), client.Quorum())
+	} else {
+		fmt.Fprintf(w, "semaphore %q: %d permits, keys %s..., on %s, quorum %d\n\n", st.Name, st.Permits, sem.SlotKey(0), plural(nodes, "node"), client.Quorum())
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SLOT\tNODE\tOWNER\tTTL\tFENCE")
+	for i, slot := range st.Slots {
+		for _, n := range slot.Nodes {
+			if n.Err != nil {
+				fmt.Fprintf(tw, "%d\t%s\t%s\t\t\n", i, n.Node, nodeProblem(n.Err))
+				continue
+			}
+			owner, ttl := "-", "-"
+			if n.Owner != "" {
+				owner, ttl = shortID(n.Owner), formatDuration(n.TTL)
+			}
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%d\n", i, n.Node, owner, ttl, n.Fence)
+		}
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	held := 0
+	for i, slot := range st.Slots {
+		if slot.Held {
+			held++
+			fmt.Fprintf(w, "slot %d: held by %s, valid for at least %s, highest fence %d\n", i, shortID(slot.Owner), formatDuration(slot.Remaining), slot.Fence)
+		} else {
+			fmt.Fprintf(w, "slot %d: free, highest fence %d\n", i, slot.Fence)
+		}
+	}
+	fmt.Fprintf(w, "held: %d of %d permits\n", held, len(st.Slots))
 }

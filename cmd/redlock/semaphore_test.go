@@ -1,0 +1,121 @@
+package main
+
+import (
+	"context"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+)
+
+// holdPermits takes n permits of the semaphore name behind the CLI's back, released when the
+// test ends.
+func holdPermits(t *testing.T, sem *redlock.Semaphore, n int) []*redlock.Permit {
+	t.Helper()
+	var ps []*redlock.Permit
+	for range n {
+		p, err := sem.TryAcquire(context.Background(), redlock.WithTTL(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Release(context.Background()) })
+		ps = append(ps, p)
+	}
+	return ps
+}
+
+func TestExecPermitsRunsUnderOneOfKPermits(t *testing.T) {
+	name := lockName(t)
+	sem, err := libClient(t).Semaphore(name, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdPermits(t, sem, 2)
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	// Both permits held by others: 75, and the command does not run.
+	for _, wait := range []string{"0", "300ms"} {
+		r := run(t, "exec", ttlFlag, "--permits", "2", "--wait", wait, name, "--", "touch", marker)
+		if r.code != exitNotAcquired {
+			t.Fatalf("--wait %s with both permits held: want exit %d, got %v", wait, exitNotAcquired, r)
+		}
+	}
+	if fileExists(marker) {
+		t.Fatal("the command ran without a permit")
+	}
+
+	// One permit free: the command runs under it, with its slot and token.
+	if err := held[1].Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "exec", ttlFlag, "--permits", "2", name, "--", "sh", "-c", `echo "$REDLOCK_SLOT $REDLOCK_TOKEN $REDLOCK_NAME"`)
+	if r.code != 0 {
+		t.Fatalf("with a permit free: want exit 0, got %v", r)
+	}
+	fields := strings.Fields(r.stdout)
+	if len(fields) != 3 || fields[0] != strconv.Itoa(held[1].Slot()) || fields[2] != name {
+		t.Fatalf("want the freed slot %d, a token and the name, got %q", held[1].Slot(), r.stdout)
+	}
+	if token, err := strconv.ParseInt(fields[1], 10, 64); err != nil || token <= held[1].Token() {
+		t.Fatalf("token %q is not above the slot's previous token %d", fields[1], held[1].Token())
+	}
+	// The CLI gave its permit back: one (ours) is held.
+	st, err := sem.Holders(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Held() != 1 {
+		t.Fatalf("%d permits held after exec, want the test's 1", st.Held())
+	}
+}
+
+func fileExists(path string) bool {
+	m, _ := filepath.Glob(path)
+	return len(m) > 0
+}
+
+func TestExecPermitsWithoutQuorumAndBadInput(t *testing.T) {
+	urls := shared.URLs()
+	nodes := urls[0] + ",redis://" + deadAddr(t) + ",redis://" + deadAddr(t)
+	r := run(t, "exec", ttlFlag, "--permits", "2", "--nodes", nodes, lockName(t), "--", "true")
+	if r.code != exitUnavailable {
+		t.Fatalf("2 of 3 nodes down: want exit %d, got %v", exitUnavailable, r)
+	}
+	for _, permits := range []string{"-1", strconv.Itoa(redlock.MaxPermits + 1)} {
+		r := run(t, "exec", ttlFlag, "--permits", permits, lockName(t), "--", "true")
+		if r.code != exitUsage || !strings.Contains(r.stderr, permits) {
+			t.Fatalf("--permits %s: want exit %d naming the value, got %v", permits, exitUsage, r)
+		}
+	}
+}
+
+func TestStatusShowsSemaphoreHolders(t *testing.T) {
+	name := lockName(t)
+	sem, err := libClient(t).Semaphore(name, 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdPermits(t, sem, 2)
+	r := run(t, "status", "--permits", "3", name)
+	if r.code != 0 {
+		t.Fatalf("want exit 0, got %v", r)
+	}
+	for _, want := range []string{"3 permits", "held: 2 of 3 permits", "slot " + strconv.Itoa(held[0].Slot()) + ": held by", sem.SlotKey(0)} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("status --permits lacks %q: %v", want, r)
+		}
+	}
+	// Without --permits: no lock of that name, so the semaphore's traces are shown.
+	r = run(t, "status", name)
+	if r.code != 0 || !strings.Contains(r.stdout, "semaphore "+strconv.Quote(name)) || !strings.Contains(r.stdout, "held: 2 of") {
+		t.Fatalf("status without --permits did not find the semaphore: %v", r)
+	}
+	// A name with neither a lock nor a semaphore is a free lock.
+	r = run(t, "status", name+"-unused")
+	if r.code != 0 || !strings.Contains(r.stdout, "held: no") {
+		t.Fatalf("status of an unused name: %v", r)
+	}
+}

@@ -1,0 +1,60 @@
+-- Take one permit of a semaphore on this node: the first free slot in the
+-- order the client chose for this attempt, and in the same round trip read
+-- and raise that slot's fence register (DESIGN §2, §5 design (b)). Each slot
+-- is a mutex of its own: this script sets at most one slot key, and only if
+-- it was absent, so per slot it acts exactly as the mutex's acquire does.
+-- KEYS[1..K] the slot keys, KEYS[K+1..2K] their fence registers (one hash tag)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] fencing proposal (0: fencing off),
+-- ARGV[4] the fence registers' lifetime in ms (0: they never expire),
+-- ARGV[5] the slot to try first (0-based); the others follow in turn.
+-- Returns {1, fence before, sec, usec, slot} when a slot is ours here,
+--         {0, shortest pttl of the holders, sec, usec, -1} when all K are taken.
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+local k = #KEYS / 2
+local first = tonumber(ARGV[5])
+local slot, free = -1, -1
+for j = 0, k - 1 do
+  local i = (first + j) % k
+  local owner = redis.call('GET', KEYS[i + 1])
+  -- A value equal to ours means a retried command already won here: keep
+  -- that slot rather than take a second one.
+  if owner == ARGV[1] then
+    slot = i
+    break
+  end
+  if not owner and free < 0 then
+    free = i
+  end
+end
+if slot < 0 and free >= 0 then
+  slot = free
+  redis.call('SET', KEYS[slot + 1], ARGV[1], 'PX', ARGV[2])
+end
+if slot < 0 then
+  local shortest = -1
+  for i = 1, k do
+    local pttl = redis.call('PTTL', KEYS[i])
+    if pttl >= 0 and (shortest < 0 or pttl < shortest) then
+      shortest = pttl
+    end
+  end
+  return {0, shortest, sec, usec, -1}
+end
+if ARGV[3] == '0' then
+  return {1, 0, sec, usec, slot}
+end
+local fenceKey = KEYS[k + slot + 1]
+local stored = redis.call('GET', fenceKey)
+local fence = tonumber(stored or '0')
+-- Values stay strings: a Lua number may be written back in exponent form.
+local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
+if not higher then
+  raised = stored
+end
+if ARGV[4] ~= '0' then
+  redis.call('SET', fenceKey, raised, 'PX', ARGV[4])
+elseif higher then
+  redis.call('SET', fenceKey, raised)
+end
+return {1, fence, sec, usec, slot}

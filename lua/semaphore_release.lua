@@ -1,0 +1,30 @@
+-- Give back a permit on this node: delete every slot key that holds our
+-- owner value, and tell waiting clients a permit is free. An attempt sets
+-- at most one slot per node, but the nodes may have chosen different slots
+-- (a split), so the release looks at all of them rather than trust the
+-- slot the client won.
+-- KEYS[1..K] the slot keys; ARGV[1] owner value, ARGV[2] the semaphore's
+-- release channel ("" to stay quiet: the cleanup of a failed attempt frees
+-- nothing anyone waits for), ARGV[3] the slot the client won (-1: none),
+-- ARGV[4] a slot to keep (-1: none): the won slot, when a won attempt only
+-- clears the other slots some nodes gave it.
+-- Returns {1} when the won slot's key was ours and is deleted (with no slot
+-- won: when any key was), {0} otherwise.
+local won, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
+local deleted, wonDeleted = false, false
+for i = 1, #KEYS do
+  if i - 1 ~= keep and redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    deleted = true
+    if i - 1 == won then
+      wonDeleted = true
+    end
+  end
+end
+if deleted and ARGV[2] ~= '' then
+  redis.call('PUBLISH', ARGV[2], ARGV[1])
+end
+if wonDeleted or (won < 0 and deleted) then
+  return {1}
+end
+return {0}

@@ -1,0 +1,414 @@
+package redlock
+
+// A counting semaphore across N independent masters: DESIGN §5, design (b).
+//
+// The K permits of a semaphore are K slot mutexes. Slot i has a lock key
+// "<prefix>{<name>}:permit:<i>" and a fence register beside it, and is taken,
+// extended, fenced and released exactly as the mutex's key is, with the same
+// majority quorum: at most one valid holder per slot, hence at most K valid
+// holders, whatever K. The only new part is finding a free slot without a
+// round trip per slot: the acquire script takes, on each node, the first
+// free slot in an order the client chose for the attempt (a rotation that
+// starts at a random slot, so that contenders spread over the slots). Nodes
+// in the same state thus pick the same slot. When they do not (a split),
+// the client wins the slot a quorum gave it, if any, and otherwise cleans up
+// as after any failed attempt and tries again. docs/PROTOCOL.md has the
+// proof; per-node admission of K holders with a majority quorum would not
+// bound the holders by K (DESIGN §5 shows three holders of a K=2 semaphore).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxPermits is the largest number of permits a Semaphore accepts. Every
+// acquire scans the slots on each node (one GET per slot inside the script)
+// and carries their 2K keys, so the cost grows with K; a semaphore of more
+// than a few hundred permits is better served by a counter.
+const MaxPermits = 256
+
+// semaphoreTopic ends the waiters' topic of a semaphore (see waiters): the
+// NUL byte keeps it apart from any mutex name a user would pick.
+const semaphoreTopic = "\x00permits"
+
+// semaphoreChannelSuffix ends a semaphore's release channel:
+// "<prefix>{<name>}:permits:released", in the slot keys' hash slot.
+const semaphoreChannelSuffix = ":permits" + releasedSuffix
+
+// SemaphoreOption adjusts a Semaphore.
+type SemaphoreOption func(*semaphoreConfig)
+
+type semaphoreConfig struct {
+	allowNoFaultTolerance bool
+}
+
+// AllowNoFaultTolerance lets Client.Semaphore build a semaphore on fewer
+// than 3 nodes, where the quorum is every node and a single failed node
+// stops every acquire and extension. Without it that is refused.
+func AllowNoFaultTolerance() SemaphoreOption {
+	return func(sc *semaphoreConfig) { sc.allowNoFaultTolerance = true }
+}
+
+// Semaphore lets at most Permits holders of a name hold a permit at once.
+// Each permit is a lock of its own (a *Permit): its own validity, extension,
+// Done and fencing token, the token strictly increasing per slot. A
+// Semaphore holds no state on the nodes and is safe for concurrent use;
+// make one per name and share it.
+type Semaphore struct {
+	c       *Client
+	name    string
+	permits int
+	keys    []string // the K slot keys, then their K fence registers
+	keyArgs []any    // keys, boxed once for every attempt's commands
+	channel string   // where releases are announced
+	topic   string   // the waiters' topic of that channel
+}
+
+// Permit is one held permit of a Semaphore: a Lock on one slot. Its Token
+// is strictly greater than the token of every earlier holder of the same
+// slot; tokens of different slots are not ordered (K holders are allowed at
+// once), so a fenced resource keeps the highest token per slot.
+type Permit struct {
+	*Lock
+	slot int
+}
+
+// Slot is the index of the permit's slot, from 0 to Permits-1.
+func (p *Permit) Slot() int { return p.slot }
+
+// Semaphore makes a semaphore of permits permits named name. It does no
+// network I/O. It refuses permits below 1 or above MaxPermits, and a client
+// of fewer than 3 nodes unless AllowNoFaultTolerance is given: with design
+// (b) the semaphore tolerates the failure of N - (N/2+1) nodes whatever
+// the number of permits, which is none below 3 nodes.
+func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
+	var sc semaphoreConfig
+	for _, o := range opts {
+		o(&sc)
+	}
+	if _, _, err := c.params(name, nil); err != nil {
+		return nil, err
+	}
+	switch {
+	case permits < 1:
+		return nil, configErr("permits", permits, "must be at least 1")
+	case permits > MaxPermits:
+		return nil, configErr("permits", permits, fmt.Sprintf("must be at most %d (MaxPermits)", MaxPermits))
+	}
+	if n := len(c.nodes); n-c.quorum() < 1 && !sc.allowNoFaultTolerance {
+		return nil, configErr("nodes", n, fmt.Sprintf("leave a semaphore no fault tolerance: its quorum is %d of %d, so one failed node stops it; use 3 or more nodes, or AllowNoFaultTolerance", c.quorum(), n))
+	}
+	s := &Semaphore{c: c, name: name, permits: permits, topic: name + semaphoreTopic}
+	s.channel = c.semaphoreChannel(name)
+	s.keys = make([]string, 2*permits)
+	s.keyArgs = make([]any, 2*permits)
+	for i := range permits {
+		s.keys[i] = s.SlotKey(i)
+		s.keys[permits+i] = s.keys[i] + fenceSuffix
+	}
+	for i, k := range s.keys {
+		s.keyArgs[i] = k
+	}
+	return s, nil
+}
+
+// semaphoreChannel is the release channel of the semaphore called name.
+func (c *Client) semaphoreChannel(name string) string {
+	return c.LockKey(name) + semaphoreChannelSuffix
+}
+
+// Name is the semaphore's name.
+func (s *Semaphore) Name() string { return s.name }
+
+// Permits is how many holders the semaphore admits at once.
+func (s *Semaphore) Permits() int { return s.permits }
+
+// SlotKey is the Redis key of slot i; its fence register is SlotKey(i) +
+// ":fence". All keys of a semaphore share the hash tag {name}.
+func (s *Semaphore) SlotKey(i int) string {
+	return s.c.LockKey(s.name) + ":permit:" + strconv.Itoa(i)
+}
+
+// TryAcquire makes one attempt at a permit. It fails with an error matching
+// ErrLocked if all permits are held by others (or contenders took the free
+// ones at the same moment), ErrNoQuorum if too many nodes failed,
+// ErrValidityTooShort if the attempt took too long. On failure no key of
+// the attempt stays behind.
+func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
+	lc, timeout, err := s.params(opts)
+	if err != nil {
+		return nil, err
+	}
+	l, _, err := s.c.attemptLock(ctx, s.name, lc, timeout)
+	return s.permit(l), err
+}
+
+// Acquire waits for a permit until one is acquired, ctx is done or MaxWait
+// passes, as Client.Acquire waits for a lock: a release of any permit of the
+// semaphore wakes one waiter per client at once.
+func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
+	lc, timeout, err := s.params(opts)
+	if err != nil {
+		return nil, err
+	}
+	l, err := s.c.acquire(ctx, s.name, lc, timeout)
+	return s.permit(l), err
+}
+
+// Do runs fn while holding a permit, as Client.Do runs it under a lock: it
+// waits for a permit, keeps it extended, releases it when fn returns, and
+// cancels fn's context (cause matching ErrLockLost) if the permit is lost.
+func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, p *Permit) error, opts ...LockOption) error {
+	p, err := s.Acquire(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
+	if err != nil {
+		return err
+	}
+	return runHeld(ctx, p.Lock, func(ctx context.Context) error { return fn(ctx, p) })
+}
+
+// params are a permit's lock parameters. Holder metadata is refused: the
+// holder key is one per name, and a semaphore has many holders.
+func (s *Semaphore) params(opts []LockOption) (lockConfig, time.Duration, error) {
+	lc, timeout, err := s.c.params(s.name, opts)
+	if err != nil {
+		return lc, 0, err
+	}
+	if lc.metadata != "" {
+		return lc, 0, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a semaphore has many holders at once")
+	}
+	lc.sem = s
+	return lc, timeout, nil
+}
+
+func (s *Semaphore) permit(l *Lock) *Permit {
+	if l == nil {
+		return nil
+	}
+	return &Permit{Lock: l, slot: l.a.slot}
+}
+
+// semaphoreChannelArg is the index of the release channel in the release
+// command of a semaphore of k permits; the slot won follows it.
+func semaphoreChannelArg(k int) int { return 3 + k + 1 }
+
+// newAttempt prepares one try at a permit: a new owner value, a proposal,
+// a first slot, and the acquire and release commands over all the slots.
+func (s *Semaphore) newAttempt(ttl time.Duration) *attempt {
+	c, k := s.c, s.permits
+	a := &attempt{
+		c:       c,
+		kind:    semaphoreKind,
+		name:    s.name,
+		topic:   s.topic,
+		ttl:     ttl,
+		permits: k,
+		slot:    -1,
+		replies: make(chan nodeReply, 2*len(c.nodes)),
+	}
+	a.state = make([]atomic.Int32, len(c.nodes))
+	var v [ownerValueLen]byte
+	ownerValue(&v)
+	a.value = string(v[:])
+	if !c.opts.DisableFencing {
+		a.proposal = max(c.lastToken.Load()+1, c.clock.Now().UnixMicro())
+	}
+	var value, ttlArg any = a.value, c.defaultTTLArg
+	if ttl != c.opts.TTL {
+		ttlArg = ttl.Milliseconds()
+	}
+	acquireCmd, acquireCode := semaphoreAcquireScript.head()
+	releaseCmd, releaseCode := semaphoreReleaseScript.head()
+	a.acquireArgs = make([]any, 0, 3+2*k+5)
+	a.acquireArgs = append(a.acquireArgs, acquireCmd, acquireCode, 2*k)
+	a.acquireArgs = append(a.acquireArgs, s.keyArgs...)
+	a.acquireArgs = append(a.acquireArgs, value, ttlArg, a.proposal, c.fenceLifetimeArg, rand.N(k))
+	a.releaseArgs = make([]any, 0, 3+k+4)
+	a.releaseArgs = append(a.releaseArgs, releaseCmd, releaseCode, k)
+	a.releaseArgs = append(a.releaseArgs, s.keyArgs[:k]...)
+	a.releaseArgs = append(a.releaseArgs, value, s.channel, -1, -1)
+	return a
+}
+
+// won records the slot a quorum gave the attempt: its keys are the ones
+// the fencing slow path, the extensions and the release count on. It runs
+// before any release of the attempt is asked, which the attempt's per-node
+// state orders after it, so changing the shared command is safe. The nodes
+// that had answered with another slot clear it at once, in the background:
+// nothing else of the attempt writes that slot there any more (the acquire
+// has answered, extensions touch only the won slot), and left alone it
+// would keep a permit of that node taken until the release or its TTL.
+//
+// A node that answers after the decision is covered too: its acquire call
+// sends its reply, then looks at a.settled (see acquireOn); won stores
+// a.settled, then takes the replies that came after the decision. So a
+// late reply is either seen here or sees the slot won, and cleans itself.
+func (s *Semaphore) won(a *attempt, d decision) {
+	slot := d.slot
+	a.slot = slot
+	a.keys = [2]string{s.keys[slot], s.keys[s.permits+slot]}
+	a.releaseArgs[semaphoreChannelArg(s.permits)+1] = slot
+	a.settled.Store(int32(slot) + 1)
+	for i, given := range d.slots.given {
+		if given >= 0 && int(given) != slot {
+			a.clearOtherSlots(a.c.nodes[i], slot)
+		}
+	}
+	// Only acquire replies can be waiting: no release was asked yet, and
+	// release() skips acquire replies anyway.
+	for len(a.replies) > 0 {
+		if r := <-a.replies; r.kind == acquireReply && r.won && int(r.slot) != slot {
+			a.clearOtherSlots(a.c.nodes[r.node], slot)
+		}
+	}
+}
+
+// clearOtherSlots deletes, in the background, the attempt's owner value
+// from every slot but keep on node n. Run twice for one node, it finds
+// nothing the second time.
+func (a *attempt) clearOtherSlots(n *node, keep int) {
+	args := slices.Clone(a.releaseArgs)
+	channel := semaphoreChannelArg(a.permits)
+	args[channel] = "" // frees nothing anyone waits for: the slot was never held
+	args[channel+1] = -1
+	args[channel+2] = keep
+	a.c.bg.add()
+	go func() {
+		defer a.c.bg.done()
+		ctx, cancel := context.WithTimeout(context.Background(), a.c.releaseTimeout())
+		defer cancel()
+		if _, err := n.run.run(ctx, semaphoreReleaseScript, args); err != nil {
+			a.c.failed(n, err, a.nodeTimeout)
+		}
+	}()
+}
+
+// refusal is the error of a lost attempt. The mutex's refusal calls it a
+// lost quorum when no node refused; for a semaphore that also happens when
+// every node answered but gave us different slots: the permits were free
+// and contenders split them, which is contention, not a node failure.
+func (s *Semaphore) refusal(d decision, err error) error {
+	if d.errs == nil && d.refused == 0 && d.winners > 0 {
+		return &LockedError{Name: s.name}
+	}
+	return err
+}
+
+// slotTally decides a semaphore attempt: won once a quorum of nodes gave
+// us the same slot, lost once no slot can reach a quorum any more with the
+// nodes that have not answered yet.
+type slotTally struct {
+	nodes, quorum int
+	answered      int
+	best          int     // the most votes any slot has
+	yes           []int   // per slot
+	maxFence      []int64 // per slot: the highest fence register among its winners
+	given         []int32 // per node: the slot it gave, -1 if none (yet)
+}
+
+func newSlotTally(nodes, permits int) *slotTally {
+	t := &slotTally{nodes: nodes, quorum: nodes/2 + 1, yes: make([]int, permits), maxFence: make([]int64, permits), given: make([]int32, nodes)}
+	for i := range t.given {
+		t.given[i] = -1
+	}
+	return t
+}
+
+// add counts one node's answer into d and tells whether d is decided. On a
+// win d's winners and highest fence are those of the winning slot alone:
+// its fencing token must exceed every fence register of that slot's quorum
+// (DESIGN §2), and the other slots' registers have no bearing on it.
+func (t *slotTally) add(d *decision, r nodeReply) bool {
+	t.answered++
+	if r.won && int(r.slot) >= 0 && int(r.slot) < len(t.yes) {
+		i := int(r.slot)
+		t.given[r.node] = r.slot
+		t.yes[i]++
+		t.maxFence[i] = max(t.maxFence[i], r.val)
+		t.best = max(t.best, t.yes[i])
+		if t.yes[i] >= t.quorum {
+			d.won, d.slot, d.winners, d.maxFence = true, i, t.yes[i], t.maxFence[i]
+			return true
+		}
+	}
+	return t.best+t.nodes-t.answered < t.quorum
+}
+
+// SemaphoreStatus is a quorum view of a semaphore, as Holders sees it.
+type SemaphoreStatus struct {
+	Name    string
+	Permits int
+	// Slots has one Status per slot, named "<name>/<slot>": held when a
+	// quorum of nodes hold the same owner value in that slot.
+	Slots []Status
+}
+
+// Held counts the slots held on a quorum.
+func (st *SemaphoreStatus) Held() int {
+	n := 0
+	for _, s := range st.Slots {
+		if s.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// Holders reads every slot on every node and tells which are held, by
+// whom, and for how long at least. It reads only. When fewer than a quorum
+// of nodes answer, it returns the partial view with a *QuorumError.
+func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
+	c, k := s.c, s.permits
+	st := &SemaphoreStatus{Name: s.name, Permits: k, Slots: make([]Status, k)}
+	for i := range st.Slots {
+		st.Slots[i] = Status{Name: s.name + "/" + strconv.Itoa(i), Nodes: make([]NodeStatus, len(c.nodes))}
+	}
+	c.each(func(j int, n *node) {
+		for i := range st.Slots {
+			st.Slots[i].Nodes[j].Node = n.name
+		}
+		if n.rdb == nil {
+			for i := range st.Slots {
+				st.Slots[i].Nodes[j].Err = errors.New("no client")
+			}
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		owners := make([]*redis.StringCmd, k)
+		ttls := make([]*redis.DurationCmd, k)
+		fences := make([]*redis.StringCmd, k)
+		for i := range k {
+			owners[i] = pipe.Get(ctx, s.keys[i])
+			ttls[i] = pipe.PTTL(ctx, s.keys[i])
+			fences[i] = pipe.Get(ctx, s.keys[k+i])
+		}
+		_, err := pipe.Exec(ctx)
+		for i := range k {
+			ns := &st.Slots[i].Nodes[j]
+			if err != nil && !errors.Is(err, redis.Nil) {
+				ns.Err = err
+				continue
+			}
+			ns.Owner = owners[i].Val()
+			if ns.Owner != "" {
+				ns.TTL = ttls[i].Val()
+			}
+			ns.Fence, _ = strconv.ParseInt(fences[i].Val(), 10, 64)
+		}
+	})
+	var qerr error
+	for i := range st.Slots {
+		if err := c.judge(&st.Slots[i]); err != nil && qerr == nil {
+			err.Op, err.Name = "holders", s.name
+			qerr = err
+		}
+	}
+	return st, qerr
+}
