@@ -74,6 +74,7 @@ type attempt struct {
 	// The commands, built once and shared by every node's call.
 	acquireArgs []any
 	releaseArgs []any
+	releaser    *script // the script releaseArgs runs: releaseScript, or the fair lock's
 	nodeTimeout time.Duration
 
 	replies  chan nodeReply  // acquire replies, then release results
@@ -145,6 +146,7 @@ func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
 	args := make([]any, 15)
 	a.acquireArgs = append(args[:0:9], "evalsha", acquireScript.shaArg, 2, lockKey, a.keys[1], value, ttlArg, a.proposal, c.fenceLifetimeArg)
 	a.releaseArgs = append(args[9:9:15], "evalsha", releaseScript.shaArg, 1, lockKey, value, channel)
+	a.releaser = releaseScript
 	return a
 }
 
@@ -410,7 +412,7 @@ func (a *attempt) sweepLater(n *node) {
 
 // deleteOn runs the release script on n: it deletes the key if it is ours.
 func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
-	vals, err := n.run.run(ctx, releaseScript, a.releaseArgs)
+	vals, err := n.run.run(ctx, a.releaser, a.releaseArgs)
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}

@@ -141,6 +141,7 @@ type Client struct {
 	minTTL    atomic.Int64 // smallest TTL used so far, for the clock threshold
 	lastToken atomic.Int64 // highest fence value seen, for the next proposal
 	waiters   waiters
+	fair      fairWaiters // the fair-lock waiters, told of grants by the release channels
 	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
 	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
@@ -423,7 +424,8 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	maxExtensions int // 0: no bound
+	maxExtensions int  // 0: no bound
+	fair          bool // WithFairness: queue by ticket, take the lock by hand-off (fair.go)
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -486,6 +488,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	if err != nil {
 		return nil, err
 	}
+	if lc.fair {
+		return c.acquireFair(ctx, name, lc, timeout, false)
+	}
 	l, _, err := c.attemptLock(ctx, name, lc, timeout)
 	return l, err
 }
@@ -504,6 +509,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
 		defer cancel()
+	}
+	if lc.fair {
+		return c.acquireFair(ctx, name, lc, timeout, true)
 	}
 	var wake *waiter
 	defer func() {

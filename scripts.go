@@ -25,6 +25,8 @@ var (
 	fencedSetSrc string
 	//go:embed lua/ttl_register.lua
 	ttlRegisterSrc string
+	//go:embed lua/fair_queue.lua
+	fairQueueSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -32,6 +34,7 @@ var (
 	releaseScript     = newScript(releaseSrc)
 	fencedSetScript   = newScript(fencedSetSrc)
 	ttlRegisterScript = newScript(ttlRegisterSrc)
+	fairQueueScript   = newScript(fairQueueSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -324,6 +325,10 @@ func (w *waiters) read(s *nodeSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if name, ok := w.c.nameOfChannel(m.Channel); ok {
+				if value, ok := strings.CutPrefix(m.Payload, grantedPrefix); ok {
+					w.c.fair.granted(s.index, name, value)
+					continue
+				}
 				w.notify(name, m.Payload, false)
 			}
 		case *redis.Pong:
