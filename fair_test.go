@@ -378,8 +378,14 @@ func TestFairLockBadInput(t *testing.T) {
 			_, err := c.TryAcquire(ctx, strings.Repeat("x", redlock.MaxNameLen+1), redlock.WithFairness())
 			return err
 		}},
-		{"TTL", func() error { _, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithTTL(time.Microsecond)); return err }},
-		{"MaxWait", func() error { _, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithMaxWait(-1)); return err }},
+		{"TTL", func() error {
+			_, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithTTL(time.Microsecond))
+			return err
+		}},
+		{"MaxWait", func() error {
+			_, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithMaxWait(-1))
+			return err
+		}},
 		{"Queue name", func() error { _, err := c.Queue(ctx, ""); return err }},
 	} {
 		var ce *redlock.ConfigError
