@@ -284,7 +284,7 @@ func Scenarios() []Scenario {
 			Heal(quorumOfThree), Resume(), Wait(1500*time.Millisecond), Unpin())
 	}
 
-	return []Scenario{
+	scenarios := []Scenario{
 		{Name: "no-faults", About: "control: contention alone", Scheme: rl, Expect: safe,
 			Schedule: []Step{Wait(3 * time.Second)}},
 		{Name: "latency", About: "every request and reply delayed 40ms±30ms (round trips near the 100ms node timeout)", Scheme: rl, Expect: safe,
@@ -368,6 +368,7 @@ func Scenarios() []Scenario {
 			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
 	}
+	return append(scenarios, fairScenarios(scenarios)...)
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:
