@@ -385,7 +385,7 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 }
 
 // finalState records the register's value and, on every node, whether
-// the lock key is still there.
+// the lock key (or a fair lock's queue) is still there.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, key string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, registerKey).Int64()
@@ -405,6 +405,18 @@ func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addr
 		default:
 			pttl, _ := c.PTTL(ctx, key).Result()
 			e.Detail = fmt.Sprintf("value=%q pttl=%s", val, pttl)
+		}
+		if e.Err == "" {
+			// The fair lock's queue and grant record (FairScheme) must be
+			// gone too; no other scheme makes them.
+			for _, k := range []string{key + ":queue", key + ":queue:expiry", key + ":queue:settings", key + ":grant"} {
+				if n, err := c.Exists(ctx, k).Result(); err != nil {
+					e.Err = err.Error()
+				} else if n > 0 {
+					pttl, _ := c.PTTL(ctx, k).Result()
+					e.Detail += fmt.Sprintf(" %s pttl=%s", k, pttl)
+				}
+			}
 		}
 		c.Close()
 		rec.Record(e)
