@@ -318,17 +318,18 @@ func (f *fairWait) nextTurns() []turn {
 // clock on the way.
 func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int64, error) {
 	c, a := f.c, f.a
-	select {
-	case <-t.prev:
-		defer close(t.done)
-	case <-ctx.Done():
-		// Our turn never came: the next call must still wait for the
-		// one before us.
-		go func() {
-			<-t.prev
-			close(t.done)
-		}()
-		return nil, ctx.Err()
+	// The call before ours is bounded by its own timeout, so waiting for
+	// it past our deadline ends.
+	<-t.prev
+	defer close(t.done)
+	if ctx.Err() != nil {
+		// The round was decided without this node while the call before
+		// ours ran. Send it all the same, under a timeout of its own: a
+		// holder whose claim skipped a node would leave its entry queued
+		// there until it releases.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), a.nodeTimeout)
+		defer cancel()
 	}
 	if err := c.ready(ctx, n); err != nil {
 		return nil, err

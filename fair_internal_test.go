@@ -107,7 +107,9 @@ func TestFairGrantsFromAMinorityDoNotClaim(t *testing.T) {
 	if fs[0].saw("claim") {
 		t.Fatal("claimed with grants from a minority")
 	}
-	if !fs[0].saw("release") {
+	// The call to node 0 may not have been sent before the waiter gave
+	// up; if it was, the cleanup followed it.
+	if fs[0].saw("wait") && !fs[0].saw("release") {
 		t.Fatal("the grant made to the waiter that gave up was not handed on")
 	}
 }

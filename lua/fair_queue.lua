@@ -71,6 +71,12 @@ end
 -- key, or one a plain mutex holds, stays until released or expired.
 local function settle()
   local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  -- An entry without its settings (they are written together, so only
+  -- after a partial loss of the node's data) cannot be served: it leaves.
+  while head and redis.call('HEXISTS', settings, head) == 0 do
+    forget(head)
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
   local holder = redis.call('GET', KEYS[1])
   if not holder then
     if head then
@@ -122,6 +128,10 @@ if op == 'claim' then
     forget(me)
     return {1, tonumber(g[2]), sec, usec}
   end
+  -- Not ours here. We leave this queue either way: if the claim round won
+  -- elsewhere we hold the lock and wait no more; if it fell short, the
+  -- wait round that follows registers us again with the same ticket.
+  forget(me)
   settle()
   return {0, redis.call('PTTL', KEYS[1]), sec, usec}
 end
