@@ -151,6 +151,7 @@ type Client struct {
 	minTTL    atomic.Int64 // smallest TTL used so far, for the clock threshold
 	lastToken atomic.Int64 // highest fence value seen, for the next proposal
 	waiters   waiters
+	fair      fairWaiters // the fair-lock waiters, told of grants by the release channels
 	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
 	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
@@ -445,6 +446,7 @@ type lockConfig struct {
 	metadata      string     // WithMetadata, "" if none
 	rw            *rwCall    // a read-write lock's side; nil otherwise
 	sem           *Semaphore // the semaphore a permit is taken of; nil otherwise
+	fair          bool       // WithFairness: queue by ticket, take the lock by hand-off (fair.go)
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -517,6 +519,9 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	if l, ok, err := c.reenter(ctx, name); ok {
 		return l, err
 	}
+	if lc.fair {
+		return c.acquireFair(ctx, name, lc, timeout, false)
+	}
 	l, _, err := c.attemptLock(ctx, name, lc, timeout)
 	return l, err
 }
@@ -566,6 +571,9 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
 		defer cancel()
+	}
+	if lc.fair {
+		return c.acquireFair(ctx, name, lc, timeout, true)
 	}
 	var wake *waiter
 	defer func() {

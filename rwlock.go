@@ -126,6 +126,9 @@ func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []LockOption)
 		// The holder key is one per lock name: readers share the name.
 		return nil, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a read-write lock has many holders at once")
 	}
+	if lc.fair {
+		return nil, configErr("WithFairness", "set", "is for the mutex only, not a read-write lock")
+	}
 	call := &rwCall{write: write}
 	lc.rw = call
 	if !wait {

@@ -43,6 +43,8 @@ var (
 	semaphoreAcquireSrc string
 	//go:embed lua/semaphore_release.lua
 	semaphoreReleaseSrc string
+	//go:embed lua/fair_queue.lua
+	fairQueueSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -61,6 +63,7 @@ var (
 
 	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
 	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
+	fairQueueScript        = newScript(fairQueueSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node

@@ -184,6 +184,9 @@ func (s *Semaphore) params(opts []LockOption) (lockConfig, time.Duration, error)
 	if lc.metadata != "" {
 		return lc, 0, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a semaphore has many holders at once")
 	}
+	if lc.fair {
+		return lc, 0, configErr("WithFairness", "set", "is for the mutex only, not a semaphore")
+	}
 	lc.sem = s
 	return lc, timeout, nil
 }

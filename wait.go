@@ -346,6 +346,10 @@ func (w *waiters) read(s *nodeSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if name, ok := w.c.nameOfChannel(m.Channel); ok {
+				if value, ok := strings.CutPrefix(m.Payload, grantedPrefix); ok {
+					w.c.fair.granted(s.index, name, value)
+					continue
+				}
 				w.notify(name, m.Payload, false)
 			}
 		case *redis.Pong:

@@ -134,6 +134,13 @@ func buildContenders(ctx context.Context, want []string, nodes []redis.Universal
 				return nil, err
 			}
 			out = append(out, c)
+		case ContenderRedlockFair:
+			c, err := newFairContender(ctx, nodes)
+			if err != nil {
+				closeAll(out)
+				return nil, err
+			}
+			out = append(out, c)
 		case ContenderRedsync, ContenderRedsyncFailFast:
 			out = append(out, newRedsyncContender(name, nodes, name == ContenderRedsyncFailFast))
 		case ContenderRedislock:

@@ -56,6 +56,7 @@ type Held interface {
 const (
 	ContenderRedlock         = "redlock"          // this library, fencing tokens on
 	ContenderRedlockNoFence  = "redlock-nofence"  // this library, Options.DisableFencing
+	ContenderRedlockFair     = "redlock-fair"     // this library's fair lock (WithFairness)
 	ContenderRedsync         = "redsync"          // go-redsync/redsync/v4, default options
 	ContenderRedsyncFailFast = "redsync-failfast" // redsync with WithFailFast(true)
 	ContenderRedislock       = "redislock"        // bsm/redislock, one node only
@@ -67,7 +68,7 @@ const (
 
 // AllContenders lists every contender in the order tables show them.
 var AllContenders = []string{
-	ContenderRedlock, ContenderRedlockNoFence, ContenderRedlockRWRead, ContenderRedlockRWWrite, ContenderRedsync,
+	ContenderRedlock, ContenderRedlockNoFence, ContenderRedlockRWRead, ContenderRedlockRWWrite, ContenderRedlockFair, ContenderRedsync,
 	ContenderRedsyncFailFast, ContenderRedislock, ContenderRueidislock, ContenderFloor,
 	ContenderRedlockSemaphore,
 }

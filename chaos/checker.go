@@ -18,10 +18,11 @@ const (
 	CheckFenceOrder      Check = "c:fence-order"      // the fenced resource never accepted a lower token after a higher one
 	CheckLeftoverKey     Check = "e:leftover-key"     // no lock key left on any node after the run
 	CheckLiveness        Check = "f:liveness"         // acquisitions resume after faults heal
+	CheckFairOrder       Check = "g:fair-order"       // fair lock: waiters served in the order they began (fair.go)
 )
 
 // AllChecks lists the judged checks in report order.
-var AllChecks = []Check{CheckMutualExclusion, CheckTokenOrder, CheckFenceOrder, CheckLeftoverKey, CheckLiveness}
+var AllChecks = []Check{CheckMutualExclusion, CheckTokenOrder, CheckFenceOrder, CheckLeftoverKey, CheckLiveness, CheckFairOrder}
 
 // Violation is one breach of a check, with the events that show it.
 type Violation struct {
@@ -44,6 +45,9 @@ type CheckOptions struct {
 	// judged per slot (Event.Slot): K holders hold K different tokens at
 	// once, and the resource keeps one fence per slot.
 	Permits int
+	// FairOrder, if not zero, judges the order of the grants (g) with
+	// this margin (see checkFairOrder): for the fair lock only.
+	FairOrder time.Duration
 }
 
 // HoldSpan is one successful acquisition as the checker sees it.
@@ -149,6 +153,9 @@ func CheckHistory(h History, opts CheckOptions) Result {
 	checkLeftoverKeys(h, add)
 	r.Faults = faultWindows(h, r.End)
 	checkLiveness(h, opts.RecoveryBound, &r, add)
+	if opts.FairOrder > 0 {
+		checkFairOrder(h, r.Holds, r.Faults, opts.FairOrder, add)
+	}
 	slices.SortStableFunc(r.Violations, func(a, b Violation) int { return cmp.Compare(a.At, b.At) })
 	return r
 }

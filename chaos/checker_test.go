@@ -237,3 +237,34 @@ func TestEventString(t *testing.T) {
 		}
 	}
 }
+
+// The fair-order check (g) catches a waiter served before one that began
+// well before it, and judges no pair a fault disturbed.
+func TestCheckFairOrder(t *testing.T) {
+	history := func(faulty bool) History {
+		h := History{
+			{At: ms(0), Kind: AcquireInvoke, Client: 0, Hold: 1},
+			{At: ms(300), Kind: AcquireInvoke, Client: 1, Hold: 2},
+			{At: ms(400), Kind: AcquireOK, Client: 1, Hold: 2, Token: 1, Deadline: ms(1400)},
+			{At: ms(450), Kind: ReleaseInvoke, Client: 1, Hold: 2},
+			{At: ms(460), Kind: ReleaseOK, Client: 1, Hold: 2},
+			{At: ms(500), Kind: AcquireOK, Client: 0, Hold: 1, Token: 2, Deadline: ms(1500)},
+			{At: ms(550), Kind: ReleaseInvoke, Client: 0, Hold: 1},
+			{At: ms(560), Kind: ReleaseOK, Client: 0, Hold: 1},
+		}
+		if faulty {
+			h = append(h, Event{At: ms(100), Kind: FaultApply, Client: NoClient, Fault: "partition"},
+				Event{At: ms(200), Kind: FaultHeal, Client: NoClient, Fault: "partition"})
+		}
+		return h
+	}
+	if r := CheckHistory(history(false), CheckOptions{FairOrder: ms(250)}); r.Counts[CheckFairOrder] != 1 {
+		t.Fatalf("served out of order: %d fair-order violations, want 1: %v", r.Counts[CheckFairOrder], r.Violations)
+	}
+	if r := CheckHistory(history(false), CheckOptions{}); r.Counts[CheckFairOrder] != 0 {
+		t.Fatalf("the mutex is not judged for order: %v", r.Violations)
+	}
+	if r := CheckHistory(history(true), CheckOptions{FairOrder: ms(250)}); r.Counts[CheckFairOrder] != 0 {
+		t.Fatalf("a fault before the grant weakens fairness only: %v", r.Violations)
+	}
+}

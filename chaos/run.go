@@ -125,7 +125,11 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
-	run.Result = CheckHistory(run.History, CheckOptions{RecoveryBound: sc.RecoveryBound(), Permits: sc.Permits})
+	opts := CheckOptions{RecoveryBound: sc.RecoveryBound(), Permits: sc.Permits}
+	if _, fair := sc.Scheme.(FairScheme); fair {
+		opts.FairOrder = fairOrderMargin(sc.ttl())
+	}
+	run.Result = CheckHistory(run.History, opts)
 	if nemErr != nil {
 		// The history so far is returned too: it shows why the schedule
 		// could not go on.

@@ -371,6 +371,7 @@ func Scenarios() []Scenario {
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
 	}
 	table = append(table, tlsScenarios(table)...)
+	table = append(table, fairScenarios(table)...)
 	return append(table, semaphoreScenarios()...)
 }
 

@@ -62,7 +62,7 @@ func TestScenarioTable(t *testing.T) {
 		}
 		var isRedlock bool
 		switch sc.Scheme.(type) {
-		case RedlockScheme, RedlockSemaphoreScheme:
+		case RedlockScheme, RedlockSemaphoreScheme, FairScheme:
 			isRedlock = true
 		}
 		if _, slots := sc.Scheme.(interface{ LockKeys() []string }); slots != (sc.Permits > 1) { // the semaphore schemes' slots

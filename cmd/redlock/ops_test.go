@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 
+	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -231,5 +234,63 @@ func TestChaosAndBenchFrontEnds(t *testing.T) {
 	r = run(t, "chaos", "--duration", "-1s")
 	if r.code == 0 || !strings.Contains(r.stderr, "-1s") {
 		t.Fatalf("chaos with a negative duration: %v", r)
+	}
+}
+
+func TestStatusShowsTheFairLockQueue(t *testing.T) {
+	c := libClient(t)
+	name := lockName(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness(), redlock.WithTTL(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(context.Background())
+	waited := make(chan error, 1)
+	go func() {
+		_, err := c.Acquire(ctx, name, redlock.WithFairness())
+		waited <- err
+	}()
+	var waiter redlock.QueueEntry
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		qs, err := c.Queue(context.Background(), name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		queued := 0
+		for _, q := range qs {
+			if len(q.Entries) == 1 {
+				queued++
+				waiter = q.Entries[0]
+			}
+		}
+		if queued == len(qs) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("waiter not queued on every node: %+v", qs)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	r := run(t, "status", name)
+	if r.code != 0 {
+		t.Fatalf("want exit 0, got %v", r)
+	}
+	for _, want := range []string{"held: yes", "fair-lock queue (head first", strconv.FormatInt(waiter.Ticket, 10), waiter.Waiter[:10]} {
+		if !strings.Contains(r.stdout, want) {
+			t.Fatalf("status lacks %q: %v", want, r)
+		}
+	}
+	if got := strings.Count(r.stdout, strconv.FormatInt(waiter.Ticket, 10)); got != len(shared.Addrs()) {
+		t.Fatalf("the ticket shows on %d lines, want one per node: %v", got, r)
+	}
+	cancel()
+	if err := <-waited; !errors.Is(err, context.Canceled) {
+		t.Fatalf("waiter: %v", err)
+	}
+	r = run(t, "status", "--timeout", "3s", lockName(t)+"-free")
+	if r.code != 0 || !strings.Contains(r.stdout, "fair-lock queue: empty") {
+		t.Fatalf("want an empty queue, got %v", r)
 	}
 }

@@ -19,7 +19,9 @@ register, then the verdict: the lock is held only if one owner holds it on a quo
 and what the holder recorded with it (redlock exec records its host, pid, start time and
 command).
 The highest fence register bounds the tokens handed out so far: the next holder's token is
-higher. Exits 1 if fewer than a quorum of nodes answered.
+higher. Then the fair lock's queue (see WithFairness), node by node, head first: each waiter's
+ticket, its id and how long its entry lives unless it refreshes it. Exits 1 if fewer than a
+quorum of nodes answered.
 
 For a semaphore (see exec --permits), it shows every slot the same way: its holder on each node,
 and whether one owner holds it on a quorum. With --permits K it reads slots 0 to K-1; without,
@@ -83,7 +85,41 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	printStatus(a.stdout, client, st)
+	qs, err := client.Queue(ctx, name)
+	for _, q := range qs {
+		nf.logNodeError(a, q.Node, q.Err)
+	}
+	printQueue(a.stdout, qs)
 	return nil
+}
+
+// printQueue shows the fair lock's queue on every node, head first: the
+// waiter served next is the head on a quorum of nodes.
+func printQueue(w io.Writer, qs []redlock.NodeQueue) {
+	waiting := 0
+	for _, q := range qs {
+		waiting = max(waiting, len(q.Entries))
+	}
+	if waiting == 0 {
+		fmt.Fprintln(w, "fair-lock queue: empty")
+		return
+	}
+	fmt.Fprintf(w, "\nfair-lock queue (head first; the head of a quorum of queues is served next):\n")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tPOS\tTICKET\tWAITER\tEXPIRES IN")
+	for _, q := range qs {
+		if q.Err != nil {
+			fmt.Fprintf(tw, "%s\t%s\t\t\t\n", q.Node, nodeProblem(q.Err))
+			continue
+		}
+		if len(q.Entries) == 0 {
+			fmt.Fprintf(tw, "%s\t-\t\t\t\n", q.Node)
+		}
+		for i, e := range q.Entries {
+			fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\n", q.Node, i+1, e.Ticket, shortID(e.Waiter), formatDuration(e.Expires))
+		}
+	}
+	tw.Flush()
 }
 
 func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {

@@ -1,0 +1,499 @@
+package redlock
+
+// The fair lock (DESIGN §5): waiters are served in the order of a ticket
+// they pick once per Acquire call, the same order on every node, and a
+// release hands the lock straight to the head of the queue.
+//
+// Each node keeps the queue beside the lock key (lua/fair_queue.lua) and
+// gives its key only to the live head of its queue: on a release, when the
+// key is free, or when a grant nobody claimed yet belongs to someone other
+// than the head. A grant is not yet a lock: the grantee does not know when
+// a node set its key, so once grants from a quorum arrived it runs one
+// claim round (an extend that also marks the grants claimed, so they stop
+// moving) and dates its validity from that round's start. Exclusion comes,
+// as for the mutex, from the lock key on a quorum; a node that lost its
+// queue only serves waiters out of order.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-multierror"
+	"github.com/redis/go-redis/v9"
+)
+
+// WithFairness makes Acquire, TryAcquire and Do take the lock as a fair
+// lock: the caller joins a queue on every node, ordered by a ticket (its
+// wall clock in µs when the call began, ties broken at random), and the
+// holder's release hands the lock to the head of the queue directly. A
+// waiter that gives up leaves the queue at once; one that dies leaves it
+// when its entry expires, one TTL after its last refresh. The lock's name,
+// keys, fence register and Lock handle are the mutex's: a plain Acquire of
+// the same name excludes the fair holders, but does not queue.
+func WithFairness() LockOption { return func(lc *lockConfig) { lc.fair = true } }
+
+// grantedPrefix starts the message a node publishes on the lock's channel
+// when it gives its key to a waiter; the owner value follows.
+const grantedPrefix = "granted "
+
+// The keys of the fair lock's queue, beside the lock key in its hash slot.
+const (
+	queueSuffix    = ":queue"          // ZSET: ticket -> owner value
+	expirySuffix   = ":queue:expiry"   // ZSET: node time in ms the entry expires -> owner value
+	settingsSuffix = ":queue:settings" // HASH: owner value -> "<ttl ms> <proposal>"
+	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, before, claimed)
+)
+
+// fair queue script arguments, after EVALSHA and the SHA (or EVAL and the
+// source), 6 and the six keys.
+const (
+	fairOpArg    = 9
+	fairQuietArg = 17
+)
+
+// fairEntryTTL is how long a waiter's queue entry lives without a refresh:
+// the waiter's own timeout, after which a waiter that died leaves the queue.
+// It is the lock's TTL, so a dead waiter at the head of the queue costs the
+// others no more than a dead holder does.
+func fairEntryTTL(ttl time.Duration) time.Duration { return ttl }
+
+// fairWaiters routes the grant messages of the release channels to the
+// fair-lock waiters of this client.
+type fairWaiters struct {
+	mu     sync.Mutex
+	byName map[string][]*fairWait
+}
+
+func (fw *fairWaiters) add(f *fairWait) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	if fw.byName == nil {
+		fw.byName = make(map[string][]*fairWait)
+	}
+	fw.byName[f.a.name] = append(fw.byName[f.a.name], f)
+}
+
+func (fw *fairWaiters) remove(f *fairWait) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	list := fw.byName[f.a.name]
+	for i, x := range list {
+		if x == f {
+			list = append(list[:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(list) == 0 {
+		delete(fw.byName, f.a.name)
+	} else {
+		fw.byName[f.a.name] = list
+	}
+}
+
+// granted records that node gave the lock called name to value: that
+// waiter now has a grant there, and every other waiter has none.
+func (fw *fairWaiters) granted(node int, name, value string) {
+	fw.mu.Lock()
+	defer fw.mu.Unlock()
+	for _, f := range fw.byName[name] {
+		f.set(node, f.a.value == value)
+	}
+}
+
+// fairWait is one fair Acquire call: its attempt (owner value, proposal,
+// per-node call record for the ordered cleanup), its ticket and which
+// nodes granted it the key.
+type fairWait struct {
+	c         *Client
+	a         *attempt
+	ticket    int64
+	waitArgs  []any
+	claimArgs []any
+
+	// Per node, closed when the last call sent there is done: each call
+	// waits for the one before on its node, so a claim never overtakes the
+	// registration it claims (the guards before a call may take a round
+	// trip of their own, on another connection).
+	turns []chan struct{}
+
+	mu      sync.Mutex
+	grants  []bool
+	count   int
+	minPTTL int64         // the shortest holder PTTL the last round saw, -1 if none
+	signal  chan struct{} // told when the grants reach a quorum
+}
+
+func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairWait {
+	a := c.newAttempt(name, ttl)
+	a.nodeTimeout = nodeTimeout
+	f := &fairWait{
+		c:      c,
+		a:      a,
+		ticket: c.clock.Now().UnixMicro(),
+		grants: make([]bool, len(c.nodes)),
+		signal: make(chan struct{}, 1),
+		turns:  make([]chan struct{}, len(c.nodes)),
+	}
+	for i := range f.turns {
+		f.turns[i] = make(chan struct{})
+		close(f.turns[i])
+	}
+	lock := c.LockKey(name)
+	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
+	args := func(op string) []any {
+		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), a.proposal,
+			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), c.releaseChannel(name), "0")
+	}
+	f.waitArgs, f.claimArgs = args("wait"), args("claim")
+	a.releaseArgs, a.kind = args("release"), fairKind
+	return f
+}
+
+// set records whether node has granted us the key.
+func (f *fairWait) set(node int, yes bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.grants[node] == yes {
+		return
+	}
+	f.grants[node] = yes
+	if yes {
+		f.count++
+	} else {
+		f.count--
+	}
+	if f.count >= f.c.quorum() {
+		select {
+		case f.signal <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (f *fairWait) granted() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.count >= f.c.quorum()
+}
+
+// acquireFair is Acquire (wait) or TryAcquire (!wait) with WithFairness.
+func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, timeout time.Duration, wait bool) (*Lock, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: %w", name, err)
+	}
+	if lc.metadata != "" {
+		// The release hands the key on inside the queue script, which
+		// keeps no holder key beside it.
+		return nil, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is not kept for a fair lock (WithFairness)")
+	}
+	c.noteTTL(lc.ttl)
+	if err := c.checkIndependence(ctx, timeout); err != nil {
+		return nil, err
+	}
+	if err := c.slotsServed(name); err != nil {
+		return nil, err
+	}
+	f := c.newFairWait(name, lc.ttl, timeout)
+	if wait {
+		// Listen before joining the queue: no grant message can be missed.
+		wake := c.waiters.add(ctx, name, timeout)
+		defer c.waiters.remove(name, wake)
+	}
+	c.fair.add(f)
+	defer c.fair.remove(f)
+
+	start := c.clock.Now()
+	refreshEvery := fairEntryTTL(lc.ttl) / 3
+	backoff := c.opts.RetryDelayMin
+	var last error
+	round, mayClaim := true, true
+	timer := time.NewTimer(refreshEvery)
+	defer timer.Stop()
+	for {
+		if round {
+			// Join the queue, or refresh our entry; it also undoes the
+			// claims of a claim round that fell short of a quorum.
+			last = f.waitRound(ctx)
+			round = false
+		}
+		if mayClaim && f.granted() {
+			l, err := f.claim(ctx, lc)
+			if err == nil {
+				return l, nil
+			}
+			last = err
+			if wait && ctx.Err() == nil {
+				f.waitRound(ctx) // give the grants back before waiting
+			}
+			// A claim that keeps failing (a node counted as granted sits
+			// out) must not spin: the next one waits for the timer.
+			mayClaim = false
+		}
+		if !wait || ctx.Err() != nil {
+			break
+		}
+		delay := refreshEvery
+		if !mayClaim {
+			delay = jitter(backoff)
+			backoff = min(2*backoff, c.opts.RetryDelayMax)
+		} else if p := f.holderPTTL(); p > 0 && p < delay {
+			// The holder's key expires: a round then lets the node hand it on.
+			delay = p + jitter(c.opts.RetryDelayMin)
+		}
+		timer.Reset(delay)
+		select {
+		case <-f.signal:
+		case <-timer.C:
+			round, mayClaim = true, true
+		case <-ctx.Done():
+		}
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
+	}
+	f.leave()
+	if last == nil {
+		last = &LockedError{Name: name}
+	}
+	c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: last})
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, err, last)
+	}
+	return nil, last
+}
+
+func (f *fairWait) holderPTTL() time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return time.Duration(f.minPTTL) * time.Millisecond
+}
+
+// waitRound registers (or refreshes) our queue entry on every node and
+// learns which nodes granted us the key. It returns why we do not hold
+// grants from a quorum, or nil.
+func (f *fairWait) waitRound(ctx context.Context) error {
+	c, a := f.c, f.a
+	f.mu.Lock()
+	f.minPTTL = -1
+	f.mu.Unlock()
+	turns := f.nextTurns()
+	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		vals, err := f.call(ctx, n, f.waitArgs, turns[n.index])
+		if err != nil {
+			return false, err
+		}
+		yes := vals[0] == 1
+		f.set(n.index, yes)
+		if !yes && vals[1] > 0 {
+			f.mu.Lock()
+			if f.minPTTL < 0 || vals[1] < f.minPTTL {
+				f.minPTTL = vals[1]
+			}
+			f.mu.Unlock()
+		}
+		return yes, nil
+	})
+	var qe *QuorumError
+	if errors.As(err, &qe) && (qe.Errors == nil || len(qe.Errors.Errors) <= len(c.nodes)-c.quorum()) {
+		// Refusals, not failures, kept us short: the lock is held.
+		return &LockedError{Name: a.name, Remaining: f.holderPTTL()}
+	}
+	return err
+}
+
+// turn is one call's place in the order of a waiter's calls to a node.
+type turn struct{ prev, done chan struct{} }
+
+// nextTurns gives the calls of a round their place after the previous
+// round's calls, node by node.
+func (f *fairWait) nextTurns() []turn {
+	turns := make([]turn, len(f.turns))
+	for i := range turns {
+		turns[i] = turn{prev: f.turns[i], done: make(chan struct{})}
+		f.turns[i] = turns[i].done
+	}
+	return turns
+}
+
+// call runs one fair-queue operation on n if its vote counts, after the
+// waiter's previous call there and in order with the attempt's release
+// (the call may register us or give us the key), and checks the node's
+// clock on the way.
+func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int64, error) {
+	c, a := f.c, f.a
+	// The call before ours is bounded by its own timeout, so waiting for
+	// it past our deadline ends.
+	<-t.prev
+	defer close(t.done)
+	if ctx.Err() != nil {
+		// The round was decided without this node while the call before
+		// ours ran. Send it all the same, under a timeout of its own: a
+		// holder whose claim skipped a node would leave its entry queued
+		// there until it releases.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), a.nodeTimeout)
+		defer cancel()
+	}
+	if err := c.ready(ctx, n); err != nil {
+		return nil, err
+	}
+	if err := c.registered(ctx, n, a.ttl, a.nodeTimeout); err != nil {
+		return nil, err
+	}
+	if !a.enter(n) {
+		return nil, ErrNotHeld
+	}
+	sent := c.clock.Now()
+	vals, err := n.run.run(ctx, fairQueueScript, args)
+	outcome := callMayHold // an answered call registered us, at least
+	switch {
+	case errors.Is(err, errNotSent):
+		outcome = callNoKey
+	case err != nil:
+		outcome = callUnsure
+	}
+	a.leave(n, outcome)
+	if err != nil {
+		return nil, err
+	}
+	if len(vals) != 4 {
+		return nil, fmt.Errorf("redlock: unexpected fair queue reply %v", vals)
+	}
+	if err := c.recheck(ctx, n, vals[2], vals[3], sent, c.clock.Now()); err != nil {
+		return nil, err
+	}
+	return vals, nil
+}
+
+// claim turns grants into the lock: one round that extends the key to the
+// TTL where it is ours and marks the grant claimed (no longer movable).
+// Validity counts from the round's start, before any of those extensions;
+// the token comes from the fence values the grants saw, as the acquire's
+// does from the values its SETs saw (fast path, or the slow path's raise).
+func (f *fairWait) claim(ctx context.Context, lc lockConfig) (*Lock, error) {
+	c, a := f.c, f.a
+	var (
+		mu        sync.Mutex
+		maxBefore int64
+	)
+	start := c.clock.Now()
+	turns := f.nextTurns()
+	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		vals, err := f.call(ctx, n, f.claimArgs, turns[n.index])
+		if err != nil {
+			return false, err
+		}
+		if vals[0] != 1 {
+			f.set(n.index, false)
+			return false, nil
+		}
+		mu.Lock()
+		maxBefore = max(maxBefore, vals[1])
+		mu.Unlock()
+		return true, nil
+	})
+	if err != nil {
+		c.emit(Event{Kind: EventAcquireFailed, Name: a.name, Elapsed: c.clock.Now().Sub(start), Err: err})
+		return nil, fmt.Errorf("redlock: acquire %q: claiming the hand-off: %w", a.name, err)
+	}
+	// Claims that answer after the quorum may raise maxBefore further:
+	// a token above a superset of the quorum's values is still safe.
+	mu.Lock()
+	before := maxBefore
+	mu.Unlock()
+	c.noteToken(before)
+	var token int64
+	if !c.opts.DisableFencing {
+		token = a.proposal
+		if before >= a.proposal {
+			token = before + 1
+			if err := a.raiseFence(token); err != nil {
+				return nil, fmt.Errorf("redlock: acquire %q: %w", a.name, err)
+			}
+		}
+		c.noteToken(token)
+	}
+	decided := c.clock.Now()
+	elapsed := decided.Sub(start)
+	valid := validity(lc.ttl, elapsed, c.opts.DriftFactor)
+	if valid <= 0 {
+		return nil, fmt.Errorf("%w: claiming %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
+	}
+	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
+	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
+	if lc.autoExtend {
+		c.renewals.add(l)
+	}
+	return l, nil
+}
+
+// leave cleans up after a fair Acquire that gave up: on every node, in
+// order after our calls there and with a context of its own, our entry
+// leaves the queue and a grant made to us goes on to the next waiter.
+func (f *fairWait) leave() {
+	f.a.releaseArgs[fairQuietArg] = "1" // nobody held the lock: no release to announce
+	f.a.releaseInBackground()
+}
+
+// QueueEntry is one waiter in a fair lock's queue on one node.
+type QueueEntry struct {
+	Waiter  string        // the waiter's owner value (opaque)
+	Ticket  int64         // its ticket: the µs its Acquire began; lower is served first
+	Expires time.Duration // how long the entry lives unless the waiter refreshes it
+}
+
+// NodeQueue is one node's queue of a fair lock, head first.
+type NodeQueue struct {
+	Node    string
+	Entries []QueueEntry
+	Err     error // why the node could not be read
+}
+
+// Queue reads the fair lock's queue on every node. It reads only. A node
+// that cannot be read has Err set; the error returned joins them.
+func (c *Client) Queue(ctx context.Context, name string) ([]NodeQueue, error) {
+	if _, _, err := c.params(name, nil); err != nil {
+		return nil, err
+	}
+	lock := c.LockKey(name)
+	out := make([]NodeQueue, len(c.nodes))
+	c.each(func(i int, n *node) {
+		q := &out[i]
+		q.Node = n.name
+		if n.rdb == nil {
+			q.Err = errors.New("no client")
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		tickets := pipe.ZRangeWithScores(ctx, lock+queueSuffix, 0, -1)
+		expiries := pipe.ZRangeWithScores(ctx, lock+expirySuffix, 0, -1)
+		now := pipe.Time(ctx)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			q.Err = err
+			return
+		}
+		expiry := make(map[string]float64)
+		for _, z := range expiries.Val() {
+			expiry[z.Member.(string)] = z.Score
+		}
+		nowMS := float64(now.Val().UnixMilli())
+		for _, z := range tickets.Val() {
+			w := z.Member.(string)
+			q.Entries = append(q.Entries, QueueEntry{Waiter: w, Ticket: int64(z.Score),
+				Expires: time.Duration(expiry[w]-nowMS) * time.Millisecond})
+		}
+	})
+	var errs *multierror.Error
+	for _, q := range out {
+		if q.Err != nil {
+			errs = multierror.Append(errs, &NodeError{Node: q.Node, Err: q.Err})
+		}
+	}
+	return out, errs.ErrorOrNil()
+}

@@ -1,0 +1,399 @@
+package redlock_test
+
+// The fair lock against real servers: ticket order, hand-off, give-up and
+// dead waiters, validity dating and tokens through hand-offs.
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// queueLens are the shortest and the longest queue of name over the nodes.
+func queueLens(t *testing.T, c *redlock.Client, name string) (shortest, longest int) {
+	t.Helper()
+	qs, err := c.Queue(context.Background(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shortest = len(qs[0].Entries)
+	for _, q := range qs {
+		longest = max(longest, len(q.Entries))
+		shortest = min(shortest, len(q.Entries))
+	}
+	return shortest, longest
+}
+
+// queuedEverywhere tells whether every node's queue of name has n entries.
+func queuedEverywhere(t *testing.T, c *redlock.Client, name string, n int) bool {
+	lo, hi := queueLens(t, c, name)
+	return lo == n && hi == n
+}
+
+// fairKeysLeft lists the keys of name's lock and queue still on any node,
+// the fence register aside (it outlives locks by design).
+func fairKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+	t.Helper()
+	var left []string
+	for _, s := range cl.Servers {
+		keys, err := s.Client().Keys(context.Background(), c.LockKey(name)+"*").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range keys {
+			if k != c.FenceKey(name) {
+				left = append(left, s.Addr+" "+k)
+			}
+		}
+	}
+	return left
+}
+
+func TestFairLockServesWaitersInTicketOrder(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	other := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	const name = "fair-order"
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const waiters = 5
+	var (
+		mu     sync.Mutex
+		order  []int
+		tokens []int64
+		wg     sync.WaitGroup
+	)
+	for i := range waiters {
+		// Alternate clients: the order must hold across processes too.
+		wc := c
+		if i%2 == 1 {
+			wc = other
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := wc.Acquire(ctx, name, redlock.WithFairness())
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			order = append(order, i)
+			tokens = append(tokens, l.Token())
+			mu.Unlock()
+			if err := l.Release(ctx); err != nil {
+				t.Error(err)
+			}
+		}()
+		// The next waiter starts only once this one is queued everywhere:
+		// its ticket is then later.
+		eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, i+1) })
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	_ = c.Close() // waits for the releases still under way
+	_ = other.Close()
+	for i, w := range order {
+		if w != i {
+			t.Fatalf("served in order %v, want 0..%d", order, waiters-1)
+		}
+	}
+	last := holder.Token()
+	for i, tok := range tokens {
+		if tok <= last {
+			t.Fatalf("token %d of hand-off %d is not above %d: %v", tok, i, last, tokens)
+		}
+		last = tok
+	}
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+func TestFairLockHandOffDatesValidityFromTheClaim(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 2 * time.Second})
+	ctx := context.Background()
+	const name = "fair-validity"
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness(), redlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *redlock.Lock)
+	go func() {
+		l, err := c.Acquire(ctx, name, redlock.WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 1) })
+	released := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	defer l.Release(ctx)
+	// The validity ends before the key expires on a quorum: it is dated
+	// from the claim round, which extended the keys, not from the grants.
+	read := time.Now()
+	outlive := 0
+	for _, s := range cl.Servers {
+		pttl, err := s.Client().PTTL(ctx, c.LockKey(name)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !read.Add(pttl + time.Millisecond).Before(l.Deadline()) {
+			outlive++
+		}
+	}
+	if outlive < c.Quorum() {
+		t.Fatalf("the key outlives the deadline %v on %d nodes, want a quorum", l.Deadline(), outlive)
+	}
+	if l.Deadline().Sub(released) > 2*time.Second {
+		t.Fatalf("validity %v from the release exceeds the TTL", l.Deadline().Sub(released))
+	}
+	if l.Token() <= holder.Token() {
+		t.Fatalf("token %d not above the previous holder's %d", l.Token(), holder.Token())
+	}
+}
+
+func TestFairLockWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	const name = "fair-give-up"
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness())
+	if err != nil {
+		t.Fatal(err)
+	}
+	gaveUp := make(chan error)
+	quit, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := c.Acquire(quit, name, redlock.WithFairness())
+		gaveUp <- err
+	}()
+	eventually(t, 5*time.Second, "first waiter queued", func() bool { return queuedEverywhere(t, c, name, 1) })
+	got := make(chan *redlock.Lock)
+	go func() {
+		l, err := c.Acquire(ctx, name, redlock.WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "second waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
+	cancel()
+	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
+		t.Fatalf("gave up with %v, want context.Canceled", err)
+	}
+	eventually(t, 5*time.Second, "the waiter that gave up left", func() bool { return queuedEverywhere(t, c, name, 1) })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close() // waits for the releases still under way
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+// ghost queues a waiter on every node with the fair-queue script itself, as
+// a client that then dies would: it never refreshes, claims or leaves.
+func ghost(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name, value string, ticket int64, ttl, entryTTL time.Duration) {
+	t.Helper()
+	src, err := os.ReadFile("lua/fair_queue.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.LockKey(name)
+	keys := []string{k, k + ":fence", k + ":queue", k + ":queue:expiry", k + ":queue:settings", k + ":grant"}
+	for _, s := range cl.Servers {
+		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 1,
+			0, entryTTL.Milliseconds(), k+":released", "0").Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestFairLockGrantToADeadWaiterMovesOnWhenItsEntryExpires(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Second})
+	ctx := context.Background()
+	const name = "fair-dead-grantee"
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness(), redlock.WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The ghost's ticket is the earliest: the release grants it the key,
+	// for a 60s TTL, and it never claims it.
+	ghost(t, cl, c, name, strings.Repeat("G", 26), 1, 60*time.Second, 3*time.Second)
+	got := make(chan *redlock.Lock)
+	go func() {
+		l, err := c.Acquire(ctx, name, redlock.WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case l := <-got:
+		if l == nil {
+			t.FailNow()
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.Close() // waits for the releases still under way
+	case <-time.After(20 * time.Second): // far below the ghost's 60s grant
+		t.Fatal("the grant to the dead waiter did not move on")
+	}
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+func TestFairLockDeadWaiterLeavesWithinItsTimeout(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Second})
+	ctx := context.Background()
+	const name = "fair-dead-waiter"
+	holder, err := c.Acquire(ctx, name, redlock.WithFairness(), redlock.WithTTL(10*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The dying waiter has connections of its own, which the test closes:
+	// it sends nothing more, its cleanup included.
+	var conns []redis.UniversalClient
+	for _, addr := range cl.Addrs() {
+		conns = append(conns, redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1}))
+	}
+	dying, err := redlock.New(conns, redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop, cancel := context.WithCancel(ctx)
+	defer cancel()
+	dead := make(chan struct{})
+	go func() {
+		defer close(dead)
+		_, _ = dying.Acquire(stop, name, redlock.WithFairness())
+	}()
+	eventually(t, 5*time.Second, "dying waiter queued", func() bool { return queuedEverywhere(t, c, name, 1) })
+	for _, rdb := range conns {
+		_ = rdb.Close()
+	}
+	got := make(chan *redlock.Lock)
+	go func() {
+		l, err := c.Acquire(ctx, name, redlock.WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
+	eventually(t, 5*time.Second, "the dead waiter left within its 1s timeout", func() bool { return queuedEverywhere(t, c, name, 1) })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	<-dead
+	_ = dying.Close()
+	_ = c.Close() // waits for the releases still under way
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+func TestFairLockTryAcquire(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	const name = "fair-try"
+	l, err := c.TryAcquire(ctx, name, redlock.WithFairness())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquire(ctx, name, redlock.WithFairness()); !errors.Is(err, redlock.ErrLocked) {
+		t.Fatalf("second TryAcquire: %v, want ErrLocked", err)
+	}
+	// A plain mutex acquire of the same name is excluded as well.
+	if _, err := c.TryAcquire(ctx, name); !errors.Is(err, redlock.ErrLocked) {
+		t.Fatalf("mutex TryAcquire: %v, want ErrLocked", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.Close() // waits for the failed attempt's cleanup
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+func TestFairLockBadInput(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what string
+		call func() error
+	}{
+		{"empty name", func() error { _, err := c.Acquire(ctx, "", redlock.WithFairness()); return err }},
+		{"long name", func() error {
+			_, err := c.TryAcquire(ctx, strings.Repeat("x", redlock.MaxNameLen+1), redlock.WithFairness())
+			return err
+		}},
+		{"TTL", func() error {
+			_, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithTTL(time.Microsecond))
+			return err
+		}},
+		{"MaxWait", func() error {
+			_, err := c.Acquire(ctx, "n", redlock.WithFairness(), redlock.WithMaxWait(-1))
+			return err
+		}},
+		{"Queue name", func() error { _, err := c.Queue(ctx, ""); return err }},
+	} {
+		var ce *redlock.ConfigError
+		if err := tc.call(); !errors.Is(err, redlock.ErrInvalidConfig) || !errors.As(err, &ce) {
+			t.Errorf("%s: %v, want a *ConfigError", tc.what, err)
+		}
+	}
+	if left := fairKeysLeft(t, cl, c, "n"); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}

@@ -1,0 +1,151 @@
+-- The fair lock on one node (DESIGN §5): a queue of waiters ordered by
+-- ticket, and the rule that the node grants its lock key only to the live
+-- head of that queue. Every operation first drops the waiters whose entry
+-- expired, then does its own part, then applies the rule (settle), so a
+-- free key or a grant to a dead waiter moves on whenever anyone calls.
+--
+-- KEYS[1] lock key, KEYS[2] fence register, KEYS[3] queue (ZSET: score the
+-- ticket, member the owner value; equal tickets order by the random owner
+-- value, the same on every node), KEYS[4] entry expiries (ZSET: score the
+-- node's time in ms), KEYS[5] waiter settings (HASH: owner value ->
+-- "<ttl ms> <fencing proposal>"), KEYS[6] the grant record (HASH: owner,
+-- before = fence register before the grant, claimed = 0|1), all in one slot.
+-- ARGV[1] op: wait | claim | release
+-- ARGV[2] owner value, ARGV[3] ticket, ARGV[4] TTL in ms, ARGV[5] fencing
+-- proposal (0: fencing off), ARGV[6] fence register lifetime in ms (0: for
+-- ever), ARGV[7] queue entry lifetime in ms, ARGV[8] the lock's channel,
+-- ARGV[9] "1": a release that frees the key stays quiet (a cleanup).
+-- Returns {status, value, sec, usec}:
+--   wait:    status 1 the key is ours here (granted), 0 not; value the
+--            holder's PTTL (-2: no key)
+--   claim:   status 1 claimed (key extended to the TTL), value the fence
+--            register before the grant; 0 not ours, value the PTTL
+--   release: {1} the key was ours (handed on or deleted), {0} not
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+local nowms = sec * 1000 + math.floor(usec / 1000)
+local op, me = ARGV[1], ARGV[2]
+local queue, expiry, settings, grant = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
+
+local function forget(w)
+  redis.call('ZREM', queue, w)
+  redis.call('ZREM', expiry, w)
+  redis.call('HDEL', settings, w)
+end
+
+-- Waiters that stopped refreshing (gave up uncleanly, or died) leave.
+for _, w in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', nowms)) do
+  forget(w)
+end
+
+-- Give the key to waiter w: set it with w's TTL, raise the fence register
+-- to w's proposal as the acquire does, and remember the value before, which
+-- w's claim reads to take its token (DESIGN §2 through a hand-off).
+local function give(w)
+  local s = redis.call('HGET', settings, w)
+  local ttl, proposal = string.match(s, '^(%d+) (%d+)$')
+  redis.call('SET', KEYS[1], w, 'PX', ttl)
+  local stored = redis.call('GET', KEYS[2])
+  local before = stored or '0'
+  if proposal ~= '0' then
+    -- Values stay strings: a Lua number may be written back in exponent form.
+    local raised, higher = proposal, tonumber(proposal) > tonumber(before)
+    if not higher then
+      raised = stored
+    end
+    if ARGV[6] ~= '0' then
+      redis.call('SET', KEYS[2], raised, 'PX', ARGV[6])
+    elseif higher then
+      redis.call('SET', KEYS[2], raised)
+    end
+  end
+  redis.call('DEL', grant)
+  redis.call('HSET', grant, 'owner', w, 'before', before, 'claimed', '0')
+  redis.call('PEXPIRE', grant, ttl)
+  redis.call('PUBLISH', ARGV[8], 'granted ' .. w)
+end
+
+-- The node's rule: a free key goes to the live head; a grant not yet
+-- claimed moves to the head when the head is someone else (an earlier
+-- ticket that registered late, or the grantee left the queue). A claimed
+-- key, or one a plain mutex holds, stays until released or expired.
+local function settle()
+  local head = redis.call('ZRANGE', queue, 0, 0)[1]
+  -- An entry without its settings (they are written together, so only
+  -- after a partial loss of the node's data) cannot be served: it leaves.
+  while head and redis.call('HEXISTS', settings, head) == 0 do
+    forget(head)
+    head = redis.call('ZRANGE', queue, 0, 0)[1]
+  end
+  local holder = redis.call('GET', KEYS[1])
+  if not holder then
+    if head then
+      give(head)
+    end
+    return
+  end
+  local g = redis.call('HMGET', grant, 'owner', 'claimed')
+  if g[1] ~= holder or g[2] ~= '0' or holder == head then
+    return
+  end
+  if head then
+    give(head)
+  else -- the grantee left and nobody waits
+    redis.call('DEL', KEYS[1], grant)
+    redis.call('PUBLISH', ARGV[8], holder)
+  end
+end
+
+local holder = redis.call('GET', KEYS[1])
+if op == 'wait' then
+  if holder == me and redis.call('HGET', grant, 'owner') == me then
+    -- Still waiting, so a claim here belongs to a claim round that fell
+    -- short of a quorum: the grant becomes movable again.
+    redis.call('HSET', grant, 'claimed', '0')
+  end
+  local entryTTL = tonumber(ARGV[7])
+  redis.call('ZADD', queue, ARGV[3], me)
+  redis.call('ZADD', expiry, nowms + entryTTL, me)
+  redis.call('HSET', settings, me, ARGV[4] .. ' ' .. ARGV[5])
+  -- The queue's keys outlive their longest entry, and no more.
+  local keep = math.max(redis.call('PTTL', queue), entryTTL)
+  for _, k in ipairs({queue, expiry, settings}) do
+    redis.call('PEXPIRE', k, keep)
+  end
+  settle()
+  if redis.call('GET', KEYS[1]) == me then
+    return {1, redis.call('PTTL', KEYS[1]), sec, usec}
+  end
+  return {0, redis.call('PTTL', KEYS[1]), sec, usec}
+end
+
+if op == 'claim' then
+  local g = redis.call('HMGET', grant, 'owner', 'before')
+  if holder == me and g[1] == me then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    redis.call('HSET', grant, 'claimed', '1')
+    redis.call('PEXPIRE', grant, ARGV[4])
+    forget(me)
+    return {1, tonumber(g[2]), sec, usec}
+  end
+  -- Not ours here. We leave this queue either way: if the claim round won
+  -- elsewhere we hold the lock and wait no more; if it fell short, the
+  -- wait round that follows registers us again with the same ticket.
+  forget(me)
+  settle()
+  return {0, redis.call('PTTL', KEYS[1]), sec, usec}
+end
+
+-- release: leave the queue and hand the key on if it is ours.
+forget(me)
+if holder ~= me then
+  settle()
+  return {0}
+end
+redis.call('DEL', KEYS[1], grant)
+if redis.call('ZCARD', queue) > 0 then
+  settle()
+elseif ARGV[9] ~= '1' then
+  redis.call('PUBLISH', ARGV[8], me)
+end
+return {1}
