@@ -355,6 +355,8 @@ proctype client(byte c; byte ttl; byte skew) {
      }
 #ifdef GIVEUP
   :: atomic { phase == 0 -> startRelease(5) }
+#else
+  :: atomic { phase == 0 && claims >= CR && ALLIDLE -> startRelease(5) }  /* out of effort: gives up */
 #endif
 #ifdef DIE
   :: atomic { phase == 0 && ALLIDLE -> dead[c] = 1; phase = 6 }
