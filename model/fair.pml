@@ -22,7 +22,9 @@
  *   acquire's fast path (proposal above every reported value) or slow path
  *   (raise to max + 1 on a quorum), then the release, which hands the key to
  *   the head of the queue on each node.  A failed claim is followed by a
- *   wait round, which gives the claimed grants back (claimed = 0).
+ *   wait round, which gives the claimed grants back (claimed = 0), when
+ *   the bound WR allows one, else by the cleanup; so is a waiter out of
+ *   claim rounds.
  *   A waiter may give up at any time (cleanup: the release script on every
  *   node, after its calls in flight there answered) or, with -DDIE, die:
  *   stop without cleanup, its entries and any grant left to expire.
