@@ -17,8 +17,8 @@
  *   wait rounds (join or refresh its entry on every node; a yes reply or a
  *   notice read later tells it a node granted it the key), a claim round
  *   once it counts grants from a quorum (extend the key to its TTL where it
- *   is ours, mark the grant claimed, leave the queue, report the fence value
- *   before), validity dated from that round's start, the token by the
+ *   is ours, mark the grant claimed, report the fence value before; leave
+ *   the queue either way), validity dated from that round's start, the token by the
  *   acquire's fast path (proposal above every reported value) or slow path
  *   (raise to max + 1 on a quorum), then the release, which hands the key to
  *   the head of the queue on each node.  A failed claim is followed by a
@@ -250,7 +250,7 @@ inline deliver(i) {
         kexp[i] = nclk(i) + ttl;
 #endif
         gcl[i] = 1; rval = gbef[i]; forget(i, c); rep[i] = 1
-     :: else -> settle(i); rep[i] = 2
+     :: else -> forget(i, c); settle(i); rep[i] = 2   /* not ours: leave this queue too */
      fi
   :: pend[i] == RAI ->
      if

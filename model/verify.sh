@@ -30,13 +30,13 @@ configs=(
 "unsafe-clock-off|held[0]/lastGranted|redlock.pml|full|-DJUMP"
 "unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
-"semaphore-qk|ok|semaphore.pml|full|"
-"unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
 "fair-handoff|ok|fair.pml|full|-DTMAX=3 -DWR=1"
 "fair-cleanup|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE"
 "unsafe-fair-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DDATE_GRANT"
 "unsafe-fair-cleanup-unordered|cleaned|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DUNORDERED"
 "unsafe-fair-no-expiry|dead[h]|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE -DNOEXPIRY"
+"semaphore-qk|ok|semaphore.pml|full|"
+"unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
 )
 
 pass=0 fail=0
