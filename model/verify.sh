@@ -30,6 +30,11 @@ configs=(
 "unsafe-clock-off|held[0]/lastGranted|redlock.pml|full|-DJUMP"
 "unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
+"fair-handoff|ok|fair.pml|full|-DTMAX=3 -DWR=1"
+"fair-cleanup|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE"
+"unsafe-fair-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DDATE_GRANT"
+"unsafe-fair-cleanup-unordered|cleaned|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DUNORDERED"
+"unsafe-fair-no-expiry|dead[h]|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE -DNOEXPIRY"
 "semaphore-qk|ok|semaphore.pml|full|"
 "unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
 "rwlock-majority|ok|rwlock.pml|full|-DN=3"
@@ -37,7 +42,7 @@ configs=(
 )
 
 pass=0 fail=0
-printf '%-26s %-10s %-10s %12s %6s %8s\n' config expected got states depth seconds
+printf '%-30s %-10s %-10s %12s %6s %8s\n' config expected got states depth seconds
 for line in "${configs[@]}"; do
 	IFS='|' read -r name expect model mode flags <<<"$line"
 	[ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
@@ -72,7 +77,7 @@ for line in "${configs[@]}"; do
 		for alt in "${alts[@]}"; do case "$got" in *"$alt"*) verdict=pass ;; esac; done
 	fi
 	short=$got; [ "$got" != ok ] && short=violation
-	printf '%-26s %-10s %-10s %12s %6s %8.1f %s%s\n' "$name" "$([ "$expect" = ok ] && echo ok || echo violation)" "$short" "${states:-?}" "${depth:-?}" "$secs" "$verdict" "$bounded"
+	printf '%-30s %-10s %-10s %12s %6s %8.1f %s%s\n' "$name" "$([ "$expect" = ok ] && echo ok || echo violation)" "$short" "${states:-?}" "${depth:-?}" "$secs" "$verdict" "$bounded"
 	if [ "$verdict" = pass ]; then pass=$((pass+1)); else fail=$((fail+1)); tail -5 "$d/pan.log"; fi
 	if [ -n "${KEEP:-}" ] && [ -f "$d/$model.trail" ]; then
 		mkdir -p "$KEEP"
