@@ -61,40 +61,6 @@ func (r *Report) Table() string {
 	return b.String()
 }
 
-// readmeHeader is the header of the chaos table in the repository's
-// README; ReadmeTable writes rows under it, so a soak's figures are pasted
-// there as they come.
-const readmeHeader = "| scenario | backend | expected | outcome | acquisitions | a | b | c | e | stale rejected | lost | recovery |\n" +
-	"|---|---|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n"
-
-// ReadmeTable is the report in the README's columns: the rows of the
-// table the README shows, to paste there after a soak. (Table has more
-// columns: liveness, acquire latencies, run time.)
-func (r *Report) ReadmeTable() string {
-	var b strings.Builder
-	b.WriteString(readmeHeader)
-	for _, run := range r.Runs {
-		res := run.Result
-		c := res.Counts
-		lost := "?"
-		if res.LostUpdates >= 0 {
-			lost = fmt.Sprint(res.LostUpdates)
-		}
-		rec := "-"
-		if res.RecoveryMeasured {
-			rec = fmtMS(res.Recovery)
-		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %d | %d | %d | %d | %d | %d | %s | %s |\n",
-			run.Scenario.Name, run.Backend, run.Scenario.Expect.Verdict, run.Outcome(), res.Acquisitions,
-			c[CheckMutualExclusion], c[CheckTokenOrder], c[CheckFenceOrder], c[CheckLeftoverKey],
-			res.StaleRejected, lost, rec)
-	}
-	for _, f := range r.Failed {
-		fmt.Fprintf(&b, "| %s | %s | | COULD NOT RUN: %s | | | | | | | | |\n", f.Scenario, f.Backend, strings.ReplaceAll(f.Err.Error(), "|", "/"))
-	}
-	return b.String()
-}
-
 // WriteFiles writes report.md, report.html and, for each run, its history
 // as JSON lines (history-<scenario>-<backend>.jsonl) into dir.
 func (r *Report) WriteFiles(dir string) error {
@@ -108,7 +74,6 @@ func (r *Report) WriteFiles(dir string) error {
 			md += fmt.Sprintf("\n- %s on %s: %v\n", run.Scenario.Name, run.Backend, run.Mismatch)
 		}
 	}
-	md += fmt.Sprintf("\n## For the README\n\nThe same runs in the README's columns (%s per scenario):\n\n%s", r.Duration, r.ReadmeTable())
 	if err := os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644); err != nil {
 		return err
 	}
