@@ -84,29 +84,7 @@ func (c *Client) DoMulti(ctx context.Context, names []string, fn func(ctx contex
 	if err != nil {
 		return err
 	}
-	fnCtx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	watchDone := make(chan struct{})
-	go func() {
-		defer close(watchDone)
-		select {
-		case <-m.Done():
-			cancel(m.Err())
-		case <-fnCtx.Done():
-		}
-	}()
-	fnErr := fn(ContextWithLock(fnCtx, m.locks...), m)
-	lost := m.Err()
-	relErr := m.Release(context.WithoutCancel(ctx))
-	cancel(nil)
-	<-watchDone
-	switch {
-	case lost != nil && !errors.Is(lost, ErrNotHeld):
-		return errors.Join(fnErr, lost)
-	case errors.Is(relErr, ErrLockLost):
-		return errors.Join(fnErr, relErr)
-	}
-	return fnErr
+	return runHeld(ctx, m, func(ctx context.Context) error { return fn(ContextWithLock(ctx, m.locks...), m) })
 }
 
 // multiParams checks a multi-lock request before anything is taken, and

@@ -863,8 +863,16 @@ func (c *Client) run(ctx context.Context, l *Lock, err error, fn func(ctx contex
 	return runHeld(ctx, l, func(ctx context.Context) error { return fn(ctx, l) })
 }
 
+// held is what runHeld runs a function under: a lock, a permit's lock or a
+// multi-lock.
+type held interface {
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+}
+
 // runHeld runs fn while l is held and releases l when fn returns (see Do).
-func runHeld(ctx context.Context, l *Lock, fn func(ctx context.Context) error) error {
+func runHeld(ctx context.Context, l held, fn func(ctx context.Context) error) error {
 	fnCtx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	watchDone := make(chan struct{})
