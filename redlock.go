@@ -678,6 +678,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		}
 	}
 	if !d.won {
+		// Before the cleanup, which reads the same replies: the error
+		// depends on the answers still to come (see refusal).
+		a.settle(ctx, &d)
 		a.abandon()
 		err := c.refusal(a, d)
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
@@ -721,12 +724,13 @@ type attemptInfo struct {
 	split   bool          // we won some nodes but not a quorum: contenders split the votes
 }
 
-// refusal turns a lost decision into the error the caller sees: held by
-// another owner if refusals alone lost it, no quorum otherwise.
+// refusal turns a lost decision into the error the caller sees. Held by
+// another owner when the nodes that said so are alone enough to make a
+// quorum impossible (more than N - quorum of them), whatever the other nodes
+// did: the lock is busy, and would be with every node up. No quorum when the
+// failures and sit-outs were needed to lose: then nobody can be said to hold
+// it. Both errors keep every node's error. d must be settled (attempt.settle).
 func (c *Client) refusal(a *attempt, d decision) error {
-	if d.errs == nil && d.refused > 0 {
-		return &LockedError{Name: a.name, Remaining: time.Duration(d.minPTTL) * time.Millisecond}
-	}
 	if d.errs != nil {
 		for _, err := range d.errs.Errors {
 			if errors.Is(err, ErrNotIndependent) {
@@ -734,7 +738,10 @@ func (c *Client) refusal(a *attempt, d decision) error {
 			}
 		}
 	}
-	return &QuorumError{Op: "acquire", Name: a.name, Won: d.winners, Needed: c.quorum(), Errors: d.errs}
+	if d.refused > len(c.nodes)-c.quorum() {
+		return &LockedError{Name: a.name, Remaining: time.Duration(d.minPTTL) * time.Millisecond, Refused: d.refused, Nodes: len(c.nodes), Errors: d.errs}
+	}
+	return &QuorumError{Op: "acquire", Name: a.name, Won: d.winners, Refused: d.refused, Needed: c.quorum(), Errors: d.errs}
 }
 
 // checkIndependence refuses a set of nodes with a replica or one server
