@@ -18,6 +18,12 @@ import (
 type Status struct {
 	Name      string
 	Held      bool          // a quorum of nodes hold the same owner value
+	// Unknown is true when Held is false but cannot be relied on: the
+	// nodes that did not answer (Nodes[i].Err) could give an owner a
+	// quorum, with the keys it holds on those that did. Held false and
+	// Unknown false means no owner holds a quorum, whatever the silent
+	// nodes hold.
+	Unknown bool
 	Owner     string        // that owner value (opaque), "" if not held
 	Remaining time.Duration // how long Owner surely still holds it: the quorum-th longest PTTL, less drift
 	Fence     int64         // the highest fence register over the nodes
@@ -41,7 +47,8 @@ type NodeStatus struct {
 // Inspect reads the lock on every node and tells who holds it, if anyone
 // holds it on a quorum. It reads only: it takes and changes nothing. When
 // fewer than a quorum of nodes answer, it returns the partial Status with a
-// *QuorumError: the verdict may be wrong.
+// *QuorumError. Status.Unknown tells whether a Held of false can be relied
+// on (it cannot when the silent nodes could make up a quorum).
 func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
@@ -112,6 +119,15 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		}
 		q := longest[c.quorum()-1]
 		st.Remaining = max(q-driftAllowance(q, c.opts.DriftFactor), 0)
+	}
+	if !st.Held {
+		// The owner closest to a quorum (or a new one, with none) could
+		// hold the lock on every node that did not answer.
+		closest := 0
+		for _, ttls := range holders {
+			closest = max(closest, len(ttls))
+		}
+		st.Unknown = closest+len(st.Nodes)-qe.Won >= c.quorum()
 	}
 	if qe.Won < qe.Needed {
 		return st, qe

@@ -54,3 +54,46 @@ func TestExecHeldLockWithANodeDownIsBusy(t *testing.T) {
 		}
 	}
 }
+
+// With too few nodes answering, status cannot know whether the lock is held: it says unknown,
+// with the reason, and does not exit 0 as for a lock that is not held. With a node down but
+// not enough to hide a quorum, "no" stays a verdict.
+func TestStatusSaysUnknownWhenTheSilentNodesCouldHoldAQuorum(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{})
+	nodes := "--nodes=" + strings.Join(cl.URLs(), ",")
+	if err := cl.Servers[4].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	r := run(t, "status", nodes, lockName(t))
+	if r.code != 0 || !strings.Contains(r.stdout, "held: no, no owner holds a quorum of 3 nodes") {
+		t.Fatalf("1 of 5 down, nothing held: want held: no and exit 0, got %v", r)
+	}
+	for _, s := range cl.Servers[2:4] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r = run(t, "status", nodes, lockName(t))
+	if r.code == 0 || strings.Contains(r.stdout, "held: no") || !strings.Contains(r.stdout, "held: unknown: only 2 of 5 nodes answered; 3 nodes did not") {
+		t.Fatalf("3 of 5 down: want held: unknown and a non-zero exit, got %v", r)
+	}
+}
+
+// status checks independence as nodes and exec do: a replica or one server listed twice makes
+// the verdict unknown and the exit 1.
+func TestStatusChecksIndependence(t *testing.T) {
+	for _, set := range nodeSets(t) {
+		if set.name != "a replica" && set.name != "a duplicate" {
+			continue
+		}
+		t.Run(set.name, func(t *testing.T) {
+			r := run(t, "status", "--nodes="+strings.Join(set.urls, ","), lockName(t))
+			if r.code != exitFailure || !strings.Contains(r.stdout, "independent: no: ") || !strings.Contains(r.stdout, "held: unknown: the nodes are not independent") {
+				t.Fatalf("want independent: no, held: unknown and exit %d, got %v", exitFailure, r)
+			}
+			if !strings.Contains(r.stderr, "not independent: ") {
+				t.Fatalf("the closing error does not say why: %v", r)
+			}
+		})
+	}
+}
