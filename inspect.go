@@ -16,14 +16,14 @@ import (
 
 // Status is a quorum view of a lock, as Inspect sees it.
 type Status struct {
-	Name      string
-	Held      bool          // a quorum of nodes hold the same owner value
+	Name string
+	Held bool // a quorum of nodes hold the same owner value
 	// Unknown is true when Held is false but cannot be relied on: the
 	// nodes that did not answer (Nodes[i].Err) could give an owner a
 	// quorum, with the keys it holds on those that did. Held false and
 	// Unknown false means no owner holds a quorum, whatever the silent
 	// nodes hold.
-	Unknown bool
+	Unknown   bool
 	Owner     string        // that owner value (opaque), "" if not held
 	Remaining time.Duration // how long Owner surely still holds it: the quorum-th longest PTTL, less drift
 	Fence     int64         // the highest fence register over the nodes

@@ -64,4 +64,3 @@ func TestNoQuorumNamesEveryFailedNodeAndCountsTheRefusals(t *testing.T) {
 		t.Fatalf("got %v (%d node errors, %d refusals), want all 3 failed nodes named and 2 refusals", err, qe.Errors.Len(), qe.Refused)
 	}
 }
-
