@@ -76,6 +76,16 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran although a node cannot take the lock")
 	}
+
+	// Serving every slot, in two ranges: it takes every lock, and nodes says so without a NAME.
+	if err := node.ServeSlots(ctx, 8192, 16383); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, "nodes", ttlFlag, noGrace, nodes)
+	if r.code != 0 || !strings.Contains(r.stdout, "cluster slots: yes: the 1 node in cluster mode serves any lock") ||
+		!strings.Contains(r.stdout, "locks: yes\n") || strings.Contains(r.stdout, "only for some locks") {
+		t.Errorf("nodes with a cluster node serving every slot: want yes, got %v", r)
+	}
 }
 
 // firstOf keeps the first name found.

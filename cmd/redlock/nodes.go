@@ -194,11 +194,31 @@ func slotVerdict(ci *redlock.ClusterInfo, slot int) string {
 	if err := ci.Serves(first); err != nil {
 		return "no: " + why(err)
 	}
+	if servesEverySlot(ci) {
+		return "yes: cluster mode, serves every hash slot (0-16383)"
+	}
 	ranges := make([]string, len(ci.Slots))
 	for i, r := range ci.Slots {
 		ranges[i] = r.String()
 	}
 	return fmt.Sprintf("unknown: cluster mode, serves hash slots %s; give a lock NAME to check its slot", strings.Join(ranges, ","))
+}
+
+// servesEverySlot tells whether a node in cluster mode serves all 16384 hash slots, in
+// however many ranges it lists them: then it takes every lock, as a node not in cluster mode.
+func servesEverySlot(ci *redlock.ClusterInfo) bool {
+	const slots = 16384
+	var served [slots]bool
+	count := 0
+	for _, r := range ci.Slots {
+		for s := max(r.First, 0); s <= min(r.Last, slots-1); s++ {
+			if !served[s] {
+				served[s] = true
+				count++
+			}
+		}
+	}
+	return count == slots
 }
 
 // verb picks the singular or plural form for n subjects.
