@@ -221,8 +221,8 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		}
 		info.Role, info.RunID, info.Uptime = res.role, res.runID, res.uptime
 		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
-		info.RTT = res.recv.Sub(res.sent)
-		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
+		info.RTT = res.timeRecv.Sub(res.timeSent)
+		info.ClockOffset = res.nodeTime.Sub(res.timeSent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
 		info.Cluster = res.cluster
 		if st := n.tls.Load(); st != nil && st.version != 0 {

@@ -758,10 +758,12 @@ func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) e
 		c.probed.Store(true)
 	}
 	for _, n := range c.nodes {
-		// A cluster node refused for its slots is looked at again: they move.
-		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil && n.stale.Load() {
+		// A cluster node refused for its slots is looked at again at every
+		// attempt: they move, and nothing else would tell (its connection
+		// stays up, so it is not stale). It cannot vote meanwhile anyway.
+		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
-			_ = c.guardsPass(pctx, n)
+			_, _ = c.refresh(pctx, n, time.Duration(c.maxTTL.Load()))
 			cancel()
 		}
 	}

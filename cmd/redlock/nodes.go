@@ -237,8 +237,12 @@ func nodeProblem(err error) string {
 		return "unreachable: no answer in time: " + err.Error()
 	case errors.As(err, &netErr):
 		return "unreachable: " + err.Error()
-	case strings.Contains(err.Error(), "NOAUTH"), strings.Contains(err.Error(), "WRONGPASS"):
-		return "authentication refused: " + err.Error()
+	case strings.Contains(err.Error(), "NOAUTH"):
+		// No credential was sent. A password written where the user name goes
+		// (redis://PASSWORD@host) is sent as a user name without a password.
+		return "no password sent, the node requires one (" + err.Error() + "): write it as redis://:PASSWORD@host, with the colon"
+	case strings.Contains(err.Error(), "WRONGPASS"):
+		return "authentication failed: wrong password or user name (" + err.Error() + ")"
 	case strings.HasPrefix(err.Error(), "CLUSTERDOWN"), strings.HasPrefix(err.Error(), "MOVED"):
 		return "cluster mode, does not serve this key's slot: " + err.Error()
 	}

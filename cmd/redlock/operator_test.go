@@ -97,3 +97,25 @@ func TestStatusChecksIndependence(t *testing.T) {
 		})
 	}
 }
+
+// A wrong password is reported as such by nodes and by exec --v, not as a node that did not
+// answer INFO; the password is never shown.
+func TestWrongPasswordIsReportedAsSuch(t *testing.T) {
+	auth := redistest.StartT(t, 1, redistest.Options{})
+	if err := auth.Servers[0].Client().ConfigSet(context.Background(), "requirepass", "s3cret").Err(); err != nil {
+		t.Fatal(err)
+	}
+	urls := shared.URLs()
+	nodes := "--nodes=" + strings.Join([]string{urls[0], urls[1], "redis://:WRONGpw123@" + auth.Addrs()[0]}, ",")
+	r := run(t, "nodes", ttlFlag, noGrace, nodes)
+	if !strings.Contains(r.stdout, "authentication failed: wrong password or user name (WRONGPASS") || strings.Contains(r.stdout, "INFO") {
+		t.Errorf("nodes: want the WRONGPASS refusal, got %v", r)
+	}
+	r = run(t, "exec", ttlFlag, noGrace, "--v", nodes, lockName(t), "--", "true")
+	if r.code != 0 || !strings.Contains(r.stderr, "WRONGPASS") || strings.Contains(r.stderr, "did not report run_id") {
+		t.Errorf("exec --v: want the WRONGPASS refusal logged, got %v", r)
+	}
+	if strings.Contains(r.stdout+r.stderr, "WRONGpw123") {
+		t.Errorf("the password is shown: %v", r)
+	}
+}

@@ -71,10 +71,10 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	switch {
 	case len(notIndependent) > 0:
 		return fmt.Errorf("not independent: %s", strings.Join(notIndependent, "; "))
+	case qe != nil:
+		return fmt.Errorf("only %s answered, fewer than the quorum of %d: whether the lock is held is unknown", answeredOf(st), qe.Needed)
 	case st.Unknown:
 		return fmt.Errorf("%s answered: whether the lock is held is unknown", answeredOf(st))
-	case qe != nil:
-		return fmt.Errorf("only %s answered, fewer than the quorum of %d", answeredOf(st), qe.Needed)
 	}
 	return nil
 }
