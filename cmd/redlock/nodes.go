@@ -95,6 +95,13 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintln(a.stdout, warning)
 	}
 	v := verdicts(rows, client.Quorum(), name, slot)
+	if name != "" && strings.HasPrefix(v.locks, "yes") {
+		// The nodes can take locks, but exec takes this one only if nobody holds it.
+		if st, err := client.Inspect(ctx, name); err == nil && st.Held {
+			v.locks = fmt.Sprintf("no: the nodes can take locks, but lock %q is held by another owner (%s), valid for at least %s: exec would exit 75 now",
+				name, holderOf(st), formatDuration(st.Remaining))
+		}
+	}
 	fmt.Fprintf(a.stdout, "quorum: %s\n", v.quorum)
 	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
 	if v.slots != "" {
@@ -106,6 +113,14 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 		return withExitCode(exitFailure, errors.Join(v.problems...))
 	}
 	return nil
+}
+
+// holderOf names a lock's holder: its owner value and what it recorded, if anything.
+func holderOf(st *redlock.Status) string {
+	if st.Metadata == "" {
+		return shortID(st.Owner)
+	}
+	return shortID(st.Owner) + ": " + printableMetadata(st.Metadata)
 }
 
 // certWarningPeriod: a node certificate that expires sooner than this is worth a line,

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -117,5 +118,21 @@ func TestWrongPasswordIsReportedAsSuch(t *testing.T) {
 	}
 	if strings.Contains(r.stdout+r.stderr, "WRONGpw123") {
 		t.Errorf("the password is shown: %v", r)
+	}
+}
+
+// nodes NAME answers whether exec could take NAME now: a lock held by another owner is a no,
+// with who holds it.
+func TestNodesNameSaysTheLockIsHeld(t *testing.T) {
+	name := lockName(t)
+	pid, _, wait := startExec(t, []string{"exec", ttlFlag, name, "--", binary, "nodes", ttlFlag, noGrace, name})
+	r := wait()
+	want := "is held by another owner"
+	if r.code != 0 || !strings.Contains(r.stdout, "locks: no: the nodes can take locks, but lock \""+name+"\" "+want) ||
+		!strings.Contains(r.stdout, "pid="+strconv.Itoa(pid)) || !strings.Contains(r.stdout, "exec would exit 75 now") {
+		t.Fatalf("nodes %s while exec holds it: want a no naming the holder (pid %d), got %v", name, pid, r)
+	}
+	if r := run(t, "nodes", ttlFlag, noGrace, name); !strings.Contains(r.stdout, "locks: yes") {
+		t.Fatalf("nodes %s once released: want yes, got %v", name, r)
 	}
 }
