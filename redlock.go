@@ -173,7 +173,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		name := nodeName(rdb, i)
 		if j, dup := seen[name]; dup {
-			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d, counted from 1)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
+			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
 		ps := newNodePipes(rdb)

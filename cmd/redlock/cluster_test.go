@@ -30,7 +30,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 
 	// Serving no slot: no lock at all can be taken on it.
 	r := run(t, "nodes", ttlFlag, noGrace, nodes, lockName(t))
-	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: NO") || !strings.Contains(r.stdout, "serves no hash slot") || !strings.Contains(r.stdout, "locks: no") {
+	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: no") || !strings.Contains(r.stdout, "serves no hash slot") || !strings.Contains(r.stdout, "locks: no") {
 		t.Errorf("nodes with a cluster node serving no slot: want exit %d and a NO, got %v", exitFailure, r)
 	}
 	e := run(t, "exec", ttlFlag, noGrace, nodes, lockName(t), "--", "true")
@@ -65,7 +65,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 
 	slot := strconv.Itoa(slots.KeySlot(unserved))
 	r = run(t, "nodes", ttlFlag, noGrace, nodes, unserved)
-	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: NO") || !strings.Contains(r.stdout, "not the lock's slot "+slot) || !strings.Contains(r.stdout, "locks: no") {
+	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: no") || !strings.Contains(r.stdout, "not the lock's slot "+slot) || !strings.Contains(r.stdout, "locks: no") {
 		t.Errorf("nodes %s (slot %s, not served): want exit %d and a NO, got %v", unserved, slot, exitFailure, r)
 	}
 	marker := t.TempDir() + "/ran"

@@ -40,7 +40,8 @@ const exitCodesHelp = `Exit codes:
   0      success (exec: the command exited 0)
   1..    exec: the command's own exit code, 128+N if it died of signal N
   1      status/nodes/unlock: a problem was found; demo: a safety check failed
-  64     usage or configuration error (bad flag, bad URL, missing nodes)
+  64     usage or configuration error (bad flag, bad URL, missing nodes, one address
+         given twice)
   69     exec: no quorum of the nodes could be reached (down, timing out, refusing,
          sitting out, not independent, a cluster node not serving the lock's hash slot):
          the lock service is down; the command did not run

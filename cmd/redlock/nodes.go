@@ -308,7 +308,7 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	}
 	switch {
 	case len(notIndependent) > 0:
-		v.independent = "NO: " + strings.Join(notIndependent, "; ")
+		v.independent = "no: " + strings.Join(notIndependent, "; ")
 		v.problems = append(v.problems, fmt.Errorf("not independent: %s", strings.Join(notIndependent, "; ")))
 	case len(unchecked) > 0:
 		v.independent = fmt.Sprintf("unknown: %d of %s could not be checked: %s", len(unchecked), plural(total, "node"), strings.Join(unchecked, "; "))
@@ -328,7 +328,7 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	}
 	switch {
 	case len(notServing) > 0:
-		v.slots = fmt.Sprintf("NO: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
+		v.slots = fmt.Sprintf("no: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
 		v.problems = append(v.problems, fmt.Errorf("%s in cluster mode cannot take %s", plural(len(notServing), "node"), lock))
 	case len(slotUnknown) > 0:
 		v.slots = fmt.Sprintf("unknown: %s in cluster mode %s only some hash slots (%s); give a lock NAME to check its slot", plural(len(slotUnknown), "node"), verb(len(slotUnknown), "serves", "serve"), strings.Join(slotUnknown, ", "))

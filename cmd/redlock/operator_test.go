@@ -136,3 +136,26 @@ func TestNodesNameSaysTheLockIsHeld(t *testing.T) {
 		t.Fatalf("nodes %s once released: want yes, got %v", name, r)
 	}
 }
+
+// Verdicts are lower-case yes/no/unknown, and a closing error is one line with one prefix.
+func TestVerdictWordingAndOneLineErrors(t *testing.T) {
+	for _, set := range nodeSets(t) {
+		switch set.name {
+		case "a replica":
+			r := run(t, "nodes", ttlFlag, noGrace, "--nodes="+strings.Join(set.urls, ","))
+			if !strings.Contains(r.stdout, "independent: no: ") || strings.Contains(r.stdout, ": NO") {
+				t.Errorf("want independent: no, got %v", r)
+			}
+		case "majority down":
+			r := run(t, "nodes", ttlFlag, noGrace, "--nodes="+strings.Join(set.urls, ","))
+			if len(lines(r.stderr)) != 1 || !strings.HasPrefix(r.stderr, "redlock nodes: ") {
+				t.Errorf("want one line of error with its prefix, got %v", r)
+			}
+		}
+	}
+	urls := shared.URLs()
+	r := run(t, "exec", "--nodes="+strings.Join([]string{urls[0], urls[1], urls[0]}, ","), lockName(t), "--", "true")
+	if r.code != exitUsage || strings.Contains(r.stderr, "redlock exec: redlock:") || !strings.Contains(r.stderr, "invalid node ") || strings.Contains(r.stderr, "counted from") {
+		t.Errorf("a URL given twice: want exit %d with one prefix, got %v", exitUsage, r)
+	}
+}

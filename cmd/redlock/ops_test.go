@@ -103,7 +103,7 @@ func TestNodesReportsEveryNodeAndIndependence(t *testing.T) {
 	port := shared.Servers[0].Port
 	twice := fmt.Sprintf("redis://127.0.0.1:%d,redis://localhost:%d,%s", port, port, shared.URLs()[1])
 	r = run(t, "nodes", ttlFlag, "--nodes", twice)
-	if r.code != exitFailure || !strings.Contains(r.stdout, "independent: NO") {
+	if r.code != exitFailure || !strings.Contains(r.stdout, "independent: no") {
 		t.Fatalf("want exit %d and the set reported not independent, got %v", exitFailure, r)
 	}
 }
