@@ -48,7 +48,8 @@ type NodeStatus struct {
 // holds it on a quorum. It reads only: it takes and changes nothing. When
 // fewer than a quorum of nodes answer, it returns the partial Status with a
 // *QuorumError. Status.Unknown tells whether a Held of false can be relied
-// on (it cannot when the silent nodes could make up a quorum).
+// on (it cannot when the silent nodes could make up a quorum). Each node's
+// read is bounded by four node timeouts.
 func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
@@ -62,6 +63,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 			ns.Err = errors.New("no client")
 			return
 		}
+		ctx, cancel := c.perNode(ctx)
+		defer cancel()
 		pipe := n.rdb.Pipeline()
 		owner := pipe.Get(ctx, lockKey)
 		ttl := pipe.PTTL(ctx, lockKey)
@@ -204,7 +207,10 @@ type NodeInfo struct {
 	CertSubject string
 }
 
-// Nodes probes every node now and reports what the guards know of it.
+// Nodes probes every node now and reports what the guards know of it. Each
+// node's probe is bounded by four node timeouts (a few round trips and
+// maybe a dial): a node that does not answer by then is reported with
+// context.DeadlineExceeded.
 func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 	infos := make([]NodeInfo, len(c.nodes))
 	c.each(func(i int, n *node) {
@@ -214,7 +220,9 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			info.Err = errors.New("no client")
 			return
 		}
-		res, err := c.refresh(ctx, n, 0)
+		pctx, cancel := c.perNode(ctx)
+		defer cancel()
+		res, err := c.refresh(pctx, n, 0)
 		if err != nil {
 			info.Err = err
 			return
@@ -274,6 +282,18 @@ func (c *Client) Verify(ctx context.Context) error {
 		return qe
 	}
 	return nil
+}
+
+// perNode bounds one node's part of Inspect or Nodes by the node timeout
+// of the default TTL: one stopped node must not hold the answer back for
+// the caller's whole deadline, it is reported as timed out.
+func (c *Client) perNode(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout, err := c.opts.nodeTimeout(c.opts.TTL, "TTL")
+	if err != nil { // checked by New: not reached
+		return context.WithCancel(ctx)
+	}
+	// A probe is a few round trips (and maybe a dial): room for them.
+	return context.WithTimeout(ctx, 4*timeout)
 }
 
 // each runs fn for every node in parallel and waits for all.

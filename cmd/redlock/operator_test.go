@@ -159,3 +159,21 @@ func TestVerdictWordingAndOneLineErrors(t *testing.T) {
 		t.Errorf("a URL given twice: want exit %d with one prefix, got %v", exitUsage, r)
 	}
 }
+
+// A stopped node (SIGSTOP) is reported as timed out within a few node timeouts: status and
+// nodes do not wait for --timeout (an hour here) to pass.
+func TestAStoppedNodeDoesNotHoldStatusAndNodesBack(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
+	stopped := cl.Servers[2]
+	if err := stopped.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = stopped.Resume() })
+	nodes := "--nodes=" + strings.Join(cl.URLs(), ",")
+	for _, args := range [][]string{{"nodes", ttlFlag, noGrace, nodes, "--timeout=1h"}, {"status", nodes, "--timeout=1h", lockName(t)}} {
+		r := run(t, args...)
+		if !strings.Contains(r.stdout, stopped.Addr) || !strings.Contains(r.stdout, "no answer in time") {
+			t.Errorf("%s with a stopped node: want it reported as timed out, got %v", args[0], r)
+		}
+	}
+}
