@@ -143,7 +143,7 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 	case now.Before(g.sitOut):
 		return fmt.Errorf("%w: %s", ErrNodeSittingOut, g.reason)
 	case g.clockUnchecked:
-		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes'", ErrNodeSittingOut)
+		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes' (too few of them answered)", ErrNodeSittingOut)
 	}
 	if grace < 0 || g.persistent {
 		return nil // the guard is off, or the node kept its keys
@@ -154,8 +154,11 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		if g.known {
 			what = "restarted"
 		}
-		return fmt.Errorf("%w: %s %v ago without persistence (appendfsync always), votes again after the %v restart grace",
-			ErrNodeSittingOut, what, now.Sub(g.upSince).Round(time.Millisecond), grace)
+		// Its start is dated as late as it may have been (dateStart), so
+		// the time left is an upper bound; the grace may come from another
+		// client's longer TTL, through the nodes' register.
+		return fmt.Errorf("%w: %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
+			ErrNodeSittingOut, what, grace, g.upSince.Add(grace).Sub(now).Round(time.Millisecond))
 	}
 	return nil
 }
