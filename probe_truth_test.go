@@ -26,7 +26,8 @@ func TestProbeTimesTheClockSampleWithoutTheDial(t *testing.T) {
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		},
 	})
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	// A node timeout that leaves room for the slow dial (Nodes bounds each probe by it).
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{RestartGrace: redlock.NoRestartGrace, NodeTimeout: 2 * dialDelay})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -443,10 +443,10 @@ func persistenceWarnings(infos []redlock.NodeInfo, grace, ttl time.Duration) []s
 	for _, kind := range kinds {
 		nodes := strings.Join(byKind[kind], ", ")
 		if grace == redlock.NoRestartGrace {
-			out = append(out, fmt.Sprintf("WARNING: %s persist with %s and the restart grace is off: after a crash such a node rejoins without its keys and can hand a held lock to a second owner", nodes, kind))
+			out = append(out, fmt.Sprintf("WARNING: %s: %s, and the restart grace is off: after a crash such a node rejoins without its keys and can hand a held lock to a second owner", nodes, kind))
 			continue
 		}
-		out = append(out, fmt.Sprintf("note: %s persist with %s: a crash loses keys; the restart grace keeps a restarted node out for %v, safe only if no client uses a longer TTL", nodes, kind, covered))
+		out = append(out, fmt.Sprintf("note: %s: %s, so a crash loses keys; the restart grace keeps a restarted node out for %v, or for the largest TTL in use on the nodes if longer", nodes, kind, covered))
 	}
 	return out
 }

@@ -82,7 +82,7 @@ func TestNodesReportsEveryNodeAndIndependence(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
 	}
-	for _, want := range []string{"independent: yes: 3 distinct masters", "quorum: yes: 3 of 3 nodes vote", "locks: yes", "master", "persist with no append-only file"} {
+	for _, want := range []string{"independent: yes: 3 distinct masters", "quorum: yes: 3 of 3 nodes vote", "locks: yes", "master", ": no append-only file, so a crash loses keys"} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("nodes output lacks %q: %v", want, r)
 		}
