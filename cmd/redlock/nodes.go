@@ -258,6 +258,8 @@ func nodeProblem(err error) string {
 		return "no password sent, the node requires one (" + err.Error() + "): write it as redis://:PASSWORD@host, with the colon"
 	case strings.Contains(err.Error(), "WRONGPASS"):
 		return "authentication failed: wrong password or user name (" + err.Error() + ")"
+	case errors.Is(err, io.EOF):
+		return "the node closed the connection at once (EOF): if it serves TLS only, write its URL as rediss://"
 	case strings.HasPrefix(err.Error(), "CLUSTERDOWN"), strings.HasPrefix(err.Error(), "MOVED"):
 		return "cluster mode, does not serve this key's slot: " + err.Error()
 	}

@@ -177,3 +177,18 @@ func TestAStoppedNodeDoesNotHoldStatusAndNodesBack(t *testing.T) {
 		}
 	}
 }
+
+// redis:// to a node that serves TLS only: the node closes the connection, and nodes says to
+// use rediss:// rather than a bare EOF.
+func TestPlainURLToATLSNodeHintsAtRediss(t *testing.T) {
+	tlsOpts, err := redistest.NewPKIT(t, "plain-to-tls").ServerTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl := redistest.StartT(t, 1, redistest.Options{TLS: tlsOpts})
+	urls := shared.URLs()
+	r := run(t, "nodes", ttlFlag, noGrace, "--nodes="+strings.Join([]string{urls[0], urls[1], "redis://" + cl.Addrs()[0]}, ","))
+	if !strings.Contains(r.stdout, "write its URL as rediss://") {
+		t.Fatalf("want a hint at rediss://, got %v", r)
+	}
+}
