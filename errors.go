@@ -45,29 +45,61 @@ var (
 	ErrStaleToken = errors.New("redlock: stale fencing token")
 )
 
-// LockedError reports that another owner holds the lock.
+// LockedError reports that another owner holds the lock: the nodes that
+// answered so are alone enough to make a quorum impossible. Other nodes may
+// have failed or sat out at the same time; their errors are kept in Errors.
+// It matches ErrLocked, never ErrNoQuorum: the lock would be busy with every
+// node up. errors.Is and errors.As also look into the node errors.
 type LockedError struct {
 	Name string
 	// Remaining is the shortest time to live among the refusing nodes'
 	// keys: the earliest the lock can free up unless its holder releases it.
 	Remaining time.Duration
+	// Refused is how many nodes answered that another owner holds the
+	// lock, of Nodes.
+	Refused, Nodes int
+	// Errors holds a *NodeError for every node that failed or sat out
+	// meanwhile, nil if none did.
+	Errors *multierror.Error
 }
 
 func (e *LockedError) Error() string {
-	return fmt.Sprintf("redlock: lock %q is held by another owner (expires in %v at the latest)", e.Name, e.Remaining)
+	var b strings.Builder
+	fmt.Fprintf(&b, "redlock: lock %q is held by another owner (expires in %v at the latest)", e.Name, e.Remaining)
+	if e.Errors != nil && e.Nodes > 0 {
+		fmt.Fprintf(&b, "; %d of %d nodes said so, %d failed or sat out", e.Refused, e.Nodes, len(e.Errors.Errors))
+		for _, err := range e.Errors.Errors {
+			b.WriteString("; ")
+			b.WriteString(err.Error())
+		}
+	}
+	return b.String()
 }
 
 // Is makes errors.Is(err, ErrLocked) true.
 func (e *LockedError) Is(target error) bool { return target == ErrLocked }
 
-// QuorumError reports an operation that did not reach a quorum. Errors holds
-// one *NodeError for every node that failed, refused or sat out.
+// Unwrap gives every failed node's error.
+func (e *LockedError) Unwrap() []error {
+	if e.Errors == nil {
+		return nil
+	}
+	return e.Errors.Errors
+}
+
+// QuorumError reports an operation that did not reach a quorum because
+// nodes failed or sat out: the refusals (held by another owner) alone would
+// not have stopped it. Errors holds one *NodeError for every node that
+// failed or sat out. It matches ErrNoQuorum, never ErrLocked.
 type QuorumError struct {
 	Op     string // "acquire", "extend", "release", "fence"
 	Name   string
 	Won    int // nodes that said yes
 	Needed int // the quorum
-	Errors *multierror.Error
+	// Refused is how many nodes answered that another owner holds the
+	// lock (acquire only): too few to lose alone.
+	Refused int
+	Errors  *multierror.Error
 }
 
 func (e *QuorumError) Error() string {
@@ -81,6 +113,13 @@ func (e *QuorumError) Error() string {
 		fmt.Fprintf(&b, "redlock: %s %q: no quorum: %s, %d needed", e.Op, e.Name, agreed, e.Needed)
 	} else {
 		fmt.Fprintf(&b, "redlock: %s: no quorum: %s, %d needed", e.Op, agreed, e.Needed)
+	}
+	switch e.Refused {
+	case 0:
+	case 1:
+		b.WriteString(", 1 node held by another owner")
+	default:
+		fmt.Fprintf(&b, ", %d nodes held by another owner", e.Refused)
 	}
 	if e.Errors != nil {
 		for _, err := range e.Errors.Errors {

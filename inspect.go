@@ -16,8 +16,14 @@ import (
 
 // Status is a quorum view of a lock, as Inspect sees it.
 type Status struct {
-	Name      string
-	Held      bool          // a quorum of nodes hold the same owner value
+	Name string
+	Held bool // a quorum of nodes hold the same owner value
+	// Unknown is true when Held is false but cannot be relied on: the
+	// nodes that did not answer (Nodes[i].Err) could give an owner a
+	// quorum, with the keys it holds on those that did. Held false and
+	// Unknown false means no owner holds a quorum, whatever the silent
+	// nodes hold.
+	Unknown   bool
 	Owner     string        // that owner value (opaque), "" if not held
 	Remaining time.Duration // how long Owner surely still holds it: the quorum-th longest PTTL, less drift
 	Fence     int64         // the highest fence register over the nodes
@@ -41,7 +47,9 @@ type NodeStatus struct {
 // Inspect reads the lock on every node and tells who holds it, if anyone
 // holds it on a quorum. It reads only: it takes and changes nothing. When
 // fewer than a quorum of nodes answer, it returns the partial Status with a
-// *QuorumError: the verdict may be wrong.
+// *QuorumError. Status.Unknown tells whether a Held of false can be relied
+// on (it cannot when the silent nodes could make up a quorum). Each node's
+// read is bounded by four node timeouts.
 func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
@@ -55,6 +63,8 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 			ns.Err = errors.New("no client")
 			return
 		}
+		ctx, cancel := c.perNode(ctx)
+		defer cancel()
 		pipe := n.rdb.Pipeline()
 		owner := pipe.Get(ctx, lockKey)
 		ttl := pipe.PTTL(ctx, lockKey)
@@ -122,6 +132,15 @@ func (c *Client) judge(st *Status) *QuorumError {
 		}
 		q := longest[c.quorum()-1]
 		st.Remaining = max(q-driftAllowance(q, c.opts.DriftFactor), 0)
+	}
+	if !st.Held {
+		// The owner closest to a quorum (or a new one, with none) could
+		// hold the lock on every node that did not answer.
+		closest := 0
+		for _, ttls := range holders {
+			closest = max(closest, len(ttls))
+		}
+		st.Unknown = closest+len(st.Nodes)-qe.Won >= c.quorum()
 	}
 	if qe.Won < qe.Needed {
 		return qe
@@ -198,7 +217,10 @@ type NodeInfo struct {
 	CertSubject string
 }
 
-// Nodes probes every node now and reports what the guards know of it.
+// Nodes probes every node now and reports what the guards know of it. Each
+// node's probe is bounded by four node timeouts (a few round trips and
+// maybe a dial): a node that does not answer by then is reported with
+// context.DeadlineExceeded.
 func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 	infos := make([]NodeInfo, len(c.nodes))
 	c.each(func(i int, n *node) {
@@ -208,15 +230,17 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			info.Err = errors.New("no client")
 			return
 		}
-		res, err := c.refresh(ctx, n, 0)
+		pctx, cancel := c.perNode(ctx)
+		defer cancel()
+		res, err := c.refresh(pctx, n, 0)
 		if err != nil {
 			info.Err = err
 			return
 		}
 		info.Role, info.RunID, info.Uptime = res.role, res.runID, res.uptime
 		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
-		info.RTT = res.recv.Sub(res.sent)
-		info.ClockOffset = res.nodeTime.Sub(res.sent.Add(info.RTT / 2))
+		info.RTT = res.timeRecv.Sub(res.timeSent)
+		info.ClockOffset = res.nodeTime.Sub(res.timeSent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
 		info.Cluster = res.cluster
 		if st := n.tls.Load(); st != nil && st.version != 0 {
@@ -268,6 +292,18 @@ func (c *Client) Verify(ctx context.Context) error {
 		return qe
 	}
 	return nil
+}
+
+// perNode bounds one node's part of Inspect or Nodes by the node timeout
+// of the default TTL: one stopped node must not hold the answer back for
+// the caller's whole deadline, it is reported as timed out.
+func (c *Client) perNode(ctx context.Context) (context.Context, context.CancelFunc) {
+	timeout, err := c.opts.nodeTimeout(c.opts.TTL, "TTL")
+	if err != nil { // checked by New: not reached
+		return context.WithCancel(ctx)
+	}
+	// A probe is a few round trips (and maybe a dial): room for them.
+	return context.WithTimeout(ctx, 4*timeout)
 }
 
 // each runs fn for every node in parallel and waits for all.

@@ -143,7 +143,7 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 	case now.Before(g.sitOut):
 		return fmt.Errorf("%w: %s", ErrNodeSittingOut, g.reason)
 	case g.clockUnchecked:
-		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes'", ErrNodeSittingOut)
+		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes' (too few of them answered)", ErrNodeSittingOut)
 	}
 	if grace < 0 || g.persistent {
 		return nil // the guard is off, or the node kept its keys
@@ -154,8 +154,11 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		if g.known {
 			what = "restarted"
 		}
-		return fmt.Errorf("%w: %s %v ago without persistence (appendfsync always), votes again after the %v restart grace",
-			ErrNodeSittingOut, what, now.Sub(g.upSince).Round(time.Millisecond), grace)
+		// Its start is dated as late as it may have been (dateStart), so
+		// the time left is an upper bound; the grace may come from another
+		// client's longer TTL, through the nodes' register.
+		return fmt.Errorf("%w: %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
+			ErrNodeSittingOut, what, grace, g.upSince.Add(grace).Sub(now).Round(time.Millisecond))
 	}
 	return nil
 }
@@ -215,7 +218,9 @@ type probeResult struct {
 	registerErr error         // why the register could not be read or raised
 	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
 	nodeTime    time.Time
-	sent, recv  time.Time
+	sent, recv  time.Time // the pipelined round trip that read INFO and the register
+	// timeSent and timeRecv bracket the TIME call that read nodeTime.
+	timeSent, timeRecv time.Time
 }
 
 // persistent tells whether the node keeps every acknowledged write across
@@ -224,8 +229,8 @@ type probeResult struct {
 func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync == "always" }
 
 // probe asks the node who it is, how long it has been up, its role, its
-// persistence, its time and its register of the largest TTL in use, in one
-// pipelined round trip. raise, if positive, raises that register first (see
+// persistence and its register of the largest TTL in use, in one
+// pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
 // ttlRegister).
 func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise time.Duration) (probeResult, error) {
 	var res probeResult
@@ -233,29 +238,45 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	reg := c.registerCmd(ctx, pipe, raise)
-	tm := pipe.Time(ctx)
 	learnScripts := loadScripts(ctx, pipe)
 	res.sent = c.clock.Now()
-	_, _ = pipe.Exec(ctx)
+	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
 	learnScripts()
 	// CONFIG may be refused (an ACL user without it): the node then does
 	// not count as persistent, which only costs a grace. The register may
 	// be refused too (a replica is read-only): what the node is still
 	// counts, and an acquire raises the register itself before its vote.
-	for _, cmd := range []redis.Cmder{info, tm} {
-		if err := cmd.Err(); err != nil {
-			return res, err
-		}
+	if err := info.Err(); err != nil {
+		return res, err
 	}
 	fields := parseInfo(info.Val())
 	res.runID = fields["run_id"]
 	res.role = fields["role"]
 	secs, err := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
 	if res.runID == "" || res.role == "" || err != nil {
+		if execErr != nil && info.Val() == "" {
+			return res, execErr // the connection failed (a login refused when it was redialled, say), not INFO
+		}
 		return res, fmt.Errorf("redlock: node did not report run_id, role and uptime in INFO")
 	}
 	res.uptime = time.Duration(secs) * time.Second
+	// The clock sample is a TIME of its own, timed alone on a warm
+	// connection: a bracket that included a dial (a TLS handshake far away
+	// takes several round trips) would show half the dial as clock offset
+	// and widen the clock guard's bracket for nothing. The PING before it
+	// makes sure a connection is open: go-redis does not always pool the
+	// connection it dialled for the pipeline. The node reads its clock
+	// inside [timeSent, timeRecv], which is all the guard assumes.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return res, err
+	}
+	res.timeSent = c.clock.Now()
+	tm := rdb.Time(ctx)
+	res.timeRecv = c.clock.Now()
+	if err := tm.Err(); err != nil {
+		return res, err
+	}
 	res.nodeTime = tm.Val()
 	res.appendOnly = fields["aof_enabled"] == "1"
 	if fsync.Err() == nil {
@@ -306,7 +327,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.registerErr == nil {
 		c.heard(n, res.sent, raise, res.fleetTTL)
 	}
-	c.observeClock(n, res.nodeTime, res.sent, res.recv)
+	c.observeClock(n, res.nodeTime, res.timeSent, res.timeRecv)
 	// A server met after the first contact may have restarted empty while
 	// we were away: learn the largest TTL in use from the others now, as
 	// what was read of them earlier may have decayed. (At first contact

@@ -46,10 +46,11 @@ func TestRestartGraceWording(t *testing.T) {
 		guard nodeGuard
 		want  string // "" if the node votes
 	}{
-		{nodeGuard{upSince: young}, "started 100ms ago"},
-		{nodeGuard{upSince: young, known: true}, "restarted 100ms ago"},
+		{nodeGuard{upSince: young}, "started without persistence (it keeps its keys only with appendonly yes and appendfsync always)"},
+		{nodeGuard{upSince: young}, "sits out the 1s restart grace and votes in at most 900ms"},
+		{nodeGuard{upSince: young, known: true}, "restarted without persistence"},
 		{nodeGuard{upSince: young, persistent: true}, ""},
-		{nodeGuard{upSince: young, grace: 10 * time.Second}, "after the 10s restart grace"}, // a grace learned at the probe outlasts a shorter one now
+		{nodeGuard{upSince: young, grace: 10 * time.Second}, "the 10s restart grace and votes in at most 9.9s"}, // a grace learned at the probe outlasts a shorter one now
 		{nodeGuard{upSince: now.Add(-2 * time.Second)}, ""},
 	}
 	for _, tc := range cases {

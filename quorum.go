@@ -493,6 +493,7 @@ type decision struct {
 	maxFence int64 // highest fence register value among the winners
 	minPTTL  int64 // shortest holder PTTL among refusals, -1 if none
 	refused  int   // nodes that answered "held by another owner"
+	answered int   // nodes whose acquire reply (or timeout) was counted
 	errs     *multierror.Error
 	tally    tally
 	slot     int        // semaphore: the slot won
@@ -542,28 +543,68 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (decision, error)
 				timeout = nil // every node answered (the last one cancels): the replies wait in the channel
 				continue
 			}
-			for len(a.replies) > 0 { // the replies that made it in time
-				r := <-a.replies
-				d.observe(a, r)
-				if d.count(r) {
-					return d, nil
-				}
-			}
-			for i, n := range a.c.nodes {
-				if a.state[i].Load() >= nodeCall { // the acquire is still running
-					a.c.timedOut(n, a.nodeTimeout)
-					r := nodeReply{node: i, err: &NodeError{Node: n.name, Err: errNodeTimeout}}
-					d.observe(a, r)
-					d.errs = multierror.Append(d.errs, r.err)
-				}
-			}
+			d.countLate(a, true)
 			return d, nil
+		}
+	}
+}
+
+// countLate counts the replies that made it before the node timeout, then
+// every node still running its acquire as timed out. With stopAtDecision,
+// it stops at the reply that decides the round and tells so.
+func (d *decision) countLate(a *attempt, stopAtDecision bool) bool {
+	for len(a.replies) > 0 {
+		r := <-a.replies
+		d.observe(a, r)
+		if d.count(r) && stopAtDecision {
+			return true
+		}
+	}
+	for i, n := range a.c.nodes {
+		if a.state[i].Load() >= nodeCall { // the acquire is still running
+			a.c.timedOut(n, a.nodeTimeout)
+			r := nodeReply{node: i, err: &NodeError{Node: n.name, Err: errNodeTimeout}}
+			d.observe(a, r)
+			d.errs = multierror.Append(d.errs, r.err)
+			d.answered++
+		}
+	}
+	return false
+}
+
+// settle reads, after a lost round, the replies of the nodes that had not
+// answered at the decision, until each answered or the node timeout passed.
+// The error the caller sees depends on them (see Client.refusal): refusals
+// that alone make a quorum impossible mean the lock is held, whatever the
+// other nodes did, and a quorum error must name every node that failed, not
+// only those that happened to answer before the decision. It stops as soon
+// as the refusals alone decide: a busy lock is reported without waiting for
+// a slow node.
+func (a *attempt) settle(ctx context.Context, d *decision) {
+	maxNo := len(a.c.nodes) - a.c.quorum()
+	nodeCtx := a.calls.ctx
+	timeout := nodeCtx.Done()
+	for d.answered < len(a.c.nodes) && d.refused <= maxNo {
+		select {
+		case r := <-a.replies:
+			d.observe(a, r)
+			d.count(r)
+		case <-ctx.Done():
+			return
+		case <-timeout:
+			if nodeCtx.Err() == context.Canceled {
+				timeout = nil // every node answered: the replies wait in the channel
+				continue
+			}
+			d.countLate(a, false)
+			return
 		}
 	}
 }
 
 // count adds one reply and tells whether the attempt is decided.
 func (d *decision) count(r nodeReply) bool {
+	d.answered++
 	switch {
 	case r.won:
 		d.winners++

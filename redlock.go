@@ -175,7 +175,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		name := nodeName(rdb, i)
 		if j, dup := seen[name]; dup {
-			return nil, &ConfigError{Field: "nodes", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d, counted from 1)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
+			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
 		ps := newNodePipes(rdb)
@@ -706,6 +706,9 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		}
 	}
 	if !d.won {
+		// Before the cleanup, which reads the same replies: the error
+		// depends on the answers still to come (see refusal).
+		a.settle(ctx, &d)
 		a.abandon()
 		err := c.refusal(a, d)
 		if sem != nil {
@@ -755,12 +758,13 @@ type attemptInfo struct {
 	split   bool          // we won some nodes but not a quorum: contenders split the votes
 }
 
-// refusal turns a lost decision into the error the caller sees: held by
-// another owner if refusals alone lost it, no quorum otherwise.
+// refusal turns a lost decision into the error the caller sees. Held by
+// another owner when the nodes that said so are alone enough to make a
+// quorum impossible (more than N - quorum of them), whatever the other nodes
+// did: the lock is busy, and would be with every node up. No quorum when the
+// failures and sit-outs were needed to lose: then nobody can be said to hold
+// it. Both errors keep every node's error. d must be settled (attempt.settle).
 func (c *Client) refusal(a *attempt, d decision) error {
-	if d.errs == nil && d.refused > 0 {
-		return &LockedError{Name: a.name, Remaining: time.Duration(d.minPTTL) * time.Millisecond}
-	}
 	if d.errs != nil {
 		for _, err := range d.errs.Errors {
 			if errors.Is(err, ErrNotIndependent) {
@@ -768,7 +772,10 @@ func (c *Client) refusal(a *attempt, d decision) error {
 			}
 		}
 	}
-	return &QuorumError{Op: "acquire", Name: a.name, Won: d.winners, Needed: c.quorum(), Errors: d.errs}
+	if d.refused > len(c.nodes)-c.quorum() {
+		return &LockedError{Name: a.name, Remaining: time.Duration(d.minPTTL) * time.Millisecond, Refused: d.refused, Nodes: len(c.nodes), Errors: d.errs}
+	}
+	return &QuorumError{Op: "acquire", Name: a.name, Won: d.winners, Refused: d.refused, Needed: c.quorum(), Errors: d.errs}
 }
 
 // checkIndependence refuses a set of nodes with a replica or one server
@@ -785,10 +792,12 @@ func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) e
 		c.probed.Store(true)
 	}
 	for _, n := range c.nodes {
-		// A cluster node refused for its slots is looked at again: they move.
-		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil && n.stale.Load() {
+		// A cluster node refused for its slots is looked at again at every
+		// attempt: they move, and nothing else would tell (its connection
+		// stays up, so it is not stale). It cannot vote meanwhile anyway.
+		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
-			_ = c.guardsPass(pctx, n)
+			_, _ = c.refresh(pctx, n, time.Duration(c.maxTTL.Load()))
 			cancel()
 		}
 	}

@@ -177,6 +177,10 @@ func TestContextWithAnEndedLockDoesNotAcquire(t *testing.T) {
 	if err := released.Release(bg); err != nil {
 		t.Fatal(err)
 	}
+	// A node that answered after the quorum deletes its key once its call
+	// is done, after Release returned: wait for that, so a key seen below
+	// can only come from a new acquire.
+	eventually(t, 5*time.Second, "the released lock's keys are gone", func() bool { return len(keysLeft(t, cl, c, "ended")) == 0 })
 	if l, err := c.Acquire(ctx, "ended", noSelfWait); !errors.Is(err, redlock.ErrNotHeld) {
 		t.Fatalf("acquire with a released lock in the context: %v, %v; want ErrNotHeld", l, err)
 	}

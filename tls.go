@@ -257,6 +257,11 @@ func (tlsWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proces
 func explainRefusal(cmd redis.Cmder) {
 	var op *net.OpError
 	if err := cmd.Err(); errors.As(err, &op) && op.Op == "remote error" && !strings.HasPrefix(err.Error(), "TLS: ") {
+		if strings.Contains(err.Error(), "certificate required") {
+			// The node asks every client for a certificate, and none was given.
+			cmd.SetErr(fmt.Errorf("TLS: the node requires a client certificate and none was given (cert and key, --cert and --key): %w", err))
+			return
+		}
 		cmd.SetErr(fmt.Errorf("TLS: the node refused this client's certificate (cert and key, --cert and --key): %w", err))
 	}
 }

@@ -165,7 +165,7 @@ func TestTLSRefusedNodesGiveClearPerNodeErrors(t *testing.T) {
 		{"expired", pki.IssueT(t, redistest.CertSpec{Name: "expired", Hosts: []string{"127.0.0.1"}, NotBefore: expiredAt.Add(-time.Hour), NotAfter: expiredAt}), pki.CAFile, &client,
 			[]string{"has expired", "certificate has expired"}},
 		{"no client certificate", good, pki.CAFile, nil,
-			[]string{"refused this client's certificate", "tls: certificate required"}},
+			[]string{"requires a client certificate and none was given", "tls: certificate required"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

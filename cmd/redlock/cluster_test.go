@@ -30,7 +30,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 
 	// Serving no slot: no lock at all can be taken on it.
 	r := run(t, "nodes", ttlFlag, noGrace, nodes, lockName(t))
-	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: NO") || !strings.Contains(r.stdout, "serves no hash slot") || !strings.Contains(r.stdout, "locks: no") {
+	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: no") || !strings.Contains(r.stdout, "serves no hash slot") || !strings.Contains(r.stdout, "locks: no") {
 		t.Errorf("nodes with a cluster node serving no slot: want exit %d and a NO, got %v", exitFailure, r)
 	}
 	e := run(t, "exec", ttlFlag, noGrace, nodes, lockName(t), "--", "true")
@@ -65,7 +65,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 
 	slot := strconv.Itoa(slots.KeySlot(unserved))
 	r = run(t, "nodes", ttlFlag, noGrace, nodes, unserved)
-	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: NO") || !strings.Contains(r.stdout, "not the lock's slot "+slot) || !strings.Contains(r.stdout, "locks: no") {
+	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: no") || !strings.Contains(r.stdout, "not the lock's slot "+slot) || !strings.Contains(r.stdout, "locks: no") {
 		t.Errorf("nodes %s (slot %s, not served): want exit %d and a NO, got %v", unserved, slot, exitFailure, r)
 	}
 	marker := t.TempDir() + "/ran"
@@ -75,6 +75,16 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the command ran although a node cannot take the lock")
+	}
+
+	// Serving every slot, in two ranges: it takes every lock, and nodes says so without a NAME.
+	if err := node.ServeSlots(ctx, 8192, 16383); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, "nodes", ttlFlag, noGrace, nodes)
+	if r.code != 0 || !strings.Contains(r.stdout, "cluster slots: yes: the 1 node in cluster mode serves any lock") ||
+		!strings.Contains(r.stdout, "locks: yes\n") || strings.Contains(r.stdout, "only for some locks") {
+		t.Errorf("nodes with a cluster node serving every slot: want yes, got %v", r)
 	}
 }
 

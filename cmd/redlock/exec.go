@@ -33,10 +33,13 @@ SIGUSR1 and SIGUSR2 sent to redlock are passed on to it. It is not meant for int
 commands: when stdin is a terminal, COMMAND reads end-of-file from it.
 
 With --wait 0 (the default) redlock makes a single attempt and exits 75 if the lock is taken:
-what a cron job that must run on one host only wants. It exits 69 instead when no quorum of
-the nodes could be reached, or a node cannot take the lock (a replica, a server listed twice,
-a node in cluster mode that does not serve the lock's hash slot): then nobody holds the lock,
-and the job ran nowhere.
+what a cron job that must run on one host only wants. 75 means the nodes that answered "held
+by another owner" are alone enough to make a quorum impossible (more than N - quorum of them),
+whatever the other nodes did: 4 of 5 held and the 5th down is 75. It exits 69 instead when the
+failed nodes were needed to lose (2 of 5 held and 3 down), no quorum of the nodes could be
+reached, or a node cannot take the lock (a replica, a server listed twice, a node in cluster
+mode that does not serve the lock's hash slot): then nobody can be said to hold the lock, and
+the job ran nowhere. Either message names every node that failed.
 
 While it holds the lock, redlock records this host's name, its own pid, the start time and
 COMMAND with it (on every node, in a key that goes with the lock): ` + "`redlock status NAME`" + ` shows

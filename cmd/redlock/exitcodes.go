@@ -40,11 +40,13 @@ const exitCodesHelp = `Exit codes:
   0      success (exec: the command exited 0)
   1..    exec: the command's own exit code, 128+N if it died of signal N
   1      status/nodes/unlock: a problem was found; demo: a safety check failed
-  64     usage or configuration error (bad flag, bad URL, missing nodes)
+  64     usage or configuration error (bad flag, bad URL, missing nodes, one address
+         given twice)
   69     exec: no quorum of the nodes could be reached (down, timing out, refusing,
          sitting out, not independent, a cluster node not serving the lock's hash slot):
          the lock service is down; the command did not run
-  75     exec: the lock is held by another owner (after --wait); the command did not run
+  75     exec: the lock is held by another owner (after --wait): the nodes saying so are
+         alone more than N - quorum, whatever the others did; the command did not run
   76     exec: lock lost while the command ran; the command was stopped
   126    exec: the command could not be executed
   127    exec: the command was not found

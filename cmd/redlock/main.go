@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/redis/go-redis/v9"
@@ -90,7 +91,10 @@ func (a *app) report(cmd string, err error) int {
 	code := exitCode(err)
 	var silent *silentExit
 	if !errors.As(err, &silent) {
-		fmt.Fprintf(a.stderr, "redlock %s: %v\n", cmd, err)
+		// One line, and one "redlock" in front: the library's messages start with
+		// "redlock: " and joined problems with line breaks.
+		msg := strings.ReplaceAll(strings.TrimPrefix(err.Error(), "redlock: "), "\n", "; ")
+		fmt.Fprintf(a.stderr, "redlock %s: %s\n", cmd, msg)
 		if code == exitUsage && !errors.Is(err, redlock.ErrInvalidConfig) {
 			fmt.Fprintf(a.stderr, "Run 'redlock %s --help' for usage.\n", cmd)
 		}

@@ -95,6 +95,13 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintln(a.stdout, warning)
 	}
 	v := verdicts(rows, client.Quorum(), name, slot)
+	if name != "" && strings.HasPrefix(v.locks, "yes") {
+		// The nodes can take locks, but exec takes this one only if nobody holds it.
+		if st, err := client.Inspect(ctx, name); err == nil && st.Held {
+			v.locks = fmt.Sprintf("no: the nodes can take locks, but lock %q is held by another owner (%s), valid for at least %s: exec would exit 75 now",
+				name, holderOf(st), formatDuration(st.Remaining))
+		}
+	}
 	fmt.Fprintf(a.stdout, "quorum: %s\n", v.quorum)
 	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
 	if v.slots != "" {
@@ -106,6 +113,14 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 		return withExitCode(exitFailure, errors.Join(v.problems...))
 	}
 	return nil
+}
+
+// holderOf names a lock's holder: its owner value and what it recorded, if anything.
+func holderOf(st *redlock.Status) string {
+	if st.Metadata == "" {
+		return shortID(st.Owner)
+	}
+	return shortID(st.Owner) + ": " + printableMetadata(st.Metadata)
 }
 
 // certWarningPeriod: a node certificate that expires sooner than this is worth a line,
@@ -194,11 +209,31 @@ func slotVerdict(ci *redlock.ClusterInfo, slot int) string {
 	if err := ci.Serves(first); err != nil {
 		return "no: " + why(err)
 	}
+	if servesEverySlot(ci) {
+		return "yes: cluster mode, serves every hash slot (0-16383)"
+	}
 	ranges := make([]string, len(ci.Slots))
 	for i, r := range ci.Slots {
 		ranges[i] = r.String()
 	}
 	return fmt.Sprintf("unknown: cluster mode, serves hash slots %s; give a lock NAME to check its slot", strings.Join(ranges, ","))
+}
+
+// servesEverySlot tells whether a node in cluster mode serves all 16384 hash slots, in
+// however many ranges it lists them: then it takes every lock, as a node not in cluster mode.
+func servesEverySlot(ci *redlock.ClusterInfo) bool {
+	const slots = 16384
+	var served [slots]bool
+	count := 0
+	for _, r := range ci.Slots {
+		for s := max(r.First, 0); s <= min(r.Last, slots-1); s++ {
+			if !served[s] {
+				served[s] = true
+				count++
+			}
+		}
+	}
+	return count == slots
 }
 
 // verb picks the singular or plural form for n subjects.
@@ -217,8 +252,14 @@ func nodeProblem(err error) string {
 		return "unreachable: no answer in time: " + err.Error()
 	case errors.As(err, &netErr):
 		return "unreachable: " + err.Error()
-	case strings.Contains(err.Error(), "NOAUTH"), strings.Contains(err.Error(), "WRONGPASS"):
-		return "authentication refused: " + err.Error()
+	case strings.Contains(err.Error(), "NOAUTH"):
+		// No credential was sent. A password written where the user name goes
+		// (redis://PASSWORD@host) is sent as a user name without a password.
+		return "no password sent, the node requires one (" + err.Error() + "): write it as redis://:PASSWORD@host, with the colon"
+	case strings.Contains(err.Error(), "WRONGPASS"):
+		return "authentication failed: wrong password or user name (" + err.Error() + ")"
+	case errors.Is(err, io.EOF):
+		return "the node closed the connection at once (EOF): if it serves TLS only, write its URL as rediss://"
 	case strings.HasPrefix(err.Error(), "CLUSTERDOWN"), strings.HasPrefix(err.Error(), "MOVED"):
 		return "cluster mode, does not serve this key's slot: " + err.Error()
 	}
@@ -269,7 +310,7 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	}
 	switch {
 	case len(notIndependent) > 0:
-		v.independent = "NO: " + strings.Join(notIndependent, "; ")
+		v.independent = "no: " + strings.Join(notIndependent, "; ")
 		v.problems = append(v.problems, fmt.Errorf("not independent: %s", strings.Join(notIndependent, "; ")))
 	case len(unchecked) > 0:
 		v.independent = fmt.Sprintf("unknown: %d of %s could not be checked: %s", len(unchecked), plural(total, "node"), strings.Join(unchecked, "; "))
@@ -289,7 +330,7 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	}
 	switch {
 	case len(notServing) > 0:
-		v.slots = fmt.Sprintf("NO: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
+		v.slots = fmt.Sprintf("no: %s cannot take %s: %s", plural(len(notServing), "node"), lock, strings.Join(notServing, "; "))
 		v.problems = append(v.problems, fmt.Errorf("%s in cluster mode cannot take %s", plural(len(notServing), "node"), lock))
 	case len(slotUnknown) > 0:
 		v.slots = fmt.Sprintf("unknown: %s in cluster mode %s only some hash slots (%s); give a lock NAME to check its slot", plural(len(slotUnknown), "node"), verb(len(slotUnknown), "serves", "serve"), strings.Join(slotUnknown, ", "))
@@ -404,10 +445,10 @@ func persistenceWarnings(infos []redlock.NodeInfo, grace, ttl time.Duration) []s
 	for _, kind := range kinds {
 		nodes := strings.Join(byKind[kind], ", ")
 		if grace == redlock.NoRestartGrace {
-			out = append(out, fmt.Sprintf("WARNING: %s persist with %s and the restart grace is off: after a crash such a node rejoins without its keys and can hand a held lock to a second owner", nodes, kind))
+			out = append(out, fmt.Sprintf("WARNING: %s: %s, and the restart grace is off: after a crash such a node rejoins without its keys and can hand a held lock to a second owner", nodes, kind))
 			continue
 		}
-		out = append(out, fmt.Sprintf("note: %s persist with %s: a crash loses keys; the restart grace keeps a restarted node out for %v, safe only if no client uses a longer TTL", nodes, kind, covered))
+		out = append(out, fmt.Sprintf("note: %s: %s, so a crash loses keys; the restart grace keeps a restarted node out for %v, or for the largest TTL in use on the nodes if longer", nodes, kind, covered))
 	}
 	return out
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -19,9 +20,12 @@ register, then the verdict: the lock is held only if one owner holds it on a quo
 and what the holder recorded with it (redlock exec records its host, pid, start time and
 command).
 The highest fence register bounds the tokens handed out so far: the next holder's token is
-higher. Then the fair lock's queue (see WithFairness), node by node, head first: each waiter's
-ticket, its id and how long its entry lives unless it refreshes it. Exits 1 if fewer than a
-quorum of nodes answered.
+higher. The verdict is yes, no, or unknown when the nodes that did not answer could give an
+owner a quorum. Like nodes, status checks that the nodes are independent (no replica, no
+server listed twice): a key counted twice would make the verdict wrong. Then the fair lock's
+queue (see WithFairness), node by node, head first: each waiter's ticket, its id and how long
+its entry lives unless it refreshes it. Exits 0 when the lock is held or not held, 1 when the
+verdict is unknown, the nodes are not independent, or fewer than a quorum of nodes answered.
 
 For a semaphore (see exec --permits), it shows every slot the same way: its holder on each node,
 and whether one owner holds it on a quorum. With --permits K it reads slots 0 to K-1; without,
@@ -77,19 +81,26 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	var qe *redlock.QuorumError
-	if errors.As(err, &qe) && st != nil {
-		printStatus(a.stdout, client, st)
-		return fmt.Errorf("only %d of %s answered, fewer than the quorum of %d: the verdict above may be wrong", qe.Won, plural(len(st.Nodes), "node"), qe.Needed)
-	}
-	if err != nil {
+	if err != nil && !errors.As(err, &qe) || st == nil {
 		return err
 	}
-	printStatus(a.stdout, client, st)
-	qs, err := client.Queue(ctx, name)
+	// The verdict counts keys per node: a replica or one server listed twice would count
+	// one server's key twice. exec refuses such a set; status says so, as nodes does.
+	notIndependent := notIndependentNodes(judgeNodes(client.Nodes(ctx), client.KeySlot(name)))
+	printStatus(a.stdout, client, st, notIndependent)
+	qs, _ := client.Queue(ctx, name) // per-node errors are in the entries
 	for _, q := range qs {
 		nf.logNodeError(a, q.Node, q.Err)
 	}
 	printQueue(a.stdout, qs)
+	switch {
+	case len(notIndependent) > 0:
+		return fmt.Errorf("not independent: %s", strings.Join(notIndependent, "; "))
+	case qe != nil:
+		return fmt.Errorf("only %s answered, fewer than the quorum of %d: whether the lock is held is unknown", answeredOf(st), qe.Needed)
+	case st.Unknown:
+		return fmt.Errorf("%s answered: whether the lock is held is unknown", answeredOf(st))
+	}
 	return nil
 }
 
@@ -122,7 +133,29 @@ func printQueue(w io.Writer, qs []redlock.NodeQueue) {
 	tw.Flush()
 }
 
-func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
+// notIndependentNodes lists the nodes judged a replica or another entry's server, with why.
+func notIndependentNodes(rows []nodeRow) []string {
+	var out []string
+	for _, r := range rows {
+		if r.info.Err == nil && r.independent != "yes" {
+			out = append(out, fmt.Sprintf("%s: %s", r.info.Node, strings.TrimPrefix(r.independent, "no: ")))
+		}
+	}
+	return out
+}
+
+// answeredOf is "2 of 5 nodes": how many nodes answered the inspection.
+func answeredOf(st *redlock.Status) string {
+	answered := 0
+	for _, n := range st.Nodes {
+		if n.Err == nil {
+			answered++
+		}
+	}
+	return fmt.Sprintf("%d of %s", answered, plural(len(st.Nodes), "node"))
+}
+
+func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status, notIndependent []string) {
 	fmt.Fprintf(w, "lock %q: key %s on %s, quorum %d\n\n", st.Name, client.LockKey(st.Name), plural(len(st.Nodes), "node"), client.Quorum())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tOWNER\tTTL\tFENCE")
@@ -149,13 +182,24 @@ func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status) {
 			}
 		}
 	}
-	if st.Held {
+	silent := 0
+	for _, n := range st.Nodes {
+		if n.Err != nil {
+			silent++
+		}
+	}
+	if len(notIndependent) > 0 {
+		fmt.Fprintf(w, "independent: no: %s\n", strings.Join(notIndependent, "; "))
+		fmt.Fprintln(w, "held: unknown: the nodes are not independent, so the count of nodes holding a key may count one server twice; exec refuses these nodes (exit 69)")
+	} else if st.Held {
 		fmt.Fprintf(w, "held: yes, by %s on %d of %s, valid for at least %s\n", shortID(st.Owner), holding, plural(len(st.Nodes), "node"), formatDuration(st.Remaining))
 		if st.Metadata != "" {
 			fmt.Fprintf(w, "holder: %s\n", printableMetadata(st.Metadata))
 		} else {
 			fmt.Fprintln(w, "holder: recorded nothing (a library client without WithMetadata, or exec --no-metadata)")
 		}
+	} else if st.Unknown {
+		fmt.Fprintf(w, "held: unknown: only %s answered; %s did not, and an owner may hold the lock on them: a quorum is %d\n", answeredOf(st), plural(silent, "node"), client.Quorum())
 	} else {
 		fmt.Fprintf(w, "held: no, no owner holds a quorum of %s\n", plural(client.Quorum(), "node"))
 		if withKeys > 0 {

@@ -59,7 +59,7 @@ func TestExecOverTLSWithClientCertificates(t *testing.T) {
 		{"wrong CA", []string{nodes}, []string{"--cacert", other.CAFile, "--cert", files.Client.Cert, "--key", files.Client.Key}, exitUnavailable,
 			[]string{"not signed by a trusted CA", "unknown authority"}},
 		{"no client certificate", []string{nodes}, []string{"--cacert", pki.CAFile}, exitUnavailable,
-			[]string{"refused this client's certificate", "certificate required"}},
+			[]string{"requires a client certificate and none was given", "certificate required"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
