@@ -109,7 +109,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes a single attempt")
 	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
 	withOTel := fs.Bool("otel", false, otelFlagUsage)
-	noMetadata := fs.Bool("no-metadata", false, "do not record host, pid, start time and COMMAND with the lock (for `status`)")
+	noMetadata := fs.Bool("no-metadata", false, "do not record host, pid, start time and COMMAND with the lock (shown by redlock status)")
 	permits := fs.Int("permits", 0, "run under one of `K` permits of the semaphore NAME instead of the lock NAME; 0: the lock")
 	rest, err := parseLeadingFlags(fs, args)
 	if err != nil {

@@ -34,10 +34,10 @@ func newFlagSet(a *app, h cmdHelp) *flag.FlagSet {
 }
 
 func printHelp(w io.Writer, fs *flag.FlagSet, h cmdHelp) {
-	fmt.Fprintf(w, "Usage: redlock %s [flags] %s\n\n%s\n\nFlags:\n", h.name, h.synopsis, strings.TrimSpace(h.about))
+	fmt.Fprintf(w, "Usage: %s\n\n%s\n\nFlags:\n", strings.TrimSpace("redlock "+h.name+" [flags] "+h.synopsis), strings.TrimSpace(h.about))
 	fs.VisitAll(func(f *flag.Flag) {
 		kind, usage := flag.UnquoteUsage(f)
-		fmt.Fprintf(w, "  --%s %s\n", f.Name, kind)
+		fmt.Fprintf(w, "  %s\n", strings.TrimSpace("--"+f.Name+" "+kind)) // a bool flag has no kind
 		fmt.Fprintf(w, "        %s", usage)
 		// A zero default says nothing, and a usage that explains its own default
 		// ("default min(200ms, TTL/10)") must not get a second one ("default 0s").

@@ -104,7 +104,23 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	// ForceUnlock deletes the key and raises the fence register in one pipeline per node:
 	// every node that answered did both, the others neither.
 	answered := total - len(nodeErrors(err))
-	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %s (the others had none or did not answer)\n", deleted, plural(total, "node"))
+	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %s%s\n", deleted, plural(total, "node"), unlockRest(answered-deleted, total-answered))
 	fmt.Fprintf(a.stdout, "raised the fence register by one on %d of %s: the next holder's token is higher than the old holder's\n", answered, plural(total, "node"))
 	return err
+}
+
+// unlockRest says why the nodes where unlock deleted nothing did not:
+// " (2 had no key, 1 did not answer)", or "" when it deleted everywhere.
+func unlockRest(noKey, silent int) string {
+	var parts []string
+	if noKey > 0 {
+		parts = append(parts, fmt.Sprintf("%d had no key", noKey))
+	}
+	if silent > 0 {
+		parts = append(parts, fmt.Sprintf("%d did not answer", silent))
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

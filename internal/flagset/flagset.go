@@ -22,7 +22,7 @@ func Parse(flags *flag.FlagSet, name string, args []string, stdout io.Writer) er
 		fmt.Fprintf(stdout, "Usage of %s:\n", name)
 		flags.VisitAll(func(f *flag.Flag) {
 			kind, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(stdout, "  --%s %s\n        %s", f.Name, kind, usage)
+			fmt.Fprintf(stdout, "  %s\n        %s", strings.TrimSpace("--"+f.Name+" "+kind), usage) // a bool flag has no kind
 			if f.DefValue != "" && f.DefValue != "false" && f.DefValue != "0" && f.DefValue != "0s" {
 				fmt.Fprintf(stdout, " (default %s)", f.DefValue)
 			}
