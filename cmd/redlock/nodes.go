@@ -305,8 +305,12 @@ func verdicts(rows []nodeRow, quorum int, name string, slot int) nodeVerdicts {
 	if voting >= quorum {
 		v.quorum = fmt.Sprintf("yes: %d of %s vote, %d needed", voting, plural(total, "node"), quorum)
 	} else {
-		v.quorum = fmt.Sprintf("no: only %d of %s vote, %d needed", voting, plural(total, "node"), quorum)
-		v.problems = append(v.problems, fmt.Errorf("only %d of %s vote, quorum is %d", voting, plural(total, "node"), quorum))
+		votes := fmt.Sprintf("only %d of %s vote", voting, plural(total, "node"))
+		if voting == 0 {
+			votes = fmt.Sprintf("none of the %s votes", plural(total, "node"))
+		}
+		v.quorum = fmt.Sprintf("no: %s, %d needed", votes, quorum)
+		v.problems = append(v.problems, fmt.Errorf("%s, quorum is %d", votes, quorum))
 	}
 	switch {
 	case len(notIndependent) > 0:

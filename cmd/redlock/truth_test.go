@@ -61,7 +61,7 @@ func TestNodesVerdictsAgreeWithExec(t *testing.T) {
 	want := map[string][]string{
 		"healthy":       {"quorum: yes: 3 of 3 nodes vote", "independent: yes: 3 distinct masters", "locks: yes"},
 		"one node down": {"quorum: yes: 3 of 4 nodes vote, 3 needed", "independent: unknown: 1 of 4 nodes could not be checked", "connection refused", "locks: yes, 3 of 4 nodes vote"},
-		"majority down": {"quorum: no: only 0 of 3 nodes vote, 2 needed", "its clock is not yet compared with enough of the other nodes", "independent: unknown: 2 of 3 nodes could not be checked", "unreachable: dial tcp", "connect: connection refused", "locks: no"},
+		"majority down": {"quorum: no: none of the 3 nodes votes, 2 needed", "its clock is not yet compared with enough of the other nodes", "independent: unknown: 2 of 3 nodes could not be checked", "unreachable: dial tcp", "connect: connection refused", "locks: no"},
 		"a replica":     {"independent: no: ", "a replica (role slave), not a master", "locks: no: exec refuses"},
 		"a duplicate":   {"independent: no: ", "same server as 127.0.0.1:", "locks: no: exec refuses"},
 		"a node refusing auth": {"quorum: yes: 2 of 3 nodes vote", "independent: unknown: 1 of 3 nodes could not be checked", "no password sent, the node requires one (NOAUTH", "write it as redis://:PASSWORD@host",
