@@ -152,6 +152,14 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
+	if grace.d == redlock.NoRestartGrace {
+		// Off is safe only on nodes that persist every write: name those that do not.
+		probeCtx, cancel := context.WithTimeout(ctx, verboseProbeTimeout)
+		for _, w := range persistenceWarnings(client.Nodes(probeCtx), grace.d, *ttl) {
+			fmt.Fprintf(a.stderr, "redlock exec: %s\n", w)
+		}
+		cancel()
+	}
 	if nf.verbose {
 		// A lock won on a quorum says nothing of the nodes that failed: with -v, probe
 		// them first so that a node refusing authentication, say, shows up even then.

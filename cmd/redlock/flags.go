@@ -302,7 +302,7 @@ func (g *graceFlag) Set(s string) error {
 }
 
 func (g *graceFlag) register(fs *flag.FlagSet) {
-	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off (default: the lock TTL)")
+	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off, safe only on nodes with appendfsync always (default: the lock TTL; the largest TTL in use on the nodes if longer)")
 }
 
 // registerTimeout adds --timeout, which bounds an operator command's calls to the nodes.
