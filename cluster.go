@@ -67,7 +67,7 @@ func (ci *ClusterInfo) servesRegister() error {
 	case len(ci.Slots) == 0:
 		return fmt.Errorf("%w: cluster mode, serves no hash slot", ErrSlotNotServed)
 	case ci.Register != "" && !ci.has(keySlot(ci.Register)):
-		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not slot %d of %s, the register of the largest TTL in use that every acquire raises (choose a KeyPrefix that puts it in a slot the node serves)",
+		return fmt.Errorf("%w: cluster mode, serves hash slots %s, not slot %d of %s, the register of the largest TTL in use that every acquire raises (choose a KeyPrefix, the CLI's --key-prefix, that puts it in a slot the node serves)",
 			ErrSlotNotServed, ci.slotList(), keySlot(ci.Register), ci.Register)
 	case ci.State != "ok":
 		return fmt.Errorf("%w: cluster mode, cluster_state %s: refuses every key (CLUSTERDOWN)", ErrSlotNotServed, ci.State)

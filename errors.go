@@ -67,7 +67,9 @@ func (e *LockedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redlock: lock %q is held by another owner (expires in %v at the latest)", e.Name, e.Remaining)
 	if e.Errors != nil && e.Nodes > 0 {
-		fmt.Fprintf(&b, "; %d of %d nodes said so, %d failed or sat out", e.Refused, e.Nodes, len(e.Errors.Errors))
+		// The round is decided once the refusals alone lose it: nodes that
+		// had not answered yet may hold it too, hence "at least".
+		fmt.Fprintf(&b, "; at least %d of %d nodes said so, %d failed or sat out", e.Refused, e.Nodes, len(e.Errors.Errors))
 		for _, err := range e.Errors.Errors {
 			b.WriteString("; ")
 			b.WriteString(err.Error())

@@ -190,7 +190,7 @@ func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status, notInd
 	}
 	if len(notIndependent) > 0 {
 		fmt.Fprintf(w, "independent: no: %s\n", strings.Join(notIndependent, "; "))
-		fmt.Fprintln(w, "held: unknown: the nodes are not independent, so the count of nodes holding a key may count one server twice; exec refuses these nodes (exit 69)")
+		fmt.Fprintln(w, "held: unknown: the nodes are not independent (a replica holds a copy of its master's key, a server listed twice is read twice), so a key may be counted twice; exec refuses these nodes (exit 69)")
 	} else if st.Held {
 		fmt.Fprintf(w, "held: yes, by %s on %d of %s, valid for at least %s\n", shortID(st.Owner), holding, plural(len(st.Nodes), "node"), formatDuration(st.Remaining))
 		if st.Metadata != "" {
