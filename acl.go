@@ -19,12 +19,19 @@ import "strings"
 //     persistent and always sits out the restart grace after a restart.
 //   - hello: go-redis' connection handshake (RESP3). go-redis also sends
 //     CLIENT SETINFO (Redis 7.2 on) and goes on when it is refused.
+//   - exists, zadd, zcard, zrange, zrangebyscore, zrem, zremrangebyscore,
+//     zscore, hset, hget, hmget, hdel, hexists: the read-write lock's
+//     readers and writer intents and the fair lock's queue are sorted sets
+//     and hashes in the lock's hash slot (lua/rw_*.lua, lua/fair_queue.lua);
+//     zrange also serves Client.Queue.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",
 	"subscribe", "unsubscribe", "ping",
 	"info", "config|get",
 	"hello",
+	"exists", "zadd", "zcard", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zscore",
+	"hset", "hget", "hmget", "hdel", "hexists",
 }
 
 // ACLRule is the least-privilege Redis ACL rule for the users of a client
@@ -33,9 +40,11 @@ var aclCommands = []string{
 // in an ACL file. It allows the commands the client sends and nothing
 // else, on the keys and pub/sub channels under the prefix: the locks
 // ("<prefix>{<name>}"), their fence registers ("<prefix>{<name>}:fence"),
-// the register of the largest TTL in use ("<prefix>ttl-in-use") and the
-// release channels ("<prefix>{<name>}:released"). ForceUnlock needs incr
-// on top; FencedSet needs hget and hset on the resource's own key.
+// the register of the largest TTL in use ("<prefix>ttl-in-use"), the
+// read-write and fair locks' sets beside them, and the release channels
+// ("<prefix>{<name>}:released"). One rule serves every primitive.
+// ForceUnlock needs incr on top; FencedSet needs hget and hset on the
+// resource's own key.
 func ACLRule(keyPrefix string) string {
 	if keyPrefix == "" {
 		keyPrefix = DefaultKeyPrefix

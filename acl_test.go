@@ -223,3 +223,56 @@ func TestREADMEDocumentsTheACLRule(t *testing.T) {
 		t.Errorf("README.md does not show the ACL rule:\n%s", redlock.ACLRule(""))
 	}
 }
+
+// TestACLRuleAllowsEveryPrimitive: the same rule serves the semaphore, both
+// sides of the read-write lock, the fair lock and its queue view, a
+// multi-lock and Inspect: their scripts call commands the mutex's do not
+// (sorted sets, hashes), and Redis checks those against the user too.
+func TestACLRuleAllowsEveryPrimitive(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
+		Users: []string{"locker on >pw " + redlock.ACLRule("")}})
+	c := fromURLs(t, aclURLs(cl, "locker"), redlock.Options{TTL: 10 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	release := func(what string, l *redlock.Lock, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+		if err := l.Extend(ctx); err != nil {
+			t.Fatalf("%s: extend: %v", what, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("%s: release: %v", what, err)
+		}
+	}
+	sem, err := c.Semaphore("acl-sem", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatalf("semaphore: %v", err)
+	}
+	release("semaphore", p.Lock, nil)
+	rw := c.RWLock("acl-rw")
+	r, err := rw.TryRLock(ctx)
+	release("read lock", r, err)
+	w, err := rw.TryLock(ctx)
+	release("write lock", w, err)
+	f, err := c.TryAcquire(ctx, "acl-fair", redlock.WithFairness())
+	release("fair lock", f, err)
+	if _, err := c.Queue(ctx, "acl-fair"); err != nil {
+		t.Fatalf("fair queue: %v", err)
+	}
+	m, err := c.TryAcquireMulti(ctx, []string{"acl-a", "acl-b"})
+	if err != nil {
+		t.Fatalf("multi-lock: %v", err)
+	}
+	if err := m.Extend(ctx); err != nil {
+		t.Fatalf("multi-lock: extend: %v", err)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatalf("multi-lock: release: %v", err)
+	}
+}
