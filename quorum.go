@@ -61,9 +61,10 @@ const (
 	callUnsure                     // no answer: the call may still set the key later
 )
 
-// lockKind is what one kind of lock runs on the nodes: the mutex, or one
-// side of a read-write lock. Everything else about an attempt (the quorum,
-// the validity, fencing, the ordered release) is shared.
+// lockKind is what one kind of lock runs on the nodes: the mutex, a side of
+// a read-write lock, a semaphore's permit or a fair lock's holder.
+// Everything else about an attempt (the quorum, the validity, fencing, the
+// ordered release) is shared.
 type lockKind struct {
 	acquire, release, extend *script
 	// reader: the lock issues no token; its Token is the highest fence
