@@ -37,6 +37,32 @@ type Run struct {
 	Mismatch error
 }
 
+// runLog is a run's logger, every line tagged with the scenario and backend.
+func runLog(cfg RunConfig, sc Scenario, b Backend) *slog.Logger {
+	log := cfg.Log
+	if log == nil {
+		log = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return log.With("scenario", sc.Name, "backend", b.Name())
+}
+
+// startNodes starts the scenario's nodes on b, each reached through a proxy
+// of its own; stop closes the proxies, then stops the nodes.
+func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, nw *Net, stop func() error, err error) {
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	addrs := make([]string, len(cluster.Nodes))
+	for i, n := range cluster.Nodes {
+		addrs[i] = n.Addr()
+	}
+	if nw, err = NewNet(addrs); err != nil {
+		return nil, nil, nil, errors.Join(err, cluster.Stop())
+	}
+	return cluster, nw, func() error { nw.Close(); return cluster.Stop() }, nil
+}
+
 // RunScenario starts a fresh cluster on b, runs the workload under the
 // scenario's schedule, stops everything it started, and judges the
 // history. An error means the run itself could not be carried out (a
@@ -44,27 +70,13 @@ type Run struct {
 // the Run is returned too, with the history up to then); a verdict that
 // differs from the expectation is reported in Run.Mismatch instead.
 func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (run *Run, err error) {
-	log := cfg.Log
-	if log == nil {
-		log = slog.New(slog.NewTextHandler(io.Discard, nil))
-	}
-	log = log.With("scenario", sc.Name, "backend", b.Name())
+	log := runLog(cfg, sc, b)
 	started := time.Now()
-	cluster, err := b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
+	cluster, nw, stop, err := startNodes(ctx, b, sc)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { err = errors.Join(err, cluster.Stop()) }()
-
-	addrs := make([]string, len(cluster.Nodes))
-	for i, n := range cluster.Nodes {
-		addrs[i] = n.Addr()
-	}
-	nw, err := NewNet(addrs)
-	if err != nil {
-		return nil, err
-	}
-	defer nw.Close()
+	defer func() { err = errors.Join(err, stop()) }()
 
 	rec := NewRecorder()
 	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, ScanKeys: scannedKeys(sc.Scheme), Clients: sc.clients()}
