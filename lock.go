@@ -131,9 +131,12 @@ func (l *Lock) endLocked(err error) {
 // Extend renews the lock for its TTL on a quorum, counting validity from
 // the start of this call. A node that lost our key (it restarted empty) gets
 // it back, unless a newer token was issued there. It fails with an error
-// matching ErrLockLost if the lock was already lost or another owner holds
-// it on too many nodes (then the lock is lost for good), ErrNoQuorum if too
-// many nodes failed (the lock stays valid until Deadline; try again), or
+// matching ErrLockLost if the lock was already lost, if its validity passed
+// before the call or before a quorum answered (another holder may have come
+// and gone in between, whatever the nodes say now), or if another owner
+// holds it on too many nodes; the lock is then lost for good and its keys
+// are deleted in the background. It fails with ErrNoQuorum if too many
+// nodes failed (the lock stays valid until Deadline; try again), or
 // ErrNotHeld after Release.
 func (l *Lock) Extend(ctx context.Context) error {
 	if l.outer != nil {
@@ -141,7 +144,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 	}
 	l.extendMu.Lock()
 	defer l.extendMu.Unlock()
-	if err := l.Err(); err != nil {
+	if err := l.endIfExpired(); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
@@ -172,7 +175,25 @@ func (l *Lock) Extend(ctx context.Context) error {
 		vals, err := n.run.run(ctx, l.a.kind.extend, args)
 		return l.extendAnswer(ctx, n, vals, err, sent)
 	}, nodes)
-	return l.extended(ctx, start, err, nodes)
+	return l.extended(ctx, start, c.clock.Now(), err, nodes) // the round returns as soon as it is decided
+}
+
+// endIfExpired ends the lock as lost if its validity has passed, so that an
+// extension sends nothing for it: past the deadline another holder may have
+// taken the lock and let it go, and the extend script would renew our key,
+// or without fencing re-create it, over that gap. Its keys, which may still
+// live on the nodes for a moment, are deleted in the background (ordered
+// after any call still running there, as every release). It returns how the
+// lock ended, nil while it is held.
+func (l *Lock) endIfExpired() error {
+	l.mu.Lock()
+	expired := l.expireLocked()
+	err := l.err
+	l.mu.Unlock()
+	if expired {
+		l.a.releaseInBackground()
+	}
+	return err
 }
 
 // nodeTimeout is the per-node timeout of the lock's TTL.
@@ -234,14 +255,27 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, vals []int64, err erro
 }
 
 // extended concludes an extension that started at start and whose quorum
-// round ended with err: the new validity, or why there is none. nodes are
-// the round's per-node results, if observed.
-func (l *Lock) extended(ctx context.Context, start time.Time, err error, nodes *[]NodeResult) error {
+// round was decided at decided with err: the new validity, or why there is
+// none. nodes are the round's per-node results, if observed. The caller
+// holds extendMu.
+//
+// The answers count only if the quorum's came in before the deadline the
+// extension was to move: a round that started in time but was answered
+// after it cannot show that the lock was held without a gap (the keys may
+// have expired and another holder come and gone before our extend reached
+// the nodes). The lock is then lost, whatever the nodes answered.
+func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error, nodes *[]NodeResult) error {
 	c, a := l.c, l.a
 	now := c.clock.Now()
 	var results []NodeResult
 	if nodes != nil {
 		results = *nodes
+	}
+	l.mu.Lock()
+	deadline, ended := l.deadline, l.err
+	l.mu.Unlock()
+	if ended != nil || !decided.Before(deadline) {
+		return l.extendedTooLate(ctx, start, now, decided, deadline, results)
 	}
 	if err != nil {
 		var qe *QuorumError
@@ -264,12 +298,38 @@ func (l *Lock) extended(ctx context.Context, start time.Time, err error, nodes *
 		return err
 	}
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.err == nil {
-		l.deadline = now.Add(valid)
+	if l.err != nil { // its validity ended at Done's timer meanwhile: it stays lost
+		l.mu.Unlock()
+		return l.extendedTooLate(ctx, start, now, decided, deadline, results)
 	}
+	l.deadline = now.Add(valid)
+	l.mu.Unlock()
 	c.emit(Event{Kind: EventExtended, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Validity: valid, Context: ctx, Nodes: results})
 	return nil
+}
+
+// extendedTooLate concludes an extension decided at decided, on or after
+// the lock's deadline, or after the lock ended meanwhile: the lock is lost
+// (if it was not already), and the keys the late round extended or
+// re-created are deleted in the background.
+func (l *Lock) extendedTooLate(ctx context.Context, start, now, decided, deadline time.Time, results []NodeResult) error {
+	c, a := l.c, l.a
+	l.mu.Lock()
+	err := l.err
+	l.mu.Unlock()
+	if errors.Is(err, ErrNotHeld) {
+		return err // released: the release deleted the keys
+	}
+	if err == nil {
+		err = fmt.Errorf("%w: %q: its validity ended at %v, %v before a quorum answered the extension", ErrLockLost, a.name, deadline.Format(time.RFC3339Nano), decided.Sub(deadline))
+	}
+	c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
+	l.mu.Lock()
+	l.endLocked(err)
+	err = l.err
+	l.mu.Unlock()
+	a.releaseInBackground()
+	return err
 }
 
 var (

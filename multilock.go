@@ -230,16 +230,12 @@ func (m *MultiLock) Err() error {
 // Extend renews every name for its TTL in one round: each node gets the
 // extends of all names in one batch, and each name needs its own quorum.
 // It returns nil if every name was renewed; otherwise the names' errors
-// joined (see Lock.Extend: a name refused by too many nodes is lost, and
-// then Done closes). It fails at once, extending nothing, if a name already
-// ended.
+// joined (see Lock.Extend: a name refused by too many nodes, or whose
+// quorum answered only after its validity passed, is lost, and then Done
+// closes). It fails at once, extending nothing, if a name already ended or
+// its validity passed (that name is then lost, and its keys are deleted in
+// the background).
 func (m *MultiLock) Extend(ctx context.Context) error {
-	if err := m.Err(); err != nil {
-		return err
-	}
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redlock: extend %q: %w", m.Names(), err)
-	}
 	// A nested member is a view: the lock on the nodes is its outer one.
 	batch := make([]*Lock, len(m.locks))
 	for i, l := range m.locks {
@@ -247,6 +243,12 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 			l = l.outer
 		}
 		batch[i] = l
+	}
+	if err := m.endIfExpired(batch); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("redlock: extend %q: %w", m.Names(), err)
 	}
 	// In name order, as every multi-lock: two Extends of overlapping
 	// multi-locks of one client cannot wait for each other in a cycle.
@@ -260,17 +262,27 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 			l.extendMu.Unlock()
 		}
 	}()
-	if err := m.Err(); err != nil { // released while we waited for the locks
+	if err := m.endIfExpired(batch); err != nil { // released or expired while we waited for the locks
 		return err
 	}
-	start, errs := m.c.extendBatch(context.WithoutCancel(ctx), batch, timeout)
+	start, decided, errs := m.c.extendBatch(context.WithoutCancel(ctx), batch, timeout)
 	var all []error
 	for i, l := range batch {
-		if err := l.extended(ctx, start, errs[i], nil); err != nil {
+		if err := l.extended(ctx, start, decided[i], errs[i], nil); err != nil {
 			all = append(all, err)
 		}
 	}
 	return errors.Join(all...)
+}
+
+// endIfExpired ends as lost every lock of batch (the members' locks on the
+// nodes) whose validity passed, as Lock.Extend does before it sends
+// anything, and gives the multi-lock's error, nil while every name is held.
+func (m *MultiLock) endIfExpired(batch []*Lock) error {
+	for _, l := range batch {
+		_ = l.endIfExpired()
+	}
+	return m.Err()
 }
 
 // Release releases every name at once (see Lock.Release). It returns nil

@@ -3,6 +3,7 @@ package redlock
 import (
 	"container/heap"
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -136,14 +137,21 @@ func (r *renewals) close() {
 func (r *renewals) renew(batch []*renewal) {
 	c := r.c
 	// One extend or release at a time per lock (Lock.extendMu): a lock
-	// busy with its holder's own call is tried again soon.
+	// busy with its holder's own call is tried again soon. A lock that
+	// ended, or whose validity passed while the client was paused (before
+	// Done's timer got to it), gets no renewal: it is lost, whatever the
+	// nodes would answer now.
 	live := batch[:0]
 	for _, rn := range batch {
-		if rn.l.extendMu.TryLock() {
-			live = append(live, rn)
+		if !rn.l.extendMu.TryLock() {
+			r.schedule(rn)
 			continue
 		}
-		r.schedule(rn)
+		if rn.l.endIfExpired() != nil {
+			rn.l.extendMu.Unlock()
+			continue
+		}
+		live = append(live, rn)
 	}
 	if len(live) == 0 {
 		return
@@ -163,10 +171,10 @@ func (r *renewals) renew(batch []*renewal) {
 	for k, rn := range live {
 		locks[k] = rn.l
 	}
-	start, errs := c.extendBatch(context.Background(), locks, timeout)
+	start, decided, errs := c.extendBatch(context.Background(), locks, timeout)
 	for k, rn := range live {
 		l := rn.l
-		if l.extended(context.Background(), start, errs[k], nil) == nil {
+		if l.extended(context.Background(), start, decided[k], errs[k], nil) == nil {
 			rn.extensions++
 		}
 		l.extendMu.Unlock()
@@ -176,15 +184,18 @@ func (r *renewals) renew(batch []*renewal) {
 
 // extendBatch sends the extend of every lock of batch to each node as one
 // batch, and gives each lock's *QuorumError, nil where a quorum renewed it,
-// with the time the round started, from which the new validities count.
-// The caller holds every lock's extendMu.
-func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time.Duration) (time.Time, []error) {
+// with the time the round started, from which the new validities count,
+// and the time each lock's round was decided: when the last answer of its
+// quorum came in, or, short of a quorum, when the round ended. The caller
+// holds every lock's extendMu.
+func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time.Duration) (start time.Time, decided []time.Time, errs []error) {
 	type answer struct {
 		yes bool
 		err error
+		at  time.Time // when the answer came in
 	}
 	answers := make([][]answer, len(c.nodes)) // per node, per lock
-	start := c.clock.Now()
+	start = c.clock.Now()
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -223,28 +234,37 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 				if err != nil {
 					c.failed(n, err, timeout)
 				}
-				got[k] = answer{yes, err}
+				got[k] = answer{yes, err, c.clock.Now()}
 			}
 		}()
 	}
 	wg.Wait()
+	end := c.clock.Now()
 
-	errs := make([]error, len(batch))
+	decided = make([]time.Time, len(batch))
+	errs = make([]error, len(batch))
+	yes := make([]time.Time, 0, len(c.nodes))
 	for k, l := range batch {
 		qe := &QuorumError{Op: "extend", Name: l.a.name, Needed: c.quorum()}
+		yes = yes[:0]
 		for i, n := range c.nodes {
 			switch a := answers[i][k]; {
 			case a.yes:
 				qe.Won++
+				yes = append(yes, a.at)
 			case a.err != nil:
 				qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: a.err})
 			}
 		}
+		decided[k] = end
 		if qe.Won < qe.Needed {
 			errs[k] = qe
+			continue
 		}
+		slices.SortFunc(yes, time.Time.Compare)
+		decided[k] = yes[qe.Needed-1]
 	}
-	return start, errs
+	return start, decided, errs
 }
 
 // runMany runs one script with each of args on n, in one write when n has

@@ -20,6 +20,12 @@
  *   with or without persistence (PERSIST); one forward clock jump of a node
  *   (JUMP).  Guards, selected by -D flags: restart grace NOGRACE | OWN |
  *   FLEET_SCRIPT | FLEET_PRE, clock guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS.
+ *   The extension counts only if its quorum answered before the current
+ *   deadline (LATE_EXTEND: the old rule, any answer while the new validity
+ *   is positive); NOFENCE: the repair ignores F, as extend.lua does with
+ *   fencing off; EXTEND_A: only client A (the longer TTL) extends, which
+ *   keeps TMAX 4 within 1 GB (B's TTL of 2 ticks leaves no room for an
+ *   extension across a gap: that needs a TTL of 4 ticks or more).
  *
  * Abstractions, and why they keep the property
  *   - Time is a global counter 0..TMAX that ticks by one; node clocks run at
@@ -32,7 +38,11 @@
  *   - Validity is the bounded counter "deadline"; a client believes it holds
  *     the lock exactly while now < deadline.  Exclusion is asserted at every
  *     grant and every extend: time only grows, so those are the only steps
- *     where two valid holders can first appear.
+ *     where two valid holders can first appear.  An extension that counts
+ *     also asserts that nobody was granted the lock since its holder's
+ *     grant: the holder held it without a gap (an extension across another
+ *     holder's tenure breaks no "two valid at once" check, yet the two
+ *     holders' work overlaps).
  *   - Owner values: one attempt per client, so the client id is a value no
  *     other attempt ever uses (DESIGN sec. 1: new value per attempt).
  *   - Proposals p = max(last token + 1, client wall clock), with the client
@@ -83,6 +93,11 @@
 #define JMP 3
 #endif
 #define INF 255
+#ifdef EXTEND_A
+#define EXTENDER && c == 0   /* only client A (the longer TTL) extends */
+#else
+#define EXTENDER
+#endif
 
 /* request kinds */
 #define ACQ 1
@@ -104,6 +119,9 @@ bool jumped;        /* the one jump has happened */
 
 /* ---- clients ---- */
 bool held[2];       /* decided won, token fixed */
+#ifdef EXTEND
+bool grantedSince[2]; /* another client was granted the lock after this one's grant */
+#endif
 byte dl[2];         /* validity deadline: valid while now < dl */
 byte tok[2];
 byte lastGranted;   /* highest token granted so far */
@@ -198,7 +216,9 @@ inline deliver(i) {
      :: owner[i] != 0 -> rep[i] = 2
      :: else ->
         if
+#ifndef NOFENCE
         :: F[i] > token -> rep[i] = 2
+#endif
         :: else -> F[i] = token; owner[i] = me; kexp[i] = nclk(i) + ttl; rep[i] = 1
         fi
      fi
@@ -257,6 +277,10 @@ inline grant() {
   assert(token > lastGranted);      /* tokens strictly increase in grant order */
   lastGranted = token;
   held[c] = 1; dl[c] = t0 + ttl - 1; phase = 3;
+#ifdef EXTEND
+  grantedSince[c] = 0;
+  if :: held[1 - c] -> grantedSince[1 - c] = 1 :: else -> skip fi;
+#endif
   assert(EXCLUSIVE)
 }
 
@@ -347,7 +371,18 @@ proctype client(byte c; byte ttl; byte skew) {
   :: atomic { phase == 1 && no > NN - QQ -> startRelease() }
   :: atomic {
        phase == 2 && yes >= QQ ->
-       if :: now < t0 + ttl - 1 -> dl[c] = t0 + ttl - 1 :: else -> skip fi;
+       if
+#ifdef LATE_EXTEND
+       :: now < t0 + ttl - 1 ->                 /* old bug: answers after the deadline count */
+#else
+       :: now < dl[c] && now < t0 + ttl - 1 ->  /* the quorum answered within the validity */
+#endif
+          dl[c] = t0 + ttl - 1;
+#ifdef EXTEND
+          assert(!grantedSince[c])    /* held without a gap: nobody was granted since our grant */
+#endif
+       :: else -> skip                /* too late: lost, the deadline stays passed */
+       fi;
        phase = 3; assert(EXCLUSIVE)
      }
   :: atomic { phase == 2 && no > NN - QQ -> phase = 3 }          /* extend failed: deadline unchanged */
@@ -358,7 +393,7 @@ proctype client(byte c; byte ttl; byte skew) {
 #endif
 #ifdef EXTEND
   :: atomic {
-       phase == 3 && ext == 0 && now < dl[c] ->
+       phase == 3 && ext == 0 && now < dl[c] EXTENDER ->
        ext = 1; phase = 2; yes = 0; no = 0; t0 = now;
        for (j : 0 .. NN-1) { if :: pend[j] == 0 && rep[j] == 0 -> pend[j] = EXT :: else -> no++ fi }
      }
@@ -374,6 +409,9 @@ proctype client(byte c; byte ttl; byte skew) {
        :: else -> skip
        fi;
        held[c] = 0; dl[c] = 0; tok[c] = 0;
+#ifdef EXTEND
+       grantedSince[c] = 0;
+#endif
        phase = 0; yes = 0; no = 0; maxf = 0; p = 0; t0 = 0; token = 0; ext = 0; i = 0; j = 0; wrote = 0;
        break
      }

@@ -21,6 +21,7 @@ DEPTH=${DEPTH:-4000}
 configs=(
 "mutex-writes|ok|redlock.pml|full|-DWRITES -DTMAX=4"
 "mutex-extend|ok|redlock.pml|full|-DEXTEND -DTMAX=2"
+"mutex-extend-late|ok|redlock.pml|full|-DEXTEND -DEXTEND_A -DNOFENCE -DTTL_A=4 -DTMAX=4"
 "restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DNOGRACE -DTMAX=4 -DCRASH_BY=1"
 "restart-fleet-grace|ok|redlock.pml|full|-DCRASH -DFLEET_PRE -DTMAX=4 -DCRASH_BY=1"
 "clock-cross|ok|redlock.pml|full|-DJUMP -DCLOCK_CROSS -DTMAX=4"
@@ -30,6 +31,7 @@ configs=(
 "unsafe-clock-off|held[0]/lastGranted|redlock.pml|full|-DJUMP"
 "unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
+"unsafe-extend-late|grantedSince|redlock.pml|full|-DEXTEND -DEXTEND_A -DNOFENCE -DLATE_EXTEND -DTTL_A=4 -DTMAX=4"
 "fair-handoff|ok|fair.pml|full|-DTMAX=3 -DWR=1"
 "fair-cleanup|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE"
 "unsafe-fair-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DDATE_GRANT"
