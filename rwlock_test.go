@@ -224,6 +224,14 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reader decided on two nodes; its call to the third may still be
+	// on its way (the node's first probe). A writer attempt that reached
+	// that node first would hold it, the late reader would be refused
+	// there, and the writer would be admitted there at every attempt,
+	// recording no intent on it.
+	eventually(t, 10*time.Second, "the reader is on every node", func() bool {
+		return nodesWith(cl, rw.Keys()[1]) == 3
+	})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
