@@ -510,10 +510,20 @@ func ExampleRWLock() {
 	}
 	_, err = rw.TryLock(ctx)
 	fmt.Println("writer beside readers:", errors.Is(err, redlock.ErrLocked))
-	fmt.Println("readers saw the writer's token:", a.Token() == writerToken && b.Token() == writerToken)
+	// A reader's token is at least every earlier writer's: a resource that
+	// keeps the token of its last write can tell that a read is not stale.
+	fmt.Println("readers at or above the writer's token:", a.Token() >= writerToken && b.Token() >= writerToken)
 	_ = a.Release(ctx)
 	_ = b.Release(ctx)
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// And below every later writer's.
+	fmt.Println("the next writer above the readers:", w.Token() > a.Token() && w.Token() > b.Token())
+	_ = w.Release(ctx)
 	// Output:
 	// writer beside readers: true
-	// readers saw the writer's token: true
+	// readers at or above the writer's token: true
+	// the next writer above the readers: true
 }
