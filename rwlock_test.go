@@ -345,7 +345,7 @@ func TestRWWriterTokensIncreaseAndShareTheMutexRegister(t *testing.T) {
 	if last != pushed+1 {
 		t.Fatalf("slow-path token %d, want the register %d plus one", last, pushed)
 	}
-	// A reader carries the fence value it saw: the last writer's token.
+	// A reader after it, its register ahead of the clocks: the slow path, without the +1.
 	r, err := c1.RWLock("tok").TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
