@@ -15,11 +15,19 @@ package redlock
 // while A held the lock there. A later winner B's set S_B is a quorum too,
 // so it meets W_A in a node j. On j, A's key had to be gone before B's SET
 // NX succeeded, so B read F_j >= t_A and chose a token above it. F only
-// grows. This needs every node to keep F across restarts (AOF with
-// appendfsync always), or restarted nodes to sit out (the restart grace);
-// the time-based proposals are a second line of defence when a node lost F,
-// as long as client clocks differ by less than the time between two
-// acquisitions.
+// grows on a node that keeps its data (AOF with appendfsync always). A node
+// that restarted empty lost F, and sitting out the restart grace does not
+// give it back: after the grace, B's quorum may hold t_A nowhere. Then only
+// the time-based proposals keep tokens rising, as long as client clocks
+// differ by less than the time between two acquisitions (at least the
+// grace, here).
+//
+// A reader of a read-write lock shares the lock: its token is
+// max(proposal, max F over S), without the +1, written on a quorum the same
+// way (its acquire raises F to the proposal; rw_read_raise.lua writes a
+// higher value on the slow path). So a writer after the reader draws a
+// token above it, and a reader's token is at least every writer's that
+// ended before it began.
 
 import (
 	"context"
@@ -32,22 +40,42 @@ import (
 
 // token picks the fencing token for a won decision, running the slow path
 // when some winner had already seen a token at or above our proposal.
+//
+// An exclusive holder's token is above every fence value its winners
+// returned. A shared holder (a reader of a read-write lock) takes
+// max(proposal, highest fence value), without the +1: readers may share a
+// token, and a shared token equal to the last writer's is what "at least
+// every earlier writer's" asks. The acquire already raised every winner's
+// register to at least the proposal; only a register above it needs the
+// slow path.
 func (a *attempt) token(d decision) (int64, error) {
-	if d.maxFence < a.proposal {
+	switch {
+	case d.maxFence < a.proposal:
+		return a.proposal, nil
+	case a.kind.shared && d.maxFence == a.proposal:
 		return a.proposal, nil
 	}
-	token := d.maxFence + 1
+	token := d.maxFence
+	if !a.kind.shared {
+		token++
+	}
 	return token, a.raiseFence(token)
 }
 
 // raiseFence is the slow path: raise the fence register to token on a
-// quorum of nodes that still hold our key.
+// quorum of nodes that still hold the lock for us (the kind's raise
+// script).
 func (a *attempt) raiseFence(token int64) error {
-	args := raiseScript.args(a.keys[:], a.value, token, a.c.fenceLifetimeArg)
+	keys := a.keys[:]
+	if a.extKeys != nil {
+		keys = a.extKeys
+	}
+	raise := a.kind.raise
+	args := raise.args(keys, a.value, token, a.c.fenceLifetimeArg)
 	// Its time counts against the lock's validity, like the acquire's.
 	timeout := max(a.nodeTimeout, DefaultNodeTimeout)
 	return a.c.broadcast(context.Background(), "fence", a.name, timeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
-		vals, err := n.run.run(ctx, raiseScript, args)
+		vals, err := n.run.run(ctx, raise, args)
 		return err == nil && len(vals) == 1 && vals[0] == 1, err
 	})
 }

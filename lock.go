@@ -46,9 +46,10 @@ func (l *Lock) Name() string { return l.a.name }
 // resource, which must reject tokens lower than one it has seen. It is 0
 // when fencing is disabled.
 //
-// A reader of a read-write lock takes no token of its own: its Token is the
-// highest fence value it saw, at least the token of every writer whose
-// lock ended before the reader's began (see RWLock).
+// A reader of a read-write lock shares the lock, so its token need not be
+// above every earlier holder's: it is at least the token of every writer
+// whose lock ended before the reader's began, and below the token of every
+// writer whose lock began after the reader's ended (see RWLock).
 func (l *Lock) Token() int64 { return l.token }
 
 // Deadline is when the lock's validity ends, unless extended. Past it, the
@@ -208,14 +209,11 @@ func (l *Lock) extendArgs() []any {
 	if holderKey, md, ok := a.holder(); ok {
 		return extendScript.args([]string{a.keys[0], a.keys[1], holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, md)
 	}
-	keys, token := a.keys[:], l.token
+	keys := a.keys[:]
 	if a.extKeys != nil {
 		keys = a.extKeys
 	}
-	if a.kind.reader && l.c.opts.DisableFencing {
-		token = -1 // a reader saw no fence value: its repair checks none
-	}
-	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), token, l.c.fenceLifetimeArg)
+	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
 }
 
 // extendAnswer records what an extend call sent to n at sent left on the

@@ -60,9 +60,12 @@ func (a *attempt) attachMetadata(md string) {
 }
 
 // holder gives the holder key and metadata that attachMetadata put in the
-// acquire command; ok is false for an attempt without metadata.
+// acquire command; ok is false for an attempt without metadata. Only the
+// mutex keeps metadata (the other kinds refuse it), so the kind decides
+// first; the other kinds' commands may have the same length (a reader's
+// acquire has eleven elements too).
 func (a *attempt) holder() (holderKey, md string, ok bool) {
-	if len(a.acquireArgs) != 11 {
+	if a.kind != mutexKind || len(a.acquireArgs) != 11 {
 		return "", "", false
 	}
 	return a.acquireArgs[5].(string), a.acquireArgs[10].(string), true

@@ -67,23 +67,27 @@ const (
 // ordered release) is shared.
 type lockKind struct {
 	acquire, release, extend *script
-	// reader: the lock issues no token; its Token is the highest fence
-	// value it saw.
-	reader bool
+	// raise is the fencing slow path's script: it writes the token on a
+	// node that still holds the lock for us (see attempt.token).
+	raise *script
+	// shared: holders of this kind may hold the lock together and share a
+	// token. On the slow path the token is the highest fence value the
+	// winners returned, not one above it (see attempt.token).
+	shared bool
 	// wakeAll: a release wakes every waiter of the name, not one.
 	wakeAll bool
 }
 
-var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript}
+var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript}
 
 // fairKind is a fair lock's holder (fair.go): the mutex's key and extend,
 // but its release hands the key to the head of the queue.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: extendScript}
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: extendScript, raise: raiseScript}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that
 // slot's mutex, extended by the mutex's script.
-var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: extendScript}
+var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: extendScript, raise: raiseScript}
 
 // attempt is one try at a lock on all nodes, and afterwards the record of
 // which nodes may hold its key, for release.
@@ -92,7 +96,7 @@ type attempt struct {
 	kind     *lockKind
 	name     string
 	keys     [2]string // lock key, fence register
-	extKeys  []string  // the extend script's keys, if not keys
+	extKeys  []string  // the extend and raise scripts' keys, if not keys
 	value    string
 	ttl      time.Duration
 	proposal int64

@@ -722,11 +722,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		sem.won(a, d) // the slot's keys, for the fencing slow path, extend and release
 	}
 	var token int64
-	switch {
-	case c.opts.DisableFencing:
-	case a.kind.reader:
-		token = d.maxFence // a reader takes no token: it carries the fence it saw
-	default:
+	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {
 			a.abandon()
 			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx, Nodes: d.nodes})

@@ -10,7 +10,11 @@ package redlock
 // two writers. The writer key is the mutex's lock key and the writer takes
 // its fencing token from the mutex's fence register, in the same round trip
 // and by the same rules, so writers' tokens strictly increase and a
-// resource can reject a stale writer. docs/PROTOCOL.md has the proof.
+// resource can reject a stale writer. A reader takes a token too, from its
+// own time-based proposal and the same register (readers may share one):
+// at least every writer's whose lock ended before the reader's began, and
+// below every writer's whose lock began after the reader's ended.
+// docs/PROTOCOL.md has the proofs.
 //
 // A writer that waits records its intent on every node that refuses it;
 // the intent keeps new readers out of that node, so the readers already in
@@ -31,16 +35,21 @@ const (
 )
 
 var (
-	readerKind = &lockKind{acquire: rwReadAcquireScript, release: rwReadReleaseScript, extend: rwReadExtendScript, reader: true}
-	writerKind = &lockKind{acquire: rwWriteAcquireScript, release: rwWriteReleaseScript, extend: rwWriteExtendScript, wakeAll: true}
+	readerKind = &lockKind{acquire: rwReadAcquireScript, release: rwReadReleaseScript, extend: rwReadExtendScript, raise: rwReadRaiseScript, shared: true}
+	writerKind = &lockKind{acquire: rwWriteAcquireScript, release: rwWriteReleaseScript, extend: rwWriteExtendScript, raise: raiseScript, wakeAll: true}
 )
 
 // RWLock is a read-write lock called name: many readers at once, or one
 // writer. Its handles are *Lock values, with the same validity, extension,
 // release, Done and Err as the mutex's. A writer's Token is a fencing token
-// from the same register as the mutex of the same name; a reader's Token is
-// the highest fence value it saw: the token of the last writer whose lock
-// ended before the reader's began, or a later one.
+// from the same register as the mutex of the same name, strictly
+// increasing. A reader's Token is max(its proposal, the highest fence value
+// its quorum returned), written into the register of a quorum: at least the
+// token of every writer whose lock ended before the reader's began, and
+// below the token of every writer whose lock began after the reader's
+// ended. Readers' tokens do not increase strictly: two readers may share
+// one, and a reader may share the last writer's. Without fencing
+// (DisableFencing) a reader's Token is 0, as a writer's is.
 //
 // The write side uses the mutex's key: a mutex and the writers of the same
 // name exclude each other, but a mutex does not exclude readers. Do not use
@@ -185,7 +194,7 @@ func (r *rwCall) prepare(a *attempt) {
 		a.releaseArgs = writerKind.release.args([]string{writer}, a.value, channel)
 	} else {
 		a.kind = readerKind
-		a.acquireArgs = readerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl)
+		a.acquireArgs = readerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg)
 		a.releaseArgs = readerKind.release.args([]string{readers}, a.value, channel)
 	}
 	r.attempts++

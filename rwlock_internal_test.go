@@ -33,7 +33,7 @@ func newRWFake() *rwFake {
 	return &rwFake{readers: map[string]bool{}, intents: map[string]bool{}, scripts: map[*script]string{
 		rwReadAcquireScript: "racquire", rwReadReleaseScript: "rrelease", rwReadExtendScript: "rextend",
 		rwWriteAcquireScript: "wacquire", rwWriteReleaseScript: "wrelease", rwWriteExtendScript: "wextend",
-		rwIntentClearScript: "clear", raiseScript: "raise",
+		rwIntentClearScript: "clear", raiseScript: "raise", rwReadRaiseScript: "rraise",
 	}}
 }
 
@@ -81,7 +81,9 @@ func (f *rwFake) exec(s *script, args []any) ([]int64, error) {
 			return []int64{0, -1, 0, 0}, nil
 		}
 		f.readers[str(0)] = true
-		return []int64{1, f.fence, 0, 0}, nil
+		before := f.fence
+		f.fence = max(f.fence, num(2))
+		return []int64{1, before, 0, 0}, nil
 	case rwWriteAcquireScript:
 		if f.writer != str(0) && (f.writer != "" || len(f.readers) > 0) {
 			if str(4) != "" {
@@ -99,6 +101,12 @@ func (f *rwFake) exec(s *script, args []any) ([]int64, error) {
 			return []int64{0}, nil
 		}
 		f.fence = num(1)
+		return []int64{1}, nil
+	case rwReadRaiseScript:
+		if !f.readers[str(0)] {
+			return []int64{0}, nil
+		}
+		f.fence = max(f.fence, num(1))
 		return []int64{1}, nil
 	case rwReadReleaseScript:
 		if !f.readers[str(0)] {
@@ -118,8 +126,11 @@ func (f *rwFake) exec(s *script, args []any) ([]int64, error) {
 			return []int64{1, 0, 0}, nil
 		case f.writer != "":
 			return []int64{0, 0, 0}, nil
+		case num(2) > 0 && f.fence > num(2):
+			return []int64{-1, 0, 0}, nil
 		}
 		f.readers[str(0)] = true
+		f.fence = max(f.fence, num(2))
 		return []int64{2, 0, 0}, nil
 	case rwWriteExtendScript:
 		switch {
@@ -253,22 +264,36 @@ func TestRWWriterNeedsAMajorityWithoutReaders(t *testing.T) {
 	}
 }
 
-func TestRWReaderCarriesTheHighestFenceOfItsQuorum(t *testing.T) {
+// Registers ahead of the reader's proposal (clients whose clocks run
+// ahead, or tokens pushed up by the writers' slow path): the reader takes
+// the highest its quorum returned, without the +1 a writer adds, and writes
+// it on a quorum before it counts, so a writer after it draws more.
+func TestRWReaderTakesTheHighestFenceOfItsQuorumAboveItsProposal(t *testing.T) {
 	fs := rwFakes(3)
-	fs[0].fence, fs[1].fence, fs[2].fence = 7, 9, 8
+	ahead := time.Now().Add(24 * time.Hour).UnixMicro()
+	fs[0].fence, fs[1].fence, fs[2].fence = ahead+7, ahead+9, ahead+8
 	c := newRWFakeClient(t, fs, Options{TTL: time.Minute})
 	r, err := c.RWLock("doc").TryRLock(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
 	// The decision comes at the second answer: 8 or 9, never only 7.
-	if r.Token() < 8 {
-		t.Fatalf("reader token %d, want the highest fence of a quorum (8 or 9)", r.Token())
+	if r.Token() != ahead+8 && r.Token() != ahead+9 {
+		t.Fatalf("reader token %d, want the highest fence of a quorum (%d or %d)", r.Token(), ahead+8, ahead+9)
 	}
+	raised := 0
 	for _, f := range fs {
-		if f.fence > 9 {
-			t.Fatal("a reader raised the fence register")
+		f.mu.Lock()
+		if f.fence >= r.Token() {
+			raised++
 		}
+		if f.fence > ahead+9 {
+			t.Errorf("a register went to %d, above every value there (%d)", f.fence, ahead+9)
+		}
+		f.mu.Unlock()
+	}
+	if raised < 2 {
+		t.Fatalf("the reader's token %d is in %d registers, want a quorum", r.Token(), raised)
 	}
 }
 

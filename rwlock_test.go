@@ -224,6 +224,14 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The reader decided on two nodes; its call to the third may still be
+	// on its way (the node's first probe). A writer attempt that reached
+	// that node first would hold it, the late reader would be refused
+	// there, and the writer would be admitted there at every attempt,
+	// recording no intent on it.
+	eventually(t, 10*time.Second, "the reader is on every node", func() bool {
+		return nodesWith(cl, rw.Keys()[1]) == 3
+	})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -337,7 +345,7 @@ func TestRWWriterTokensIncreaseAndShareTheMutexRegister(t *testing.T) {
 	if last != pushed+1 {
 		t.Fatalf("slow-path token %d, want the register %d plus one", last, pushed)
 	}
-	// A reader carries the fence value it saw: the last writer's token.
+	// A reader after it, its register ahead of the clocks: the slow path, without the +1.
 	r, err := c1.RWLock("tok").TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -502,10 +510,20 @@ func ExampleRWLock() {
 	}
 	_, err = rw.TryLock(ctx)
 	fmt.Println("writer beside readers:", errors.Is(err, redlock.ErrLocked))
-	fmt.Println("readers saw the writer's token:", a.Token() == writerToken && b.Token() == writerToken)
+	// A reader's token is at least every earlier writer's: a resource that
+	// keeps the token of its last write can tell that a read is not stale.
+	fmt.Println("readers at or above the writer's token:", a.Token() >= writerToken && b.Token() >= writerToken)
 	_ = a.Release(ctx)
 	_ = b.Release(ctx)
+	w, err := rw.Lock(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	// And below every later writer's.
+	fmt.Println("the next writer above the readers:", w.Token() > a.Token() && w.Token() > b.Token())
+	_ = w.Release(ctx)
 	// Output:
 	// writer beside readers: true
-	// readers saw the writer's token: true
+	// readers at or above the writer's token: true
+	// the next writer above the readers: true
 }

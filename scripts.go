@@ -31,6 +31,8 @@ var (
 	rwReadReleaseSrc string
 	//go:embed lua/rw_read_extend.lua
 	rwReadExtendSrc string
+	//go:embed lua/rw_read_raise.lua
+	rwReadRaiseSrc string
 	//go:embed lua/rw_write_acquire.lua
 	rwWriteAcquireSrc string
 	//go:embed lua/rw_write_release.lua
@@ -56,6 +58,7 @@ var (
 	rwReadAcquireScript  = newScript(rwReadAcquireSrc)
 	rwReadReleaseScript  = newScript(rwReadReleaseSrc)
 	rwReadExtendScript   = newRenewalScript(rwReadExtendSrc)
+	rwReadRaiseScript    = newScript(rwReadRaiseSrc)
 	rwWriteAcquireScript = newScript(rwWriteAcquireSrc)
 	rwWriteReleaseScript = newScript(rwWriteReleaseSrc)
 	rwWriteExtendScript  = newRenewalScript(rwWriteExtendSrc)

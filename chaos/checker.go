@@ -330,16 +330,28 @@ func stalledNote(s *HoldSpan) string {
 }
 
 // checkTokenOrder reports each hold whose token is not above every token
-// handed out by an earlier acquisition (b). Holds without a token (0) are
-// not judged.
+// handed out by an earlier acquisition (b). A reader of a read-write lock
+// (Shared) shares the lock, so its token only has to be at least every
+// earlier writer's (it may equal the last writer's or another reader's);
+// a writer's must be above every earlier hold's, readers' included. Holds
+// without a token (0) are not judged.
 func checkTokenOrder(spans []HoldSpan, add func(Violation)) {
-	var best *HoldSpan
+	var best, bestWriter *HoldSpan // the highest token so far, and the highest writer's
 	for i := range spans {
 		s := &spans[i]
-		if s.Token == 0 || s.Shared {
+		if s.Token == 0 {
 			continue
 		}
-		if best != nil && s.Token <= best.Token {
+		switch {
+		case s.Shared && bestWriter != nil && s.Token < bestWriter.Token:
+			add(Violation{
+				Check: CheckTokenOrder,
+				At:    s.Start,
+				Detail: fmt.Sprintf("reader client %d got token %d at %.3fs, below token %d of writer client %d at %.3fs",
+					s.Client, s.Token, s.Start.Seconds(), bestWriter.Token, bestWriter.Client, bestWriter.Start.Seconds()),
+				Excerpt: append(slices.Clone(bestWriter.events), s.events...),
+			})
+		case !s.Shared && best != nil && s.Token <= best.Token:
 			add(Violation{
 				Check: CheckTokenOrder,
 				At:    s.Start,
@@ -350,6 +362,9 @@ func checkTokenOrder(spans []HoldSpan, add func(Violation)) {
 		}
 		if best == nil || s.Token > best.Token {
 			best = s
+		}
+		if !s.Shared && (bestWriter == nil || s.Token > bestWriter.Token) {
+			bestWriter = s
 		}
 	}
 }

@@ -62,8 +62,9 @@ func TestRWScenarios(t *testing.T) {
 
 // TestCheckerLetsReadersOverlapOnlyEachOther judges hand-made histories:
 // two readers at once pass; a writer beside a reader, or a reader beside
-// a writer, is a mutual-exclusion violation; readers' fence values are not
-// tokens and may repeat.
+// a writer, is a mutual-exclusion violation. Readers' tokens may repeat
+// each other's and the last writer's, but must not fall below an earlier
+// writer's, and a writer's must be above every earlier reader's.
 func TestCheckerLetsReadersOverlapOnlyEachOther(t *testing.T) {
 	read := func(client, hold, start, stop int, fence int64) []Event {
 		ev := func(at int, k EventKind) Event { return Event{At: ms(at), Kind: k, Client: client, Hold: hold} }
@@ -87,6 +88,9 @@ func TestCheckerLetsReadersOverlapOnlyEachOther(t *testing.T) {
 		{"reader beside a writer", append(read(1, 1, 10, 50, 7), write(0, 2, 20, 30, 8)...), map[Check]int{CheckMutualExclusion: 1}},
 		{"writer beside a reader", append(write(0, 1, 10, 50, 8), read(1, 2, 20, 30, 8)...), map[Check]int{CheckMutualExclusion: 1}},
 		{"writers' tokens go back", append(write(0, 1, 10, 20, 9), write(1, 2, 30, 40, 8)...), map[Check]int{CheckTokenOrder: 1}},
+		{"readers share tokens, then a writer above", append(read(1, 1, 10, 50, 12), append(read(2, 2, 20, 60, 11), write(0, 3, 70, 80, 13)...)...), map[Check]int{}},
+		{"a reader below an earlier writer", append(write(0, 1, 10, 20, 9), read(1, 2, 30, 60, 8)...), map[Check]int{CheckTokenOrder: 1}},
+		{"a writer not above an earlier reader", append(read(1, 1, 10, 20, 12), write(0, 2, 30, 40, 12)...), map[Check]int{CheckTokenOrder: 1}},
 	}
 	for _, tc := range cases {
 		r := CheckHistory(History(tc.h), CheckOptions{})

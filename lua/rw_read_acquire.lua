@@ -1,18 +1,38 @@
 -- Admit a reader of a read-write lock on this node: only while no writer
 -- holds it and no writer waits (writer intent), so a stream of readers
--- cannot starve a writer (DESIGN §5).
+-- cannot starve a writer (DESIGN §5). In the same round trip read and raise
+-- the fence register to the reader's proposal, as a writer's acquire does:
+-- a writer after the reader then draws a token above it.
 -- KEYS[1] writer key (the mutex's lock key), KEYS[2] fence register,
 -- KEYS[3] readers (ZSET: owner value -> expiry in µs of this node's clock),
 -- KEYS[4] writer intents (ZSET: intent id -> expiry in µs); one hash tag.
--- ARGV[1] owner value, ARGV[2] TTL in ms
--- Returns {1, fence register, sec, usec} when admitted here,
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] fencing proposal (0: off,
+-- the register is left alone), ARGV[4] the fence register's lifetime in ms
+-- (0: it never expires)
+-- Returns {1, fence register before, sec, usec} when admitted here,
 --         {0, writer's PTTL or -1 when a waiting writer refused us, sec, usec}.
 local now = redis.call('TIME')
 local sec, usec = tonumber(now[1]), tonumber(now[2])
 local nowus = sec * 1000000 + usec
 local ttl = tonumber(ARGV[2])
 local function admitted()
-  return {1, tonumber(redis.call('GET', KEYS[2]) or '0'), sec, usec}
+  if ARGV[3] == '0' then
+    return {1, 0, sec, usec}
+  end
+  local stored = redis.call('GET', KEYS[2])
+  local fence = tonumber(stored or '0')
+  -- Values stay strings: a Lua number may be written back in exponent form.
+  local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
+  if not higher then
+    raised = stored
+  end
+  if ARGV[4] ~= '0' then
+    -- Every acquisition, a reader's too, renews the register's lifetime.
+    redis.call('SET', KEYS[2], raised, 'PX', ARGV[4])
+  elseif higher then
+    redis.call('SET', KEYS[2], raised)
+  end
+  return {1, fence, sec, usec}
 end
 -- A retried command that already won here.
 local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])

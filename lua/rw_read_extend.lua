@@ -1,15 +1,18 @@
 -- Extend a reader of a read-write lock if its entry is still live here. If
 -- it is gone (the node lost its data) add it again, unless a writer holds
--- the lock here or was admitted here since the reader saw the fence
--- register: that repairs a node that restarted empty without ever holding
--- a reader and a writer at once. A waiting writer's intent does not stop
--- an extension: it only keeps new readers out.
+-- the lock here or a token above the reader's was issued here since (by a
+-- writer, or by a later reader's proposal), and write the reader's token
+-- into the register, as the mutex's repair does: that repairs a node that
+-- restarted empty without ever holding a reader and a writer at once, and
+-- a writer after the reader that counts this node draws a token above it.
+-- A waiting writer's intent does not stop an extension: it only keeps new
+-- readers out.
 -- KEYS[1] writer key, KEYS[2] fence register, KEYS[3] readers
--- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the fence value the
--- reader saw (-1: fencing off), ARGV[4] unused (the writer's extend takes
--- the fence register's lifetime there)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the reader's token (0:
+-- fencing off, the register is left alone), ARGV[4] the fence register's
+-- lifetime in ms (0: it never expires)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 a writer holds it,
--- -1 a writer was admitted here since (our read is stale).
+-- -1 a newer token was issued here (our entry is not put back).
 local now = redis.call('TIME')
 local sec, usec = tonumber(now[1]), tonumber(now[2])
 local nowus = sec * 1000000 + usec
@@ -28,9 +31,17 @@ end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, sec, usec}
 end
-local seen = tonumber(ARGV[3])
-if seen >= 0 and tonumber(redis.call('GET', KEYS[2]) or '0') > seen then
-  return {-1, sec, usec}
+local token = tonumber(ARGV[3])
+if token > 0 then
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if fence > token then
+    return {-1, sec, usec}
+  end
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
+  elseif token > fence then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
 end
 keep()
 return {2, sec, usec}
