@@ -60,9 +60,12 @@ func (a *attempt) attachMetadata(md string) {
 }
 
 // holder gives the holder key and metadata that attachMetadata put in the
-// acquire command; ok is false for an attempt without metadata.
+// acquire command; ok is false for an attempt without metadata. The command
+// is recognised by its shape, the mutex's acquire with three keys: another
+// kind's acquire of the same length (a semaphore's, whose keys end with the
+// record of its number of permits, say) carries no metadata.
 func (a *attempt) holder() (holderKey, md string, ok bool) {
-	if len(a.acquireArgs) != 11 {
+	if len(a.acquireArgs) != 11 || a.acquireArgs[2] != any(3) || a.kind.acquire != acquireScript {
 		return "", "", false
 	}
 	return a.acquireArgs[5].(string), a.acquireArgs[10].(string), true

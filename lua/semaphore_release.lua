@@ -3,22 +3,38 @@
 -- at most one slot per node, but the nodes may have chosen different slots
 -- (a split), so the release looks at all of them rather than trust the
 -- slot the client won.
--- KEYS[1..K] the slot keys; ARGV[1] owner value, ARGV[2] the semaphore's
+-- The record of K goes with the last slot key: it is deleted once none of
+-- the K slot keys is left here, if it records this K (a record of another K
+-- guards slots this release does not look at).
+-- KEYS[1..K] the slot keys, KEYS[K+1] the record of K; ARGV[1] owner value, ARGV[2] the semaphore's
 -- release channel ("" to stay quiet: the cleanup of a failed attempt frees
 -- nothing anyone waits for), ARGV[3] the slot the client won (-1: none),
 -- ARGV[4] a slot to keep (-1: none): the won slot, when a won attempt only
--- clears the other slots some nodes gave it.
+-- clears the other slots some nodes gave it, ARGV[5] K.
 -- Returns {1} when the won slot's key was ours and is deleted (with no slot
 -- won: when any key was), {0} otherwise.
 local won, keep = tonumber(ARGV[3]), tonumber(ARGV[4])
+local k = #KEYS - 1
 local deleted, wonDeleted = false, false
-for i = 1, #KEYS do
+for i = 1, k do
   if i - 1 ~= keep and redis.call('GET', KEYS[i]) == ARGV[1] then
     redis.call('DEL', KEYS[i])
     deleted = true
     if i - 1 == won then
       wonDeleted = true
     end
+  end
+end
+if redis.call('GET', KEYS[k + 1]) == ARGV[5] then
+  local left = false
+  for i = 1, k do
+    if redis.call('EXISTS', KEYS[i]) == 1 then
+      left = true
+      break
+    end
+  end
+  if not left then
+    redis.call('DEL', KEYS[k + 1])
   end
 end
 if deleted and ARGV[2] ~= '' then
