@@ -23,7 +23,9 @@ import "strings"
 //     zscore, hset, hget, hmget, hdel, hexists: the read-write lock's
 //     readers and writer intents and the fair lock's queue are sorted sets
 //     and hashes in the lock's hash slot (lua/rw_*.lua, lua/fair_queue.lua);
-//     zrange also serves Client.Queue.
+//     zrange also serves Client.Queue; exists also lets a semaphore's
+//     release see whether a slot is left beside its record of K
+//     (lua/semaphore_release.lua).
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",
@@ -41,7 +43,8 @@ var aclCommands = []string{
 // else, on the keys and pub/sub channels under the prefix: the locks
 // ("<prefix>{<name>}"), their fence registers ("<prefix>{<name>}:fence"),
 // the register of the largest TTL in use ("<prefix>ttl-in-use"), the
-// read-write and fair locks' sets beside them, and the release channels
+// read-write and fair locks' sets and a semaphore's slots and record of its
+// number of permits beside them, and the release channels
 // ("<prefix>{<name>}:released"). One rule serves every primitive.
 // ForceUnlock needs incr on top; FencedSet needs hget and hset on the
 // resource's own key.
