@@ -23,9 +23,7 @@ import "strings"
 //     zscore, hset, hget, hmget, hdel, hexists: the read-write lock's
 //     readers and writer intents and the fair lock's queue are sorted sets
 //     and hashes in the lock's hash slot (lua/rw_*.lua, lua/fair_queue.lua);
-//     zrange also serves Client.Queue; exists also lets a semaphore's
-//     release see whether a slot is left beside its record of K
-//     (lua/semaphore_release.lua).
+//     zrange also serves Client.Queue.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",

@@ -155,6 +155,15 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkPermitsRecord(t, cl, s, "2", "after the hour's permit was released")
+	// ...and the record now ends with the minute's slot, not an hour later:
+	// left there, it would refuse another number long after the last permit.
+	for _, srv := range cl.Servers {
+		rdb := srv.Client()
+		slot := rdb.PTTL(ctx, s.SlotKey(short.Slot())).Val()
+		if record := rdb.PTTL(ctx, s.PermitsKey()).Val(); record > slot {
+			t.Fatalf("%s: the record expires in %v, after the last slot key (%v)", srv.Addr, record, slot)
+		}
+	}
 
 	// An extension lengthens the record with the slot: shorten the record
 	// on every node (the time that passed since the acquire, made long),

@@ -3,9 +3,11 @@
 -- at most one slot per node, but the nodes may have chosen different slots
 -- (a split), so the release looks at all of them rather than trust the
 -- slot the client won.
--- The record of K goes with the last slot key: it is deleted once none of
--- the K slot keys is left here, if it records this K (a record of another K
--- guards slots this release does not look at).
+-- The record of K goes with the last slot key: if it records this K (a
+-- record of another K guards slots this release does not look at), it is
+-- deleted once none of the K slot keys is left here, and otherwise made to
+-- expire with the slot key that lives longest, no later: the acquires and
+-- extensions only ever lengthen it.
 -- KEYS[1..K] the slot keys, KEYS[K+1] the record of K; ARGV[1] owner value, ARGV[2] the semaphore's
 -- release channel ("" to stay quiet: the cleanup of a failed attempt frees
 -- nothing anyone waits for), ARGV[3] the slot the client won (-1: none),
@@ -26,15 +28,19 @@ for i = 1, k do
   end
 end
 if redis.call('GET', KEYS[k + 1]) == ARGV[5] then
-  local left = false
+  -- The record is made to expire with the slot key that lives longest
+  -- (never earlier: the same absolute millisecond), and goes with the last.
+  local longest = -2
   for i = 1, k do
-    if redis.call('EXISTS', KEYS[i]) == 1 then
-      left = true
-      break
+    local pttl = redis.call('PTTL', KEYS[i])
+    if pttl == -1 or (longest ~= -1 and pttl > longest) then
+      longest = pttl
     end
   end
-  if not left then
+  if longest == -2 then
     redis.call('DEL', KEYS[k + 1])
+  elseif longest > 0 then
+    redis.call('PEXPIRE', KEYS[k + 1], longest)
   end
 end
 if deleted and ARGV[2] ~= '' then
