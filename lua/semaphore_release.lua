@@ -6,8 +6,8 @@
 -- The record of K goes with the last slot key: if it records this K (a
 -- record of another K guards slots this release does not look at), it is
 -- deleted once none of the K slot keys is left here, and otherwise made to
--- expire with the slot key that lives longest, no later: the acquires and
--- extensions only ever lengthen it.
+-- expire with the slot key that lives longest: the acquires and extensions
+-- only ever lengthen it.
 -- KEYS[1..K] the slot keys, KEYS[K+1] the record of K; ARGV[1] owner value, ARGV[2] the semaphore's
 -- release channel ("" to stay quiet: the cleanup of a failed attempt frees
 -- nothing anyone waits for), ARGV[3] the slot the client won (-1: none),
@@ -28,8 +28,9 @@ for i = 1, k do
   end
 end
 if redis.call('GET', KEYS[k + 1]) == ARGV[5] then
-  -- The record is made to expire with the slot key that lives longest
-  -- (never earlier: the same absolute millisecond), and goes with the last.
+  -- The record is made to expire with the slot key that lives longest: never
+  -- earlier, later by at most the time between the PTTL and the PEXPIRE
+  -- below (Redis 7.0 reads its clock anew for each); it goes with the last.
   local longest = -2
   for i = 1, k do
     local pttl = redis.call('PTTL', KEYS[i])
