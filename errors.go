@@ -43,6 +43,11 @@ var (
 	// ErrStaleToken: a fenced resource refused a token lower than one it
 	// accepted before. See *StaleTokenError.
 	ErrStaleToken = errors.New("redlock: stale fencing token")
+	// ErrPermitsMismatch: a semaphore was used with another number of
+	// permits than the one its live permits were taken with, which the
+	// nodes record. It also matches ErrInvalidConfig. See
+	// *PermitsMismatchError.
+	ErrPermitsMismatch = errors.New("redlock: semaphore used with another number of permits")
 )
 
 // LockedError reports that another owner holds the lock: the nodes that
@@ -190,6 +195,32 @@ func (e *StaleTokenError) Error() string {
 
 // Is makes errors.Is(err, ErrStaleToken) true.
 func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
+
+// PermitsMismatchError reports a semaphore asked for with Permits permits
+// while a quorum of nodes record Recorded: permits of the same name are
+// live that were taken with Recorded. Two numbers of permits for one name
+// would let the larger number of holders in at once (slot i of both is the
+// same key, but the larger one has more slots), so the nodes refuse it
+// until every permit taken with the other number is released or expired.
+// It matches ErrPermitsMismatch and ErrInvalidConfig: waiting does not fix a
+// program that disagrees with another one about the number.
+type PermitsMismatchError struct {
+	Name     string
+	Permits  int   // the number asked for
+	Recorded int64 // the number the nodes record
+	// Denied is how many nodes refused for that reason, of Nodes.
+	Denied, Nodes int
+}
+
+func (e *PermitsMismatchError) Error() string {
+	return fmt.Sprintf("redlock: semaphore %q asked for with %d permits, but %d of %d nodes record %d permits for its live permits: every client must use one number of permits per name", e.Name, e.Permits, e.Denied, e.Nodes, e.Recorded)
+}
+
+// Is makes errors.Is(err, ErrPermitsMismatch) and errors.Is(err,
+// ErrInvalidConfig) true.
+func (e *PermitsMismatchError) Is(target error) bool {
+	return target == ErrPermitsMismatch || target == ErrInvalidConfig
+}
 
 // lostError is a lock loss with its cause.
 type lostError struct{ cause error }

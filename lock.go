@@ -206,6 +206,9 @@ func (l *Lock) nodeTimeout() time.Duration {
 // extendArgs builds the extend script's command for this lock.
 func (l *Lock) extendArgs() []any {
 	a := l.a
+	if a.kind.extendArgs != nil {
+		return a.kind.extendArgs(l)
+	}
 	if holderKey, md, ok := a.holder(); ok {
 		return extendScript.args([]string{a.keys[0], a.keys[1], holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, md)
 	}

@@ -76,7 +76,19 @@ type lockKind struct {
 	shared bool
 	// wakeAll: a release wakes every waiter of the name, not one.
 	wakeAll bool
+	// extendArgs builds the extend command of a held lock, when the
+	// kind's extend script takes other arguments than the mutex's; nil:
+	// Lock.extendArgs builds the mutex's.
+	extendArgs func(l *Lock) []any
 }
+
+// An acquire script answers {1, ...} when the node gives us the lock, {0,
+// the holder's PTTL, ...} when another owner holds it, and may answer {2,
+// the PTTL of a record, ..., the recorded value} when the node records the
+// name with parameters other than ours (a semaphore's number of permits):
+// a refusal with a reason, which the kind's refusal turns into its own
+// error once a quorum of nodes gave it (Semaphore.refusal).
+const deniedStatus = 2
 
 var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript}
 
@@ -86,8 +98,9 @@ var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, exten
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that
-// slot's mutex, extended by the mutex's script.
-var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: extendScript, raise: raiseScript}
+// slot's mutex, extended as the mutex is by a script that also keeps the
+// record of the number of permits alive.
+var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: semaphoreExtendScript, raise: raiseScript, extendArgs: semaphoreExtendArgs}
 
 // attempt is one try at a lock on all nodes, and afterwards the record of
 // which nodes may hold its key, for release.
@@ -122,7 +135,10 @@ type nodeReply struct {
 	won  bool  // acquire: the lock is ours here; release: our key was deleted
 	slot int32 // semaphore acquire: the slot the node gave us
 	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
-	err  error // a *NodeError
+	// denied: refused for a record of other parameters (deniedStatus),
+	// the value recorded; 0 for any other answer
+	denied int64
+	err    error // a *NodeError
 }
 
 type replyKind uint8
@@ -312,7 +328,13 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		return r, callMayHold
 	}
 	r.won, r.val = vals[0] == 1, vals[1]
-	if want == 5 {
+	switch {
+	case vals[0] == deniedStatus:
+		r.denied = vals[len(vals)-1]
+		if r.denied == 0 {
+			r.denied = -1 // recorded, but not as a number
+		}
+	case want == 5:
 		r.slot = int32(vals[4])
 	}
 	outcome = callNoKey
@@ -497,7 +519,9 @@ type decision struct {
 	winners  int   // nodes that said yes before the decision (the set S of DESIGN §2)
 	maxFence int64 // highest fence register value among the winners
 	minPTTL  int64 // shortest holder PTTL among refusals, -1 if none
-	refused  int   // nodes that answered "held by another owner"
+	refused  int   // nodes that answered "held by another owner", denied included
+	denied   int   // nodes that refused for a record of other parameters (deniedStatus)
+	recorded int64 // the value the first of them recorded
 	answered int   // nodes whose acquire reply (or timeout) was counted
 	errs     *multierror.Error
 	tally    tally
@@ -589,7 +613,7 @@ func (a *attempt) settle(ctx context.Context, d *decision) {
 	maxNo := len(a.c.nodes) - a.c.quorum()
 	nodeCtx := a.calls.ctx
 	timeout := nodeCtx.Done()
-	for d.answered < len(a.c.nodes) && d.refused <= maxNo {
+	for d.answered < len(a.c.nodes) && (d.refused <= maxNo || d.mayBeDenied(len(a.c.nodes), a.c.quorum())) {
 		select {
 		case r := <-a.replies:
 			d.observe(a, r)
@@ -621,6 +645,12 @@ func (d *decision) count(r nodeReply) bool {
 		if r.val >= 0 && (d.minPTTL < 0 || r.val < d.minPTTL) {
 			d.minPTTL = r.val
 		}
+		if r.denied != 0 {
+			if d.denied == 0 {
+				d.recorded = r.denied
+			}
+			d.denied++
+		}
 	}
 	if d.slots != nil {
 		return d.slots.add(d, r)
@@ -628,6 +658,14 @@ func (d *decision) count(r nodeReply) bool {
 	decided, won := d.tally.add(r.won)
 	d.won = won
 	return decided
+}
+
+// mayBeDenied tells whether the denials seen so far may still grow into a
+// quorum with the nodes yet to answer: the error the caller sees then
+// depends on those answers (a quorum of denials is the kind's own error,
+// see deniedStatus), even once the refusals alone lost the round.
+func (d *decision) mayBeDenied(nodes, quorum int) bool {
+	return d.denied > 0 && d.denied < quorum && d.denied+nodes-d.answered >= quorum
 }
 
 // errNodeTimeout stands for a node that had not answered when the node

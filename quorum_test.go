@@ -115,8 +115,14 @@ func (f *fakeNode) exec(s *script, args []any) ([]int64, error) {
 			return []int64{1}, nil
 		}
 		return []int64{0}, nil
-	case extendScript:
+	case extendScript, semaphoreExtendScript:
 		f.calls = append(f.calls, "extend:"+str(0))
+		if s == semaphoreExtendScript {
+			if recorded, ok := f.keys[keys[2]]; ok && recorded != str(4) {
+				return []int64{0, 0, 0}, nil // another number of permits recorded
+			}
+			defer func() { f.keys[keys[2]] = str(4) }() // the record lives with the slot
+		}
 		switch cur, held := f.keys[keys[0]]; {
 		case cur == str(0):
 			return []int64{1, 0, 0}, nil

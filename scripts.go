@@ -45,6 +45,8 @@ var (
 	semaphoreAcquireSrc string
 	//go:embed lua/semaphore_release.lua
 	semaphoreReleaseSrc string
+	//go:embed lua/semaphore_extend.lua
+	semaphoreExtendSrc string
 	//go:embed lua/fair_queue.lua
 	fairQueueSrc string
 
@@ -66,6 +68,7 @@ var (
 
 	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
 	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
+	semaphoreExtendScript  = newRenewalScript(semaphoreExtendSrc)
 	fairQueueScript        = newScript(fairQueueSrc)
 )
 

@@ -15,6 +15,12 @@ package redlock
 // as after any failed attempt and tries again. docs/PROTOCOL.md has the
 // proof; per-node admission of K holders with a majority quorum would not
 // bound the holders by K (DESIGN §5 shows three holders of a K=2 semaphore).
+//
+// Slot i is the same key whatever K, so the nodes record K beside the slots
+// ("<prefix>{<name>}:permits") while any slot is held there, and refuse an
+// acquire with another K: two clients of one name with different K would
+// otherwise let the larger K of holders in, the smaller K's keeping none
+// of its slots free. A quorum of such refusals is a *PermitsMismatchError.
 
 import (
 	"context"
@@ -39,6 +45,10 @@ const MaxPermits = 256
 // NUL byte keeps it apart from any mutex name a user would pick.
 const semaphoreTopic = "\x00permits"
 
+// permitsSuffix ends the key that records a semaphore's number of permits
+// on a node while any of its slots is held there: "<prefix>{<name>}:permits".
+const permitsSuffix = ":permits"
+
 // semaphoreChannelSuffix ends a semaphore's release channel:
 // "<prefix>{<name>}:permits:released", in the slot keys' hash slot.
 const semaphoreChannelSuffix = ":permits" + releasedSuffix
@@ -60,14 +70,20 @@ func AllowNoFaultTolerance() SemaphoreOption {
 // Semaphore lets at most Permits holders of a name hold a permit at once.
 // Each permit is a lock of its own (a *Permit): its own validity, extension,
 // Done and fencing token, the token strictly increasing per slot. A
-// Semaphore holds no state on the nodes and is safe for concurrent use;
-// make one per name and share it.
+// Semaphore is safe for concurrent use; make one per name and share it.
+//
+// Every client of a name must use the same number of permits while any
+// permit of it lives: the nodes record the number with the permits
+// (PermitsKey) and refuse another, and a quorum of refusals is an error
+// matching ErrPermitsMismatch. Once every permit is released or expired,
+// the name is free for another number.
 type Semaphore struct {
 	c       *Client
 	name    string
 	permits int
-	keys    []string // the K slot keys, then their K fence registers
+	keys    []string // the K slot keys, their K fence registers, then the record of K
 	keyArgs []any    // keys, boxed once for every attempt's commands
+	kArg    any      // permits, boxed once
 	channel string   // where releases are announced
 	topic   string   // the waiters' topic of that channel
 }
@@ -106,14 +122,15 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 	if n := len(c.nodes); n-c.quorum() < 1 && !sc.allowNoFaultTolerance {
 		return nil, configErr("nodes", n, fmt.Sprintf("leave a semaphore no fault tolerance: its quorum is %d of %d, so one failed node stops it; use 3 or more nodes, or AllowNoFaultTolerance", c.quorum(), n))
 	}
-	s := &Semaphore{c: c, name: name, permits: permits, topic: name + semaphoreTopic}
+	s := &Semaphore{c: c, name: name, permits: permits, topic: name + semaphoreTopic, kArg: permits}
 	s.channel = c.semaphoreChannel(name)
-	s.keys = make([]string, 2*permits)
-	s.keyArgs = make([]any, 2*permits)
+	s.keys = make([]string, 2*permits+1)
+	s.keyArgs = make([]any, 2*permits+1)
 	for i := range permits {
 		s.keys[i] = s.SlotKey(i)
 		s.keys[permits+i] = s.keys[i] + fenceSuffix
 	}
+	s.keys[2*permits] = s.PermitsKey()
 	for i, k := range s.keys {
 		s.keyArgs[i] = k
 	}
@@ -137,11 +154,18 @@ func (s *Semaphore) SlotKey(i int) string {
 	return s.c.LockKey(s.name) + ":permit:" + strconv.Itoa(i)
 }
 
+// PermitsKey is the Redis key in which a node records the number of
+// permits its held slots were taken with. It exists on a node while a slot
+// of the semaphore is held there, and expires no earlier than the slot that
+// lives longest.
+func (s *Semaphore) PermitsKey() string { return s.c.LockKey(s.name) + permitsSuffix }
+
 // TryAcquire makes one attempt at a permit. It fails with an error matching
 // ErrLocked if all permits are held by others (or contenders took the free
 // ones at the same moment), ErrNoQuorum if too many nodes failed,
-// ErrValidityTooShort if the attempt took too long. On failure no key of
-// the attempt stays behind.
+// ErrValidityTooShort if the attempt took too long, ErrPermitsMismatch (and
+// ErrInvalidConfig) if a quorum of nodes hold permits taken with another
+// number of permits. On failure no key of the attempt stays behind.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
 	lc, timeout, err := s.params(opts)
 	if err != nil {
@@ -153,7 +177,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Permit
 
 // Acquire waits for a permit until one is acquired, ctx is done or MaxWait
 // passes, as Client.Acquire waits for a lock: a release of any permit of the
-// semaphore wakes one waiter per client at once.
+// semaphore wakes one waiter per client at once. It does not wait out an
+// error matching ErrPermitsMismatch: it returns it at once.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
 	lc, timeout, err := s.params(opts)
 	if err != nil {
@@ -199,8 +224,9 @@ func (s *Semaphore) permit(l *Lock) *Permit {
 }
 
 // semaphoreChannelArg is the index of the release channel in the release
-// command of a semaphore of k permits; the slot won follows it.
-func semaphoreChannelArg(k int) int { return 3 + k + 1 }
+// command of a semaphore of k permits (evalsha sha k+1 <k slot keys>
+// <record> value channel won keep k); the slot won follows it.
+func semaphoreChannelArg(k int) int { return 3 + k + 1 + 1 }
 
 // newAttempt prepares one try at a permit: a new owner value, a proposal,
 // a first slot, and the acquire and release commands over all the slots.
@@ -229,14 +255,14 @@ func (s *Semaphore) newAttempt(ttl time.Duration) *attempt {
 	}
 	acquireCmd, acquireCode := semaphoreAcquireScript.head()
 	releaseCmd, releaseCode := semaphoreReleaseScript.head()
-	a.acquireArgs = make([]any, 0, 3+2*k+5)
-	a.acquireArgs = append(a.acquireArgs, acquireCmd, acquireCode, 2*k)
+	a.acquireArgs = make([]any, 0, 3+2*k+1+6)
+	a.acquireArgs = append(a.acquireArgs, acquireCmd, acquireCode, 2*k+1)
 	a.acquireArgs = append(a.acquireArgs, s.keyArgs...)
-	a.acquireArgs = append(a.acquireArgs, value, ttlArg, a.proposal, c.fenceLifetimeArg, rand.N(k))
-	a.releaseArgs = make([]any, 0, 3+k+4)
-	a.releaseArgs = append(a.releaseArgs, releaseCmd, releaseCode, k)
+	a.acquireArgs = append(a.acquireArgs, value, ttlArg, a.proposal, c.fenceLifetimeArg, rand.N(k), s.kArg)
+	a.releaseArgs = make([]any, 0, 3+k+1+5)
+	a.releaseArgs = append(a.releaseArgs, releaseCmd, releaseCode, k+1)
 	a.releaseArgs = append(a.releaseArgs, s.keyArgs[:k]...)
-	a.releaseArgs = append(a.releaseArgs, value, s.channel, -1, -1)
+	a.releaseArgs = append(a.releaseArgs, s.keyArgs[2*k], value, s.channel, -1, -1, s.kArg)
 	return a
 }
 
@@ -257,6 +283,7 @@ func (s *Semaphore) won(a *attempt, d decision) {
 	slot := d.slot
 	a.slot = slot
 	a.keys = [2]string{s.keys[slot], s.keys[s.permits+slot]}
+	a.extKeys = []string{a.keys[0], a.keys[1], s.keys[2*s.permits]}
 	a.releaseArgs[semaphoreChannelArg(s.permits)+1] = slot
 	a.settled.Store(int32(slot) + 1)
 	for i, given := range d.slots.given {
@@ -293,11 +320,26 @@ func (a *attempt) clearOtherSlots(n *node, keep int) {
 	}()
 }
 
-// refusal is the error of a lost attempt. The mutex's refusal calls it a
-// lost quorum when no node refused; for a semaphore that also happens when
-// every node answered but gave us different slots: the permits were free
-// and contenders split them, which is contention, not a node failure.
+// semaphoreExtendArgs is the extend command of a permit (the semaphore
+// kind's extendArgs): lua/semaphore_extend.lua on the won slot's two keys
+// and the record of K (a.extKeys, set by Semaphore.won), with K.
+func semaphoreExtendArgs(l *Lock) []any {
+	a := l.a
+	return semaphoreExtendScript.args(a.extKeys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, a.permits)
+}
+
+// refusal is the error of a lost attempt. A quorum of nodes that record
+// another number of permits is a *PermitsMismatchError; fewer are counted
+// as refusals (held by others): the record lives only while slots taken
+// with that number are held there, so a minority of them may be a failed
+// attempt's leftovers, gone with its cleanup. The mutex's refusal calls it
+// a lost quorum when no node refused; for a semaphore that also happens
+// when every node answered but gave us different slots: the permits were
+// free and contenders split them, which is contention, not a node failure.
 func (s *Semaphore) refusal(d decision, err error) error {
+	if d.denied >= s.c.quorum() {
+		return &PermitsMismatchError{Name: s.name, Permits: s.permits, Recorded: d.recorded, Denied: d.denied, Nodes: len(s.c.nodes)}
+	}
 	if d.errs == nil && d.refused == 0 && d.winners > 0 {
 		return &LockedError{Name: s.name}
 	}
@@ -351,6 +393,9 @@ type SemaphoreStatus struct {
 	// Slots has one Status per slot, named "<name>/<slot>": held when a
 	// quorum of nodes hold the same owner value in that slot.
 	Slots []Status
+	// Recorded is the number of permits a quorum of nodes record for
+	// their held slots (see PermitsKey), 0 if no number has a quorum.
+	Recorded int64
 }
 
 // Held counts the slots held on a quorum.
@@ -366,10 +411,15 @@ func (st *SemaphoreStatus) Held() int {
 
 // Holders reads every slot on every node and tells which are held, by
 // whom, and for how long at least. It reads only. When fewer than a quorum
-// of nodes answer, it returns the partial view with a *QuorumError.
+// of nodes answer, it returns the partial view with a *QuorumError. When a
+// quorum of nodes record another number of permits than s's, the view is
+// of slots taken with that number, and it comes with a
+// *PermitsMismatchError, as an acquire would.
 func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
 	c, k := s.c, s.permits
 	st := &SemaphoreStatus{Name: s.name, Permits: k, Slots: make([]Status, k)}
+	recorded := make([]int64, len(c.nodes)) // per node: the number it records, 0 if none
+	permitsKey := s.keys[2*k]
 	for i := range st.Slots {
 		st.Slots[i] = Status{Name: s.name + "/" + strconv.Itoa(i), Nodes: make([]NodeStatus, len(c.nodes))}
 	}
@@ -392,7 +442,16 @@ func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
 			ttls[i] = pipe.PTTL(ctx, s.keys[i])
 			fences[i] = pipe.Get(ctx, s.keys[k+i])
 		}
+		record := pipe.Get(ctx, permitsKey)
 		_, err := pipe.Exec(ctx)
+		if err == nil || errors.Is(err, redis.Nil) {
+			if v := record.Val(); v != "" {
+				recorded[j] = -1 // not a number
+				if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n != 0 {
+					recorded[j] = n
+				}
+			}
+		}
 		for i := range k {
 			ns := &st.Slots[i].Nodes[j]
 			if err != nil && !errors.Is(err, redis.Nil) {
@@ -412,6 +471,18 @@ func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
 			err.Op, err.Name = "holders", s.name
 			qerr = err
 		}
+	}
+	votes := map[int64]int{}
+	for _, n := range recorded {
+		if n != 0 {
+			votes[n]++
+			if votes[n] >= c.quorum() {
+				st.Recorded = n
+			}
+		}
+	}
+	if st.Recorded != 0 && st.Recorded != int64(k) {
+		return st, &PermitsMismatchError{Name: s.name, Permits: k, Recorded: st.Recorded, Denied: votes[st.Recorded], Nodes: len(c.nodes)}
 	}
 	return st, qerr
 }

@@ -21,11 +21,22 @@ func (f *fakeNode) execSemaphore(s *script, keys []string, argv []any) ([]int64,
 	if s == semaphoreReleaseScript {
 		f.calls = append(f.calls, "release:"+str(0))
 		won, keep, wonDeleted, deleted := int(num(2)), int(num(3)), false, false
-		for i, k := range keys {
+		slots, record := keys[:len(keys)-1], keys[len(keys)-1]
+		for i, k := range slots {
 			if i != keep && f.keys[k] == str(0) {
 				delete(f.keys, k)
 				deleted = true
 				wonDeleted = wonDeleted || i == won
+			}
+		}
+		if f.keys[record] == str(4) {
+			left := false
+			for _, k := range slots {
+				_, held := f.keys[k]
+				left = left || held
+			}
+			if !left {
+				delete(f.keys, record)
 			}
 		}
 		if wonDeleted || (won < 0 && deleted) {
@@ -35,7 +46,12 @@ func (f *fakeNode) execSemaphore(s *script, keys []string, argv []any) ([]int64,
 	}
 	f.tries++
 	f.calls = append(f.calls, "acquire:"+str(0))
-	k := len(keys) / 2
+	k := (len(keys) - 1) / 2
+	record := keys[2*k]
+	if recorded, ok := f.keys[record]; ok && recorded != str(5) {
+		n, _ := strconv.ParseInt(recorded, 10, 64)
+		return []int64{2, 5000, 0, 0, n}, nil
+	}
 	first := int(num(4))
 	slot, free := -1, -1
 	for j := range k {
@@ -56,6 +72,7 @@ func (f *fakeNode) execSemaphore(s *script, keys []string, argv []any) ([]int64,
 	if slot < 0 {
 		return []int64{0, 5000, 0, 0, -1}, nil
 	}
+	f.keys[record] = str(5) // no expiry here: the fakes' keys never expire
 	before, _ := strconv.ParseInt(f.keys[keys[k+slot]], 10, 64)
 	if p := num(2); p > before {
 		f.keys[keys[k+slot]] = str(2)

@@ -52,9 +52,12 @@ func (RedlockSemaphoreScheme) Name() string { return "redlock-semaphore" }
 // LockKey is the key of slot 0.
 func (s RedlockSemaphoreScheme) LockKey() string { return s.LockKeys()[0] }
 
-// ExtraKeys are the other slots: no node may keep any once no client holds
-// a permit.
-func (s RedlockSemaphoreScheme) ExtraKeys() []string { return s.LockKeys()[1:] }
+// ExtraKeys are the other slots and the record of the number of permits
+// (Semaphore.PermitsKey): no node may keep any once no client holds a
+// permit.
+func (s RedlockSemaphoreScheme) ExtraKeys() []string {
+	return append(s.LockKeys()[1:], redlock.DefaultKeyPrefix+"{"+LockName+"}:permits")
+}
 
 // LockKeys are the slot keys (Semaphore.SlotKey, default prefix).
 func (s RedlockSemaphoreScheme) LockKeys() []string {

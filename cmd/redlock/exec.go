@@ -48,7 +48,8 @@ them. --no-metadata records nothing, for a command line that carries secrets.
 With --permits K, NAME is a semaphore of K permits instead of a lock: up to K commands run at
 once under NAME, each under a permit of its own with its own token (tokens grow per slot; the
 command finds its slot, 0 to K-1, in REDLOCK_SLOT). Exit 75 then means that all K permits are
-held by others. Every run of NAME must give the same K.
+held by others. Every run of NAME must give the same K: the nodes record K while a permit is
+held, and refuse another K with exit 64, at once, whatever --wait.
 
 Flags go before NAME. NAME and COMMAND are always separated by "--", so that a forgotten
 NAME ("exec -- make deploy") is an error instead of a lock named "make".

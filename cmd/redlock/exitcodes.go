@@ -14,7 +14,8 @@ const (
 	exitOK = 0
 	// exitFailure: status, nodes or unlock found a problem; demo found a safety violation.
 	exitFailure = 1
-	// exitUsage: bad flags or arguments, bad node URL, bad lock name, missing nodes.
+	// exitUsage: bad flags or arguments, bad node URL, bad lock name, missing nodes, a
+	// semaphore's --permits other than the number the nodes record for its held permits.
 	exitUsage = 64
 	// exitUnavailable (EX_UNAVAILABLE): exec could not reach a quorum of the nodes (down,
 	// timing out, refusing connections, sitting out after a restart, not independent, in
@@ -41,7 +42,8 @@ const exitCodesHelp = `Exit codes:
   1..    exec: the command's own exit code, 128+N if it died of signal N
   1      status/nodes/unlock: a problem was found; demo: a safety check failed
   64     usage or configuration error (bad flag, bad URL, missing nodes, one address
-         given twice)
+         given twice, a semaphore's --permits other than the number its held permits
+         were taken with)
   69     exec: no quorum of the nodes could be reached (down, timing out, refusing,
          sitting out, not independent, a cluster node not serving the lock's hash slot):
          the lock service is down; the command did not run

@@ -119,3 +119,44 @@ func TestStatusShowsSemaphoreHolders(t *testing.T) {
 		t.Fatalf("status of an unused name: %v", r)
 	}
 }
+
+func TestExecAndStatusRefuseAnotherNumberOfPermits(t *testing.T) {
+	name := lockName(t)
+	sem, err := libClient(t).Semaphore(name, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held := holdPermits(t, sem, 1)
+	marker := filepath.Join(t.TempDir(), "ran")
+
+	// A permit of 1 is held: 2 permits are refused at once, with 64, even when waiting.
+	for _, wait := range []string{"0", "1m"} {
+		r := run(t, "exec", ttlFlag, "--permits", "2", "--wait", wait, name, "--", "touch", marker)
+		if r.code != exitUsage || !strings.Contains(r.stderr, "2 permits") || !strings.Contains(r.stderr, "record 1 permits") {
+			t.Fatalf("--permits 2 --wait %s while a permit of 1 is held: want exit %d naming both numbers, got %v", wait, exitUsage, r)
+		}
+	}
+	if fileExists(marker) {
+		t.Fatal("the command ran under a second number of permits")
+	}
+	r := run(t, "status", "--permits", "2", name)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "record 1 permits") {
+		t.Fatalf("status --permits 2 while a permit of 1 is held: want exit %d naming the recorded number, got %v", exitUsage, r)
+	}
+	// The right number is shown, and so is the recorded one when none is given.
+	for _, args := range [][]string{{"status", "--permits", "1", name}, {"status", name}} {
+		r := run(t, args...)
+		if r.code != 0 || !strings.Contains(r.stdout, "1 permits") || !strings.Contains(r.stdout, "held: 1 of 1 permits") {
+			t.Fatalf("%v: want the semaphore of 1 permit, held, got %v", args, r)
+		}
+	}
+
+	// Once the permit of 1 is released, the name takes another number.
+	if err := held[0].Release(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r = run(t, "exec", ttlFlag, "--permits", "2", name, "--", "touch", marker)
+	if r.code != 0 || !fileExists(marker) {
+		t.Fatalf("--permits 2 after the permit of 1 was released: want the command run, got %v", r)
+	}
+}

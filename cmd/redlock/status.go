@@ -28,9 +28,11 @@ its entry lives unless it refreshes it. Exits 0 when the lock is held or not hel
 verdict is unknown, the nodes are not independent, or fewer than a quorum of nodes answered.
 
 For a semaphore (see exec --permits), it shows every slot the same way: its holder on each node,
-and whether one owner holds it on a quorum. With --permits K it reads slots 0 to K-1; without,
-when NAME has no lock, it looks for a semaphore NAME and shows the slots it finds traces of (a
-key, or a fence register, which outlives the holders by a day): the slots used lately.`,
+and whether one owner holds it on a quorum. With --permits K it reads slots 0 to K-1, and exits
+64 if a quorum of nodes record another number of permits for the live permits (as exec would be
+refused). Without --permits, when NAME has no lock, it looks for a semaphore NAME: while permits
+are held, the number the nodes record; otherwise the slots it finds traces of (a key, or a fence
+register, which outlives the holders by a day): the slots used lately.`,
 	examples: `
 redlock status nightly-report
 redlock status --nodes redis://10.0.0.1:6379,redis://10.0.0.2:6379,redis://10.0.0.3:6379 deploy
@@ -255,6 +257,11 @@ func semaphoreStatus(ctx context.Context, a *app, nf *nodeFlags, client *redlock
 		return withExitCode(exitUsage, err)
 	}
 	st, err := sem.Holders(ctx)
+	var pm *redlock.PermitsMismatchError
+	if looking && errors.As(err, &pm) && pm.Recorded >= 1 && pm.Recorded <= redlock.MaxPermits {
+		// The nodes record the number of permits of the live permits: show that many.
+		return semaphoreStatus(ctx, a, nf, client, name, int(pm.Recorded), false)
+	}
 	var qe *redlock.QuorumError
 	if err != nil && !errors.As(err, &qe) {
 		return err
