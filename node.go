@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,11 @@ type node struct {
 	// nanoseconds since Client.base: a server we meet there under a new
 	// run_id started after it (dateStart).
 	lastAnswer atomic.Int64
+
+	// watched holds the per-server clients inside a *redis.ClusterClient
+	// that carry dialWatch: the ClusterClient's own hooks do not run on
+	// its servers' dials.
+	watched sync.Map // *redis.Client -> struct{}
 
 	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
@@ -114,7 +121,13 @@ func (c *Client) markDown(n *node, nodeTimeout time.Duration) {
 // nodeGuard is what the last probe learned, plus sit-outs decided since.
 // It is replaced, never changed, so the hot path reads it without locking.
 type nodeGuard struct {
-	runID      string
+	// runID identifies the server, or for a Cluster node every master
+	// with its address: "addr=run_id,..." (probeCluster). A change is a
+	// new server for the guard.
+	runID string
+	// servers are the run_ids of every server behind the node, for the
+	// duplicate check: no server may serve two nodes.
+	servers    []string
 	role       string
 	known      bool          // this client saw the server before (a restart, not a first meeting)
 	persistent bool          // appendonly with appendfsync always: keys survive a restart
@@ -217,8 +230,15 @@ type probeResult struct {
 	fleetTTL    time.Duration // the node's register of the largest TTL in use
 	registerErr error         // why the register could not be read or raised
 	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
-	nodeTime    time.Time
-	sent, recv  time.Time // the pipelined round trip that read INFO and the register
+	addr        string        // a Cluster node's master: its address
+	promoted    bool          // a master promoted from replica since it started: dated as started now
+	replicas    int           // replicas connected to the master(s)
+	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
+	masters     int           // a Cluster node's masters; 0 for one server
+	// others are the clock samples of a Cluster node's other masters.
+	others     []probeResult
+	nodeTime   time.Time
+	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
 	timeSent, timeRecv time.Time
 }
@@ -232,12 +252,26 @@ func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync ==
 // persistence and its register of the largest TTL in use, in one
 // pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
 // ttlRegister).
-func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise time.Duration) (probeResult, error) {
+func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
+		return c.probeCluster(ctx, n, cc, raise)
+	}
+	res, err := c.probeServer(ctx, n.rdb, raise, true)
+	res.servers = []string{res.runID}
+	return res, err
+}
+
+// probeServer probes one server; with register, it also reads (and
+// raises) the register of the largest TTL in use there.
+func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
 	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
-	reg := c.registerCmd(ctx, pipe, raise)
+	var reg *redis.Cmd
+	if register {
+		reg = c.registerCmd(ctx, pipe, raise)
+	}
 	learnScripts := loadScripts(ctx, pipe)
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
@@ -261,6 +295,16 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 		return res, fmt.Errorf("redlock: node did not report run_id, role and uptime in INFO")
 	}
 	res.uptime = time.Duration(secs) * time.Second
+	// A master that was promoted from replica since it started shows it in
+	// its replication ids (the old one kept as master_replid2, up to
+	// second_repl_offset), but not when. Its uptime is that of the
+	// replica, which may have missed the last writes of the master it
+	// replaced: it is dated as started now, the latest the promotion can
+	// have been, so that it sits out a whole grace from our first sight.
+	if off := fields["second_repl_offset"]; res.role == "master" && off != "" && off != "-1" {
+		res.promoted, res.uptime = true, 0
+	}
+	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -282,9 +326,11 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
-	if reg.Err() == nil {
+	switch {
+	case reg == nil:
+	case reg.Err() == nil:
 		res.fleetTTL, res.registerErr = registerReply(reg.Val())
-	} else {
+	default:
 		res.registerErr = reg.Err()
 	}
 	// A node in cluster mode takes only keys of the hash slots it serves.
@@ -314,7 +360,7 @@ func parseInfo(s string) map[string]string {
 // have forgotten locks that the others' registers still account for.
 func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
 	n.stale.Store(false)
-	res, err := c.probe(ctx, n.rdb, raise)
+	res, err := c.probe(ctx, n, raise)
 	if err != nil {
 		n.stale.Store(true) // try again next time
 		return res, err
@@ -328,6 +374,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.heard(n, res.sent, raise, res.fleetTTL)
 	}
 	c.observeClock(n, res.nodeTime, res.timeSent, res.timeRecv)
+	for _, o := range res.others {
+		c.observeClock(n, o.nodeTime, o.timeSent, o.timeRecv)
+	}
 	// A server met after the first contact may have restarted empty while
 	// we were away: learn the largest TTL in use from the others now, as
 	// what was read of them earlier may have decayed. (At first contact
@@ -340,7 +389,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, role: res.role, persistent: res.persistent(), cluster: res.cluster}
+	g := &nodeGuard{runID: res.runID, servers: res.servers, role: res.role, persistent: res.persistent(), cluster: res.cluster}
 	switch {
 	case old == nil: // first meeting
 		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
@@ -363,6 +412,11 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
 	}
+	if _, isCluster := n.rdb.(*redis.ClusterClient); g.excluded == nil && isCluster && res.replicas > 0 && !c.opts.AllowFailoverNodes {
+		g.excluded = &ConfigError{Field: "node", Value: n.name,
+			Reason: fmt.Sprintf("is a Redis Cluster whose masters have %d replicas: a failover may promote a replica that lacks a lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", res.replicas),
+			Err:    ErrFailoverNode}
+	}
 	// A node in cluster mode that serves no slot, or not the register's,
 	// can take no lock at all: refused like a replica. (A cluster that is
 	// down, or slots that could not be read, may come right: each acquire
@@ -373,9 +427,15 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 			Reason: strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ") + ": no lock can be taken on it", Err: err}
 	}
 	for _, other := range c.nodes {
-		if og := other.guard.Load(); other != n && og != nil && og.runID == res.runID && og.excluded == nil {
-			g.excluded = &ConfigError{Field: "node", Value: n.name,
-				Reason: "is the same server as node " + other.name + " (same run_id)", Err: ErrNotIndependent}
+		og := other.guard.Load()
+		if other == n || og == nil || og.excluded != nil {
+			continue
+		}
+		for _, id := range res.servers {
+			if slices.Contains(og.servers, id) {
+				g.excluded = &ConfigError{Field: "node", Value: n.name,
+					Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
+			}
 		}
 	}
 	if g.excluded != nil && (old == nil || old.excluded == nil) {
@@ -552,4 +612,85 @@ func (c *Client) guardsPass(ctx context.Context, n *node) error {
 		g = n.guard.Load()
 	}
 	return g.voteErr(c.clock.Now(), c.graceFor())
+}
+
+// probeCluster probes a node that is a Redis Cluster (DESIGN §6). A keyless
+// command sent through the ClusterClient (INFO, TIME) reaches an arbitrary
+// master, so a restart of the master that serves a lock's slot could go
+// unseen: every master is probed directly instead, and the node is one
+// server for the guards whose identity is every master's address and
+// run_id. A new master for any slot (a restart, a failover, a slot moved
+// to a master not seen before) is then a new server: the node sits out the
+// grace, for every lock. That is stricter than a guard per slot's master,
+// which would let the node keep voting for the locks of the other slots:
+// it costs availability, never safety.
+//
+// The register of the largest TTL in use is read through the
+// ClusterClient, on the master that serves its key's slot.
+func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration) (probeResult, error) {
+	var res probeResult
+	pipe := cc.Pipeline()
+	reg := c.registerCmd(ctx, pipe, raise)
+	res.sent = c.clock.Now()
+	_, _ = pipe.Exec(ctx)
+	var mu sync.Mutex
+	var shards []probeResult
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n.watch(m)
+		r, err := c.probeServer(ctx, m, 0, false)
+		r.addr = m.Options().Addr
+		mu.Lock()
+		shards = append(shards, r)
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("master %s: %w", r.addr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if len(shards) == 0 {
+		return res, errors.New("redlock: the cluster has no master")
+	}
+	slices.SortFunc(shards, func(a, b probeResult) int { return strings.Compare(a.addr, b.addr) })
+	ids := make([]string, len(shards))
+	first := shards[0]
+	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
+	res.nodeTime, res.timeSent, res.timeRecv = first.nodeTime, first.timeSent, first.timeRecv
+	res.others = shards[1:]
+	res.masters = len(shards)
+	for i, r := range shards {
+		ids[i] = r.addr + "=" + r.runID
+		res.servers = append(res.servers, r.runID)
+		if r.role != "master" {
+			res.role = r.role
+		}
+		// The youngest master dates the node, read at the latest reply:
+		// a start dated no earlier than any master's.
+		res.uptime = min(res.uptime, r.uptime)
+		if r.recv.After(res.recv) {
+			res.recv = r.recv
+		}
+		res.promoted = res.promoted || r.promoted
+		res.replicas += r.replicas
+		if !r.persistent() {
+			res.appendOnly, res.appendFsync = r.appendOnly, r.appendFsync
+		}
+	}
+	res.runID = strings.Join(ids, ",")
+	if err := reg.Err(); err == nil {
+		res.fleetTTL, res.registerErr = registerReply(reg.Val())
+	} else {
+		res.registerErr = err
+	}
+	return res, nil
+}
+
+// watch makes the node stale whenever m, one server of a Cluster node,
+// dials a new connection, as dialWatch does for a node that is one server.
+func (n *node) watch(m *redis.Client) {
+	if _, seen := n.watched.LoadOrStore(m, struct{}{}); !seen {
+		m.AddHook(dialWatch{n})
+	}
 }
