@@ -127,7 +127,9 @@ type nodeGuard struct {
 	runID string
 	// servers are the run_ids of every server behind the node, for the
 	// duplicate check: no server may serve two nodes.
-	servers    []string
+	servers []string
+	// masters are a Cluster node's masters' addresses at the probe.
+	masters    []string
 	role       string
 	known      bool          // this client saw the server before (a restart, not a first meeting)
 	persistent bool          // appendonly with appendfsync always: keys survive a restart
@@ -220,6 +222,49 @@ func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return next
 }
 
+// serverWatch is dialWatch for one server of a Cluster node, which also
+// marks the node stale when a script ran on a server that was not among
+// its masters at the last probe. After a failover the ClusterClient
+// follows MOVED to the promoted replica, often on a connection it already
+// had (it reads the cluster's layout from replicas too): no dial shows the
+// new master, but the reply came from it, and the recheck after every
+// reply probes the node again before its vote counts.
+type serverWatch struct {
+	dialWatch
+	addr string
+}
+
+func (h serverWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.ran(cmd)
+		return err
+	}
+}
+
+func (h serverWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.ran(cmd)
+		}
+		return err
+	}
+}
+
+// ran marks the node stale if cmd was a script and this server is not one
+// of the masters the node's guard knows.
+func (h serverWatch) ran(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
+	default:
+		return
+	}
+	if g := h.n.guard.Load(); g != nil && !slices.Contains(g.masters, h.addr) {
+		h.n.stale.Store(true)
+	}
+}
+
 // probeResult is what one probe round trip tells about a node.
 type probeResult struct {
 	runID       string
@@ -234,7 +279,7 @@ type probeResult struct {
 	promoted    bool          // a master promoted from replica since it started: dated as started now
 	replicas    int           // replicas connected to the master(s)
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
-	masters     int           // a Cluster node's masters; 0 for one server
+	masterAddrs []string      // a Cluster node's masters' addresses
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
 	nodeTime   time.Time
@@ -389,7 +434,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, servers: res.servers, role: res.role, persistent: res.persistent(), cluster: res.cluster}
+	g := &nodeGuard{runID: res.runID, servers: res.servers, masters: res.masterAddrs, role: res.role, persistent: res.persistent(), cluster: res.cluster}
 	switch {
 	case old == nil: // first meeting
 		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
@@ -659,9 +704,9 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
 	res.nodeTime, res.timeSent, res.timeRecv = first.nodeTime, first.timeSent, first.timeRecv
 	res.others = shards[1:]
-	res.masters = len(shards)
 	for i, r := range shards {
 		ids[i] = r.addr + "=" + r.runID
+		res.masterAddrs = append(res.masterAddrs, r.addr)
 		res.servers = append(res.servers, r.runID)
 		if r.role != "master" {
 			res.role = r.role
@@ -691,6 +736,6 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 // dials a new connection, as dialWatch does for a node that is one server.
 func (n *node) watch(m *redis.Client) {
 	if _, seen := n.watched.LoadOrStore(m, struct{}{}); !seen {
-		m.AddHook(dialWatch{n})
+		m.AddHook(serverWatch{dialWatch{n}, m.Options().Addr})
 	}
 }
