@@ -98,7 +98,7 @@ type Server struct {
 	BusPort int
 
 	opts      Options
-	sentinel  string // Sentinel only: the config file (sentinel.go)
+	sentinel  string // Sentinel only: the config file (topology.go)
 	binary    string
 	clockFile string      // FakeTime only
 	tlsConfig *tls.Config // TLS only: the helper's own client's
