@@ -145,7 +145,7 @@ func probeCluster(ctx context.Context, rdb redis.UniversalClient, register strin
 		return ci
 	}
 	ci.State = parseInfo(info.Val())["cluster_state"]
-	ci.Slots, ci.Err = ownSlots(nodes.Val())
+	ci.Slots, ci.Err = ownSlots(nodes.Val(), false)
 	return ci
 }
 
@@ -153,7 +153,9 @@ func probeCluster(ctx context.Context, rdb redis.UniversalClient, register strin
 // fields are: id addr flags master ping pong epoch link slot...; a slot
 // field is "N" or "N-M", or "[N->-id]" / "[N-<-id]" for a slot being
 // migrated, which is not (or not yet) served here.
-func ownSlots(nodes string) ([]SlotRange, error) {
+// With importing, a slot being migrated to the node ("[N-<-id]") counts:
+// after ASKING the node takes the slot's keys.
+func ownSlots(nodes string, importing bool) ([]SlotRange, error) {
 	for _, line := range strings.Split(nodes, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
@@ -162,6 +164,10 @@ func ownSlots(nodes string) ([]SlotRange, error) {
 		var slots []SlotRange
 		for _, f := range fields[8:] {
 			if strings.HasPrefix(f, "[") {
+				num, _, isImport := strings.Cut(strings.Trim(f, "[]"), "-<-")
+				if a, err := strconv.Atoi(num); importing && isImport && err == nil {
+					slots = append(slots, SlotRange{a, a})
+				}
 				continue
 			}
 			first, last, isRange := strings.Cut(f, "-")

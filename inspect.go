@@ -264,7 +264,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			continue
 		}
 		info.ClockSkew, _ = clockSkew(samples, have, i)
-		if err := c.ready(ctx, n); err != nil {
+		if err := c.ready(ctx, n, ""); err != nil {
 			info.SitOutReason = strings.TrimPrefix(err.Error(), ErrNodeSittingOut.Error()+": ")
 		} else {
 			info.Voting = true

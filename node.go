@@ -128,8 +128,10 @@ type nodeGuard struct {
 	// servers are the run_ids of every server behind the node, for the
 	// duplicate check: no server may serve two nodes.
 	servers []string
-	// masters are a Cluster node's masters' addresses at the probe.
-	masters    []string
+	// shards are a Cluster node's masters at the last probe, each dated
+	// on its own: a lock's vote follows the master of its slot (nil for a
+	// node that is one server).
+	shards     []shardGuard
 	role       string
 	known      bool          // this client saw the server before (a restart, not a first meeting)
 	persistent bool          // appendonly with appendfsync always: keys survive a restart
@@ -151,7 +153,7 @@ type nodeGuard struct {
 // voteErr tells why the node's vote does not count at now, or nil. grace
 // is the restart grace in force now; the larger of it and the grace learned
 // at the probe applies.
-func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
+func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) error {
 	switch {
 	case g.excluded != nil:
 		return g.excluded
@@ -164,6 +166,9 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		return nil // the guard is off, or the node kept its keys
 	}
 	grace = max(grace, g.grace)
+	if g.shards != nil {
+		return g.shardsVoteErr(now, grace, key)
+	}
 	if now.Before(g.upSince.Add(grace)) {
 		what := "started"
 		if g.known {
@@ -174,6 +179,60 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		// client's longer TTL, through the nodes' register.
 		return fmt.Errorf("%w: %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
 			ErrNodeSittingOut, what, grace, g.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// shardGuard is what a Cluster node's guard knows of one of its masters.
+type shardGuard struct {
+	addr, runID string
+	upSince     time.Time   // dated as nodeGuard.upSince is
+	known       bool        // met after the node (a restart, a promotion, a new master), not at first contact
+	slots       []SlotRange // the slots it serves or imports, in its own view at the probe
+}
+
+// serves tells whether the master took (or was importing) slot at the probe.
+func (sg *shardGuard) serves(slot int) bool {
+	for _, r := range sg.slots {
+		if r.First <= slot && slot <= r.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// errSlotUnclaimed: no master of a Cluster node served the lock's slot at
+// the last probe; the node is probed again.
+var errSlotUnclaimed = fmt.Errorf("%w: no master of the cluster served the lock's hash slot at the last probe", ErrNodeSittingOut)
+
+// shardsVoteErr is voteErr's restart grace for a Cluster node: the vote on
+// key counts once every master that served (or imported) its slot at the
+// last probe is past the grace. key "" asks for every master: a node whose
+// keys are not known (Nodes, a batch of extensions) votes only when none of
+// its masters sits out.
+func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string) error {
+	slot := -1
+	if key != "" {
+		slot = keySlot(key)
+	}
+	claimed := false
+	for i := range g.shards {
+		sh := &g.shards[i]
+		if slot >= 0 && !sh.serves(slot) {
+			continue
+		}
+		claimed = true
+		if now.Before(sh.upSince.Add(grace)) {
+			what := "started"
+			if sh.known {
+				what = "is new (restarted, promoted or met after the others)"
+			}
+			return fmt.Errorf("%w: its master %s %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
+				ErrNodeSittingOut, sh.addr, what, grace, sh.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+		}
+	}
+	if !claimed {
+		return errSlotUnclaimed
 	}
 	return nil
 }
@@ -260,7 +319,7 @@ func (h serverWatch) ran(cmd redis.Cmder) {
 	default:
 		return
 	}
-	if g := h.n.guard.Load(); g != nil && !slices.Contains(g.masters, h.addr) {
+	if g := h.n.guard.Load(); g != nil && g.shard(h.addr) == nil {
 		h.n.stale.Store(true)
 	}
 }
@@ -276,10 +335,11 @@ type probeResult struct {
 	registerErr error         // why the register could not be read or raised
 	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
 	addr        string        // a Cluster node's master: its address
+	claims      []SlotRange   // and the slots it serves or imports
+	shards      []probeResult // a Cluster node's masters, by address
 	promoted    bool          // a master promoted from replica since it started: dated as started now
 	replicas    int           // replicas connected to the master(s)
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
-	masterAddrs []string      // a Cluster node's masters' addresses
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
 	nodeTime   time.Time
@@ -434,7 +494,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, servers: res.servers, masters: res.masterAddrs, role: res.role, persistent: res.persistent(), cluster: res.cluster}
+	g := &nodeGuard{runID: res.runID, servers: res.servers, role: res.role, persistent: res.persistent(), cluster: res.cluster}
 	switch {
 	case old == nil: // first meeting
 		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
@@ -452,6 +512,20 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.sitOut, g.reason, g.known = old.sitOut, old.reason, old.known
 		g.clockVetted = old.clockVetted
 		g.upSince, g.grace = old.upSince, old.grace
+	}
+	if res.shards != nil {
+		g.shards = make([]shardGuard, len(res.shards))
+		for i, r := range res.shards {
+			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims}
+			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
+				sg.upSince, sg.known = o.upSince, o.known
+			} else {
+				// A master we had not met under this run_id, on a node we
+				// knew, started after the node last answered us.
+				sg.upSince, sg.known = dateStart(r, lastAnswer, old != nil), old != nil
+			}
+			g.shards[i] = sg
+		}
 	}
 	if res.role != "master" {
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
@@ -489,6 +563,20 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	n.guard.Store(g)
 	c.compareClocksLocked(n)
 	return res, nil
+}
+
+// shard finds the master at addr among a Cluster node's masters at the
+// last probe; nil if there is none, or no guard.
+func (g *nodeGuard) shard(addr string) *shardGuard {
+	if g == nil {
+		return nil
+	}
+	for i := range g.shards {
+		if g.shards[i].addr == addr {
+			return &g.shards[i]
+		}
+	}
+	return nil
 }
 
 // clockThreshold is how far a node's clock may move against ours, or
@@ -611,15 +699,27 @@ func (c *Client) graceFor() time.Duration {
 // if the node's clock jumped, or go-redis opened a new connection during
 // the call (it retries on a broken one, and the server may have restarted
 // empty), the vote must pass the guards again.
-func (c *Client) recheck(ctx context.Context, n *node, sec, usec int64, sent, recv time.Time) error {
+func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int64, sent, recv time.Time) error {
 	if n.rdb == nil {
 		return nil
 	}
 	if c.observeClock(n, time.Unix(sec, usec*1000), sent, recv) || n.stale.Load() {
-		return c.ready(ctx, n)
+		return c.ready(ctx, n, key)
 	}
 	n.lastAnswer.Store(int64(sent.Sub(c.base)))
 	return nil
+}
+
+// scriptKey is the first key of a script command built by script.args (or
+// in its layout): the lock's keys share its hash slot, which a Cluster
+// node's guard follows. "" if there is none.
+func scriptKey(args []any) string {
+	if len(args) > 3 {
+		if k, ok := args[3].(string); ok {
+			return k
+		}
+	}
+	return ""
 }
 
 // down tells whether n is in its hold-off after a failure.
@@ -630,17 +730,17 @@ func (c *Client) down(n *node) bool {
 
 // ready makes sure n has been probed since its last new connection and
 // tells whether its vote counts now.
-func (c *Client) ready(ctx context.Context, n *node) error {
+func (c *Client) ready(ctx context.Context, n *node, key string) error {
 	if c.down(n) {
 		return ErrNodeDown
 	}
-	return c.guardsPass(ctx, n)
+	return c.guardsPass(ctx, n, key)
 }
 
 // guardsPass is ready without the down hold-off, which only spares a
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
-func (c *Client) guardsPass(ctx context.Context, n *node) error {
+func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 	if n.rdb != nil && (n.stale.Load() || n.guard.Load() == nil) {
 		if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
 			return err
@@ -656,7 +756,11 @@ func (c *Client) guardsPass(ctx context.Context, n *node) error {
 		c.guardMu.Unlock()
 		g = n.guard.Load()
 	}
-	return g.voteErr(c.clock.Now(), c.graceFor())
+	err := g.voteErr(c.clock.Now(), c.graceFor(), key)
+	if err == errSlotUnclaimed {
+		n.stale.Store(true) // slots moved since the probe: look again
+	}
+	return err
 }
 
 // probeCluster probes a node that is a Redis Cluster (DESIGN §6). A keyless
@@ -684,6 +788,12 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		n.watch(m)
 		r, err := c.probeServer(ctx, m, 0, false)
 		r.addr = m.Options().Addr
+		if err == nil {
+			var nodes string
+			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
+				r.claims, err = ownSlots(nodes, true)
+			}
+		}
 		mu.Lock()
 		shards = append(shards, r)
 		mu.Unlock()
@@ -704,12 +814,14 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
 	res.nodeTime, res.timeSent, res.timeRecv = first.nodeTime, first.timeSent, first.timeRecv
 	res.others = shards[1:]
+	res.shards = shards
 	for i, r := range shards {
 		ids[i] = r.addr + "=" + r.runID
-		res.masterAddrs = append(res.masterAddrs, r.addr)
 		res.servers = append(res.servers, r.runID)
 		if r.role != "master" {
-			res.role = r.role
+			// The layout said master, the server says not: a failover
+			// the layout has not caught up with. Probe again later.
+			return res, fmt.Errorf("redlock: %s is a %s, not a master, in a stale view of the cluster", r.addr, r.role)
 		}
 		// The youngest master dates the node, read at the latest reply:
 		// a start dated no earlier than any master's.

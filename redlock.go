@@ -827,7 +827,7 @@ func (c *Client) refusal(a *attempt, d decision) error {
 func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) error {
 	if !c.probed.Load() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		c.each(func(_ int, n *node) { _ = c.ready(pctx, n) })
+		c.each(func(_ int, n *node) { _ = c.ready(pctx, n, "") })
 		cancel()
 		c.compareClocks()
 		c.probed.Store(true)

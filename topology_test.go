@@ -429,3 +429,60 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		}
 	}
 }
+
+// On Cluster nodes the restart grace follows the master of the lock's
+// slot: when one master of each cluster restarts empty, locks whose slots
+// are on the other master are taken at once, by the client that saw the
+// restart and by a fresh one, while the restarted master's locks wait.
+func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 2 * time.Second}
+	known, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer known.Close()
+	kept := nameInSlots(known, "kept", 0, 8191)           // the first master's
+	moved := nameInSlots(known, "restarted", 8192, 16383) // the second master's
+	for _, name := range []string{kept, moved} {
+		l, err := known.Acquire(ctx, name) // waits out the fresh servers' grace
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, len(rcs))
+	var wg sync.WaitGroup
+	for i, rc := range rcs {
+		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.KeySlot(moved)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"the client that saw the restart", known}, {"a fresh client", fresh}} {
+		_, err := tc.c.TryAcquire(ctx, moved)
+		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), rcs[0].Shards[1].Master.Addr) {
+			t.Fatalf("%s, lock %q on the restarted master: want no quorum, its nodes sitting out naming the master, got %v", tc.who, moved, err)
+		}
+		l, err := tc.c.TryAcquire(ctx, kept)
+		if err != nil {
+			t.Fatalf("%s, lock %q on the master that kept running: %v", tc.who, kept, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
