@@ -706,6 +706,15 @@ func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int
 	if c.observeClock(n, time.Unix(sec, usec*1000), sent, recv) || n.stale.Load() {
 		return c.ready(ctx, n, key)
 	}
+	// Another call's probe may have cleared the stale mark since this
+	// call's reply came from a new server (a restart, the master a
+	// ClusterClient was redirected to), and installed its guard: judge the
+	// vote by the guard in force now, not by the one checked before the
+	// call.
+	// (No I/O: the node is not stale, and has a guard.)
+	if err := c.guardsPass(ctx, n, key); err != nil {
+		return err
+	}
 	n.lastAnswer.Store(int64(sent.Sub(c.base)))
 	return nil
 }
