@@ -186,6 +186,27 @@ func ownSlots(nodes string, importing bool) ([]SlotRange, error) {
 	return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
 }
 
+// replicasInView counts the replicas of the "myself" master in CLUSTER
+// NODES, connected or not: a replica whose link is down may still be
+// promoted (with cluster-replica-validity-factor 0, or by CLUSTER FAILOVER
+// FORCE on it).
+func replicasInView(nodes string) int {
+	var me string
+	lines := strings.Split(nodes, "\n")
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) >= 8 && strings.Contains(","+f[2]+",", ",myself,") {
+			me = f[0]
+		}
+	}
+	n := 0
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) >= 8 && me != "" && f[3] == me && strings.Contains(","+f[2]+",", ",slave,") {
+			n++
+		}
+	}
+	return n
+}
+
 // slotsServed refuses the lock called name if a node in cluster mode cannot
 // take its keys. The refused node is probed again on the next attempt:
 // slots move, and a cluster comes back up.

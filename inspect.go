@@ -204,7 +204,8 @@ type NodeInfo struct {
 	LargestTTL  time.Duration // the node's register of the largest TTL any client uses (0: none)
 	RTT         time.Duration
 	// Replicas is how many replicas are connected to the node's master
-	// (for a Cluster node, to all its masters). Promoted tells that a
+	// (for a Cluster node, the replicas of all its masters in CLUSTER
+	// NODES, connected or not). Promoted tells that a
 	// master was promoted from replica since it started: it is dated as
 	// started when the client first saw it.
 	Replicas     int

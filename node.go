@@ -801,6 +801,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 			var nodes string
 			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
 				r.claims, err = ownSlots(nodes, true)
+				r.replicas = max(r.replicas, replicasInView(nodes))
 			}
 		}
 		mu.Lock()

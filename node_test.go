@@ -148,3 +148,16 @@ func TestOwnSlotsWithImports(t *testing.T) {
 		t.Fatalf("ownSlots without imports = %v, want 0-100 alone", got)
 	}
 }
+
+// A Cluster master's replicas are counted from CLUSTER NODES, also one
+// whose link is down: it may still be promoted.
+func TestReplicasInView(t *testing.T) {
+	const nodes = "m1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n" +
+		"r1 127.0.0.1:7001@17001 slave m1 0 0 1 connected\n" +
+		"r2 127.0.0.1:7002@17002 slave,fail m1 0 0 1 disconnected\n" +
+		"m2 127.0.0.1:7003@17003 master - 0 0 2 connected 8192-16383\n" +
+		"r3 127.0.0.1:7004@17004 slave m2 0 0 2 connected\n"
+	if got := replicasInView(nodes); got != 2 {
+		t.Fatalf("replicasInView = %d, want 2 (the connected and the failed replica of m1)", got)
+	}
+}

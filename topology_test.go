@@ -291,13 +291,24 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		return c
 	}
+	// Replicas whose links are down count too: they may still be promoted.
+	for _, sh := range rc.Shards {
+		if err := redistest.CutReplication(ctx, sh.Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
 	refused := newClient(redlock.Options{TTL: time.Second})
 	_, err := refused.TryAcquire(ctx, "job")
 	if !errors.Is(err, redlock.ErrFailoverNode) || !strings.Contains(err.Error(), "ClusterClient#3") || !strings.Contains(err.Error(), "2 replicas") {
-		t.Fatalf("a cluster node with replicas, without the opt-in: want ErrFailoverNode naming ClusterClient#3 and its 2 replicas, got %v", err)
+		t.Fatalf("a cluster node with replicas (their links down), without the opt-in: want ErrFailoverNode naming ClusterClient#3 and its 2 replicas, got %v", err)
 	}
 	if err := refused.Verify(ctx); !errors.Is(err, redlock.ErrFailoverNode) {
 		t.Fatalf("Verify: want ErrFailoverNode, got %v", err)
+	}
+	for _, sh := range rc.Shards {
+		if err := redistest.RestoreReplication(ctx, sh.Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
 	}
 
 	c := newClient(redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
