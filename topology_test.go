@@ -500,3 +500,46 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 		}
 	}
 }
+
+// Resharding the lock's slot during a hold (MIGRATE moves the keys with
+// it) loses nothing: the holder extends on the master the slot moved to,
+// and another client is refused the lock there.
+func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 5 * time.Second} // room for three slot moves within the validity
+	x, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	other, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	name := nameInSlots(x, "job", 0, 8191)
+	held, err := x.Acquire(ctx, name) // waits out the fresh servers' grace
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	if _, err := other.Acquire(ctx, nameInSlots(x, "warm", 8192, 16383)); err != nil { // the other client's grace too
+		t.Fatal(err)
+	}
+	for _, rc := range rcs {
+		if err := rc.MoveSlot(ctx, x.KeySlot(name), rc.Shards[1].Master); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+			t.Fatalf("the lock's key did not move with its slot (%d, %v)", n, err)
+		}
+	}
+	if err := held.Extend(ctx); err != nil {
+		t.Fatalf("extend after the lock's slot moved: %v", err)
+	}
+	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, redlock.ErrLocked) {
+		t.Fatalf("another client after the slot moved: %v, want ErrLocked", err)
+	}
+}
