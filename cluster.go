@@ -145,7 +145,7 @@ func probeCluster(ctx context.Context, rdb redis.UniversalClient, register strin
 		return ci
 	}
 	ci.State = parseInfo(info.Val())["cluster_state"]
-	ci.Slots, ci.Err = ownSlots(nodes.Val())
+	ci.Slots, ci.Err = ownSlots(nodes.Val(), false)
 	return ci
 }
 
@@ -153,7 +153,9 @@ func probeCluster(ctx context.Context, rdb redis.UniversalClient, register strin
 // fields are: id addr flags master ping pong epoch link slot...; a slot
 // field is "N" or "N-M", or "[N->-id]" / "[N-<-id]" for a slot being
 // migrated, which is not (or not yet) served here.
-func ownSlots(nodes string) ([]SlotRange, error) {
+// With importing, a slot being migrated to the node ("[N-<-id]") counts:
+// after ASKING the node takes the slot's keys.
+func ownSlots(nodes string, importing bool) ([]SlotRange, error) {
 	for _, line := range strings.Split(nodes, "\n") {
 		fields := strings.Fields(line)
 		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
@@ -162,6 +164,10 @@ func ownSlots(nodes string) ([]SlotRange, error) {
 		var slots []SlotRange
 		for _, f := range fields[8:] {
 			if strings.HasPrefix(f, "[") {
+				num, _, isImport := strings.Cut(strings.Trim(f, "[]"), "-<-")
+				if a, err := strconv.Atoi(num); importing && isImport && err == nil {
+					slots = append(slots, SlotRange{a, a})
+				}
 				continue
 			}
 			first, last, isRange := strings.Cut(f, "-")
@@ -178,6 +184,27 @@ func ownSlots(nodes string) ([]SlotRange, error) {
 		return slots, nil
 	}
 	return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
+}
+
+// replicasInView counts the replicas of the "myself" master in CLUSTER
+// NODES, connected or not: a replica whose link is down may still be
+// promoted (with cluster-replica-validity-factor 0, or by CLUSTER FAILOVER
+// FORCE on it).
+func replicasInView(nodes string) int {
+	var me string
+	lines := strings.Split(nodes, "\n")
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) >= 8 && strings.Contains(","+f[2]+",", ",myself,") {
+			me = f[0]
+		}
+	}
+	n := 0
+	for _, line := range lines {
+		if f := strings.Fields(line); len(f) >= 8 && me != "" && f[3] == me && strings.Contains(","+f[2]+",", ",slave,") {
+			n++
+		}
+	}
+	return n
 }
 
 // slotsServed refuses the lock called name if a node in cluster mode cannot

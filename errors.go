@@ -32,6 +32,11 @@ var (
 	// Such a set of nodes cannot give Redlock's guarantee, so it is refused.
 	// It also matches ErrInvalidConfig.
 	ErrNotIndependent = errors.New("redlock: nodes are not independent masters")
+	// ErrFailoverNode: a node fails over by itself (a master managed by
+	// Sentinel, or a Redis Cluster whose masters have replicas) and votes
+	// are not durable: a promoted replica may lack a lock's key. Refused
+	// unless Options.AllowFailoverNodes. It also matches ErrInvalidConfig.
+	ErrFailoverNode = errors.New("redlock: node fails over and its votes are not durable")
 	// ErrNodeSittingOut: a node's vote is not counted for now: it restarted
 	// less than the restart grace ago, or its clock jumped.
 	ErrNodeSittingOut = errors.New("redlock: node is sitting out")

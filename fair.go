@@ -340,7 +340,7 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), a.nodeTimeout)
 		defer cancel()
 	}
-	if err := c.ready(ctx, n); err != nil {
+	if err := c.ready(ctx, n, scriptKey(args)); err != nil {
 		return nil, err
 	}
 	if err := c.registered(ctx, n, a.ttl, a.nodeTimeout); err != nil {
@@ -365,7 +365,7 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	if len(vals) != 4 {
 		return nil, fmt.Errorf("redlock: unexpected fair queue reply %v", vals)
 	}
-	if err := c.recheck(ctx, n, vals[2], vals[3], sent, c.clock.Now()); err != nil {
+	if err := c.recheck(ctx, n, scriptKey(args), vals[2], vals[3], sent, c.clock.Now()); err != nil {
 		return nil, err
 	}
 	return vals, nil

@@ -192,17 +192,24 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 
 // NodeInfo is what Nodes learned of one node.
 type NodeInfo struct {
-	Node         string
-	Err          error // set when the node could not be probed
-	Role         string
-	RunID        string
-	Uptime       time.Duration
-	AppendOnly   bool
-	AppendFsync  string        // "always", "everysec", "no"; "" if CONFIG is not allowed
-	ClockOffset  time.Duration // the node's clock minus ours, at the middle of the round trip
-	ClockSkew    time.Duration // the node's clock minus the median of the other nodes' clocks
-	LargestTTL   time.Duration // the node's register of the largest TTL any client uses (0: none)
-	RTT          time.Duration
+	Node        string
+	Err         error // set when the node could not be probed
+	Role        string
+	RunID       string
+	Uptime      time.Duration
+	AppendOnly  bool
+	AppendFsync string        // "always", "everysec", "no"; "" if CONFIG is not allowed
+	ClockOffset time.Duration // the node's clock minus ours, at the middle of the round trip
+	ClockSkew   time.Duration // the node's clock minus the median of the other nodes' clocks
+	LargestTTL  time.Duration // the node's register of the largest TTL any client uses (0: none)
+	RTT         time.Duration
+	// Replicas is how many replicas are connected to the node's master
+	// (for a Cluster node, the replicas of all its masters in CLUSTER
+	// NODES, connected or not). Promoted tells that a
+	// master was promoted from replica since it started: it is dated as
+	// started when the client first saw it.
+	Replicas     int
+	Promoted     bool
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
 	// Cluster is set when the node runs in Redis Cluster mode: it can take
@@ -242,6 +249,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 		info.RTT = res.timeRecv.Sub(res.timeSent)
 		info.ClockOffset = res.nodeTime.Sub(res.timeSent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
+		info.Replicas, info.Promoted = res.replicas, res.promoted
 		info.Cluster = res.cluster
 		if st := n.tls.Load(); st != nil && st.version != 0 {
 			info.TLS = tls.VersionName(st.version)
@@ -257,7 +265,7 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			continue
 		}
 		info.ClockSkew, _ = clockSkew(samples, have, i)
-		if err := c.ready(ctx, n); err != nil {
+		if err := c.ready(ctx, n, ""); err != nil {
 			info.SitOutReason = strings.TrimPrefix(err.Error(), ErrNodeSittingOut.Error()+": ")
 		} else {
 			info.Voting = true

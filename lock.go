@@ -160,7 +160,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		nodes = new([]NodeResult)
 	}
 	err := c.broadcastObserved(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
-		if err := c.ready(ctx, n); err != nil {
+		if err := c.ready(ctx, n, scriptKey(args)); err != nil {
 			return false, err
 		}
 		if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
@@ -174,7 +174,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		}
 		sent := c.clock.Now()
 		vals, err := n.run.run(ctx, l.a.kind.extend, args)
-		return l.extendAnswer(ctx, n, vals, err, sent)
+		return l.extendAnswer(ctx, n, scriptKey(args), vals, err, sent)
 	}, nodes)
 	return l.extended(ctx, start, c.clock.Now(), err, nodes) // the round returns as soon as it is decided
 }
@@ -221,7 +221,7 @@ func (l *Lock) extendArgs() []any {
 
 // extendAnswer records what an extend call sent to n at sent left on the
 // node and tells whether the node still holds the lock for us.
-func (l *Lock) extendAnswer(ctx context.Context, n *node, vals []int64, err error, sent time.Time) (bool, error) {
+func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int64, err error, sent time.Time) (bool, error) {
 	outcome := callUnsure // no answer: the script may still run
 	var status int64 = 1  // an unexpected reply counts as ours
 	if errors.Is(err, errNotSent) {
@@ -243,7 +243,7 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, vals []int64, err erro
 	if len(vals) != 3 {
 		return false, fmt.Errorf("redlock: unexpected extend reply %v", vals)
 	}
-	if err := l.c.recheck(ctx, n, vals[1], vals[2], sent, l.c.clock.Now()); err != nil {
+	if err := l.c.recheck(ctx, n, key, vals[1], vals[2], sent, l.c.clock.Now()); err != nil {
 		return false, err
 	}
 	switch status {

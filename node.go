@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -42,6 +44,11 @@ type node struct {
 	// nanoseconds since Client.base: a server we meet there under a new
 	// run_id started after it (dateStart).
 	lastAnswer atomic.Int64
+
+	// watched holds the per-server clients inside a *redis.ClusterClient
+	// that carry dialWatch: the ClusterClient's own hooks do not run on
+	// its servers' dials.
+	watched sync.Map // *redis.Client -> struct{}
 
 	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
@@ -114,7 +121,17 @@ func (c *Client) markDown(n *node, nodeTimeout time.Duration) {
 // nodeGuard is what the last probe learned, plus sit-outs decided since.
 // It is replaced, never changed, so the hot path reads it without locking.
 type nodeGuard struct {
-	runID      string
+	// runID identifies the server, or for a Cluster node every master
+	// with its address: "addr=run_id,..." (probeCluster). A change is a
+	// new server for the guard.
+	runID string
+	// servers are the run_ids of every server behind the node, for the
+	// duplicate check: no server may serve two nodes.
+	servers []string
+	// shards are a Cluster node's masters at the last probe, each dated
+	// on its own: a lock's vote follows the master of its slot (nil for a
+	// node that is one server).
+	shards     []shardGuard
 	role       string
 	known      bool          // this client saw the server before (a restart, not a first meeting)
 	persistent bool          // appendonly with appendfsync always: keys survive a restart
@@ -136,7 +153,7 @@ type nodeGuard struct {
 // voteErr tells why the node's vote does not count at now, or nil. grace
 // is the restart grace in force now; the larger of it and the grace learned
 // at the probe applies.
-func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
+func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) error {
 	switch {
 	case g.excluded != nil:
 		return g.excluded
@@ -149,6 +166,9 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		return nil // the guard is off, or the node kept its keys
 	}
 	grace = max(grace, g.grace)
+	if g.shards != nil {
+		return g.shardsVoteErr(now, grace, key)
+	}
 	if now.Before(g.upSince.Add(grace)) {
 		what := "started"
 		if g.known {
@@ -159,6 +179,60 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration) error {
 		// client's longer TTL, through the nodes' register.
 		return fmt.Errorf("%w: %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
 			ErrNodeSittingOut, what, grace, g.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+	}
+	return nil
+}
+
+// shardGuard is what a Cluster node's guard knows of one of its masters.
+type shardGuard struct {
+	addr, runID string
+	upSince     time.Time   // dated as nodeGuard.upSince is
+	known       bool        // met after the node (a restart, a promotion, a new master), not at first contact
+	slots       []SlotRange // the slots it serves or imports, in its own view at the probe
+}
+
+// serves tells whether the master took (or was importing) slot at the probe.
+func (sg *shardGuard) serves(slot int) bool {
+	for _, r := range sg.slots {
+		if r.First <= slot && slot <= r.Last {
+			return true
+		}
+	}
+	return false
+}
+
+// errSlotUnclaimed: no master of a Cluster node served the lock's slot at
+// the last probe; the node is probed again.
+var errSlotUnclaimed = fmt.Errorf("%w: no master of the cluster served the lock's hash slot at the last probe", ErrNodeSittingOut)
+
+// shardsVoteErr is voteErr's restart grace for a Cluster node: the vote on
+// key counts once every master that served (or imported) its slot at the
+// last probe is past the grace. key "" asks for every master: a node whose
+// keys are not known (Nodes, a batch of extensions) votes only when none of
+// its masters sits out.
+func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string) error {
+	slot := -1
+	if key != "" {
+		slot = keySlot(key)
+	}
+	claimed := false
+	for i := range g.shards {
+		sh := &g.shards[i]
+		if slot >= 0 && !sh.serves(slot) {
+			continue
+		}
+		claimed = true
+		if now.Before(sh.upSince.Add(grace)) {
+			what := "started"
+			if sh.known {
+				what = "is new (restarted, promoted or met after the others)"
+			}
+			return fmt.Errorf("%w: its master %s %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
+				ErrNodeSittingOut, sh.addr, what, grace, sh.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+		}
+	}
+	if !claimed {
+		return errSlotUnclaimed
 	}
 	return nil
 }
@@ -207,6 +281,49 @@ func (dialWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Proce
 	return next
 }
 
+// serverWatch is dialWatch for one server of a Cluster node, which also
+// marks the node stale when a script ran on a server that was not among
+// its masters at the last probe. After a failover the ClusterClient
+// follows MOVED to the promoted replica, often on a connection it already
+// had (it reads the cluster's layout from replicas too): no dial shows the
+// new master, but the reply came from it, and the recheck after every
+// reply probes the node again before its vote counts.
+type serverWatch struct {
+	dialWatch
+	addr string
+}
+
+func (h serverWatch) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		h.ran(cmd)
+		return err
+	}
+}
+
+func (h serverWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, cmd := range cmds {
+			h.ran(cmd)
+		}
+		return err
+	}
+}
+
+// ran marks the node stale if cmd was a script and this server is not one
+// of the masters the node's guard knows.
+func (h serverWatch) ran(cmd redis.Cmder) {
+	switch cmd.Name() {
+	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
+	default:
+		return
+	}
+	if g := h.n.guard.Load(); g != nil && g.shard(h.addr) == nil {
+		h.n.stale.Store(true)
+	}
+}
+
 // probeResult is what one probe round trip tells about a node.
 type probeResult struct {
 	runID       string
@@ -217,8 +334,16 @@ type probeResult struct {
 	fleetTTL    time.Duration // the node's register of the largest TTL in use
 	registerErr error         // why the register could not be read or raised
 	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
-	nodeTime    time.Time
-	sent, recv  time.Time // the pipelined round trip that read INFO and the register
+	addr        string        // a Cluster node's master: its address
+	claims      []SlotRange   // and the slots it serves or imports
+	shards      []probeResult // a Cluster node's masters, by address
+	promoted    bool          // a master promoted from replica since it started: dated as started now
+	replicas    int           // replicas connected to the master(s)
+	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
+	// others are the clock samples of a Cluster node's other masters.
+	others     []probeResult
+	nodeTime   time.Time
+	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
 	timeSent, timeRecv time.Time
 }
@@ -232,12 +357,26 @@ func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync ==
 // persistence and its register of the largest TTL in use, in one
 // pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
 // ttlRegister).
-func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise time.Duration) (probeResult, error) {
+func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
+		return c.probeCluster(ctx, n, cc, raise)
+	}
+	res, err := c.probeServer(ctx, n.rdb, raise, true)
+	res.servers = []string{res.runID}
+	return res, err
+}
+
+// probeServer probes one server; with register, it also reads (and
+// raises) the register of the largest TTL in use there.
+func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
 	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
-	reg := c.registerCmd(ctx, pipe, raise)
+	var reg *redis.Cmd
+	if register {
+		reg = c.registerCmd(ctx, pipe, raise)
+	}
 	learnScripts := loadScripts(ctx, pipe)
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
@@ -261,6 +400,16 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 		return res, fmt.Errorf("redlock: node did not report run_id, role and uptime in INFO")
 	}
 	res.uptime = time.Duration(secs) * time.Second
+	// A master that was promoted from replica since it started shows it in
+	// its replication ids (the old one kept as master_replid2, up to
+	// second_repl_offset), but not when. Its uptime is that of the
+	// replica, which may have missed the last writes of the master it
+	// replaced: it is dated as started now, the latest the promotion can
+	// have been, so that it sits out a whole grace from our first sight.
+	if off := fields["second_repl_offset"]; res.role == "master" && off != "" && off != "-1" {
+		res.promoted, res.uptime = true, 0
+	}
+	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -282,9 +431,11 @@ func (c *Client) probe(ctx context.Context, rdb redis.UniversalClient, raise tim
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
-	if reg.Err() == nil {
+	switch {
+	case reg == nil:
+	case reg.Err() == nil:
 		res.fleetTTL, res.registerErr = registerReply(reg.Val())
-	} else {
+	default:
 		res.registerErr = reg.Err()
 	}
 	// A node in cluster mode takes only keys of the hash slots it serves.
@@ -314,7 +465,7 @@ func parseInfo(s string) map[string]string {
 // have forgotten locks that the others' registers still account for.
 func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
 	n.stale.Store(false)
-	res, err := c.probe(ctx, n.rdb, raise)
+	res, err := c.probe(ctx, n, raise)
 	if err != nil {
 		n.stale.Store(true) // try again next time
 		return res, err
@@ -328,6 +479,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.heard(n, res.sent, raise, res.fleetTTL)
 	}
 	c.observeClock(n, res.nodeTime, res.timeSent, res.timeRecv)
+	for _, o := range res.others {
+		c.observeClock(n, o.nodeTime, o.timeSent, o.timeRecv)
+	}
 	// A server met after the first contact may have restarted empty while
 	// we were away: learn the largest TTL in use from the others now, as
 	// what was read of them earlier may have decayed. (At first contact
@@ -340,7 +494,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, role: res.role, persistent: res.persistent(), cluster: res.cluster}
+	g := &nodeGuard{runID: res.runID, servers: res.servers, role: res.role, persistent: res.persistent(), cluster: res.cluster}
 	switch {
 	case old == nil: // first meeting
 		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
@@ -359,9 +513,28 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.clockVetted = old.clockVetted
 		g.upSince, g.grace = old.upSince, old.grace
 	}
+	if res.shards != nil {
+		g.shards = make([]shardGuard, len(res.shards))
+		for i, r := range res.shards {
+			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims}
+			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
+				sg.upSince, sg.known = o.upSince, o.known
+			} else {
+				// A master we had not met under this run_id, on a node we
+				// knew, started after the node last answered us.
+				sg.upSince, sg.known = dateStart(r, lastAnswer, old != nil), old != nil
+			}
+			g.shards[i] = sg
+		}
+	}
 	if res.role != "master" {
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
+	}
+	if _, isCluster := n.rdb.(*redis.ClusterClient); g.excluded == nil && isCluster && res.replicas > 0 && !c.opts.AllowFailoverNodes {
+		g.excluded = &ConfigError{Field: "node", Value: n.name,
+			Reason: fmt.Sprintf("is a Redis Cluster whose masters have %d replicas: a failover may promote a replica that lacks a lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", res.replicas),
+			Err:    ErrFailoverNode}
 	}
 	// A node in cluster mode that serves no slot, or not the register's,
 	// can take no lock at all: refused like a replica. (A cluster that is
@@ -373,9 +546,15 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 			Reason: strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ") + ": no lock can be taken on it", Err: err}
 	}
 	for _, other := range c.nodes {
-		if og := other.guard.Load(); other != n && og != nil && og.runID == res.runID && og.excluded == nil {
-			g.excluded = &ConfigError{Field: "node", Value: n.name,
-				Reason: "is the same server as node " + other.name + " (same run_id)", Err: ErrNotIndependent}
+		og := other.guard.Load()
+		if other == n || og == nil || og.excluded != nil {
+			continue
+		}
+		for _, id := range res.servers {
+			if slices.Contains(og.servers, id) {
+				g.excluded = &ConfigError{Field: "node", Value: n.name,
+					Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
+			}
 		}
 	}
 	if g.excluded != nil && (old == nil || old.excluded == nil) {
@@ -384,6 +563,20 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	n.guard.Store(g)
 	c.compareClocksLocked(n)
 	return res, nil
+}
+
+// shard finds the master at addr among a Cluster node's masters at the
+// last probe; nil if there is none, or no guard.
+func (g *nodeGuard) shard(addr string) *shardGuard {
+	if g == nil {
+		return nil
+	}
+	for i := range g.shards {
+		if g.shards[i].addr == addr {
+			return &g.shards[i]
+		}
+	}
+	return nil
 }
 
 // clockThreshold is how far a node's clock may move against ours, or
@@ -506,15 +699,36 @@ func (c *Client) graceFor() time.Duration {
 // if the node's clock jumped, or go-redis opened a new connection during
 // the call (it retries on a broken one, and the server may have restarted
 // empty), the vote must pass the guards again.
-func (c *Client) recheck(ctx context.Context, n *node, sec, usec int64, sent, recv time.Time) error {
+func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int64, sent, recv time.Time) error {
 	if n.rdb == nil {
 		return nil
 	}
 	if c.observeClock(n, time.Unix(sec, usec*1000), sent, recv) || n.stale.Load() {
-		return c.ready(ctx, n)
+		return c.ready(ctx, n, key)
+	}
+	// Another call's probe may have cleared the stale mark since this
+	// call's reply came from a new server (a restart, the master a
+	// ClusterClient was redirected to), and installed its guard: judge the
+	// vote by the guard in force now, not by the one checked before the
+	// call.
+	// (No I/O: the node is not stale, and has a guard.)
+	if err := c.guardsPass(ctx, n, key); err != nil {
+		return err
 	}
 	n.lastAnswer.Store(int64(sent.Sub(c.base)))
 	return nil
+}
+
+// scriptKey is the first key of a script command built by script.args (or
+// in its layout): the lock's keys share its hash slot, which a Cluster
+// node's guard follows. "" if there is none.
+func scriptKey(args []any) string {
+	if len(args) > 3 {
+		if k, ok := args[3].(string); ok {
+			return k
+		}
+	}
+	return ""
 }
 
 // down tells whether n is in its hold-off after a failure.
@@ -525,17 +739,17 @@ func (c *Client) down(n *node) bool {
 
 // ready makes sure n has been probed since its last new connection and
 // tells whether its vote counts now.
-func (c *Client) ready(ctx context.Context, n *node) error {
+func (c *Client) ready(ctx context.Context, n *node, key string) error {
 	if c.down(n) {
 		return ErrNodeDown
 	}
-	return c.guardsPass(ctx, n)
+	return c.guardsPass(ctx, n, key)
 }
 
 // guardsPass is ready without the down hold-off, which only spares a
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
-func (c *Client) guardsPass(ctx context.Context, n *node) error {
+func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 	if n.rdb != nil && (n.stale.Load() || n.guard.Load() == nil) {
 		if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
 			return err
@@ -551,5 +765,99 @@ func (c *Client) guardsPass(ctx context.Context, n *node) error {
 		c.guardMu.Unlock()
 		g = n.guard.Load()
 	}
-	return g.voteErr(c.clock.Now(), c.graceFor())
+	err := g.voteErr(c.clock.Now(), c.graceFor(), key)
+	if err == errSlotUnclaimed {
+		n.stale.Store(true) // slots moved since the probe: look again
+	}
+	return err
+}
+
+// probeCluster probes a node that is a Redis Cluster (DESIGN §6). A keyless
+// command sent through the ClusterClient (INFO, TIME) reaches an arbitrary
+// master, so a restart of the master that serves a lock's slot could go
+// unseen: every master is probed directly instead, and the node is one
+// server for the guards whose identity is every master's address and
+// run_id. A new master for any slot (a restart, a failover, a slot moved
+// to a master not seen before) is then a new server: the node sits out the
+// grace, for every lock. That is stricter than a guard per slot's master,
+// which would let the node keep voting for the locks of the other slots:
+// it costs availability, never safety.
+//
+// The register of the largest TTL in use is read through the
+// ClusterClient, on the master that serves its key's slot.
+func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration) (probeResult, error) {
+	var res probeResult
+	pipe := cc.Pipeline()
+	reg := c.registerCmd(ctx, pipe, raise)
+	res.sent = c.clock.Now()
+	_, _ = pipe.Exec(ctx)
+	var mu sync.Mutex
+	var shards []probeResult
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n.watch(m)
+		r, err := c.probeServer(ctx, m, 0, false)
+		r.addr = m.Options().Addr
+		if err == nil {
+			var nodes string
+			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
+				r.claims, err = ownSlots(nodes, true)
+				r.replicas = max(r.replicas, replicasInView(nodes))
+			}
+		}
+		mu.Lock()
+		shards = append(shards, r)
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("master %s: %w", r.addr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if len(shards) == 0 {
+		return res, errors.New("redlock: the cluster has no master")
+	}
+	slices.SortFunc(shards, func(a, b probeResult) int { return strings.Compare(a.addr, b.addr) })
+	ids := make([]string, len(shards))
+	first := shards[0]
+	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
+	res.nodeTime, res.timeSent, res.timeRecv = first.nodeTime, first.timeSent, first.timeRecv
+	res.others = shards[1:]
+	res.shards = shards
+	for i, r := range shards {
+		ids[i] = r.addr + "=" + r.runID
+		res.servers = append(res.servers, r.runID)
+		if r.role != "master" {
+			// The layout said master, the server says not: a failover
+			// the layout has not caught up with. Probe again later.
+			return res, fmt.Errorf("redlock: %s is a %s, not a master, in a stale view of the cluster", r.addr, r.role)
+		}
+		// The youngest master dates the node, read at the latest reply:
+		// a start dated no earlier than any master's.
+		res.uptime = min(res.uptime, r.uptime)
+		if r.recv.After(res.recv) {
+			res.recv = r.recv
+		}
+		res.promoted = res.promoted || r.promoted
+		res.replicas += r.replicas
+		if !r.persistent() {
+			res.appendOnly, res.appendFsync = r.appendOnly, r.appendFsync
+		}
+	}
+	res.runID = strings.Join(ids, ",")
+	if err := reg.Err(); err == nil {
+		res.fleetTTL, res.registerErr = registerReply(reg.Val())
+	} else {
+		res.registerErr = err
+	}
+	return res, nil
+}
+
+// watch makes the node stale whenever m, one server of a Cluster node,
+// dials a new connection, as dialWatch does for a node that is one server.
+func (n *node) watch(m *redis.Client) {
+	if _, seen := n.watched.LoadOrStore(m, struct{}{}); !seen {
+		m.AddHook(serverWatch{dialWatch{n}, m.Options().Addr})
+	}
 }

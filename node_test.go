@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +22,7 @@ func TestStartIsDatedNoEarlierThanTheServerStarted(t *testing.T) {
 	const grace = time.Second
 	g := &nodeGuard{upSince: start}
 	for at := trueStart; at.Before(trueStart.Add(grace)); at = at.Add(10 * time.Millisecond) {
-		if err := g.voteErr(at, grace); !errors.Is(err, ErrNodeSittingOut) {
+		if err := g.voteErr(at, grace, ""); !errors.Is(err, ErrNodeSittingOut) {
 			t.Fatalf("%v after the start, within the %v grace: vote error %v, want sitting out", at.Sub(trueStart), grace, err)
 		}
 	}
@@ -54,7 +55,7 @@ func TestRestartGraceWording(t *testing.T) {
 		{nodeGuard{upSince: now.Add(-2 * time.Second)}, ""},
 	}
 	for _, tc := range cases {
-		err := tc.guard.voteErr(now, time.Second)
+		err := tc.guard.voteErr(now, time.Second, "")
 		switch {
 		case tc.want == "" && err != nil:
 			t.Errorf("%+v: %v, want a vote", tc.guard, err)
@@ -62,7 +63,7 @@ func TestRestartGraceWording(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.guard, err, tc.want)
 		}
 	}
-	if err := (&nodeGuard{upSince: young}).voteErr(now, NoRestartGrace); err != nil {
+	if err := (&nodeGuard{upSince: young}).voteErr(now, NoRestartGrace, ""); err != nil {
 		t.Errorf("guard off: %v", err)
 	}
 }
@@ -99,5 +100,64 @@ func TestClockPeersFindTheNodeThatDisagrees(t *testing.T) {
 	samples[0] = around(threshold + time.Second)
 	if agree, _ := clockPeers(samples, have, 0, now, threshold); agree != 2 {
 		t.Fatalf("a 1s gap after an hour at 500ppm: %d agree, want 2", agree)
+	}
+}
+
+// A Cluster node's restart grace follows the master of the lock's slot:
+// a young master keeps the node from voting for its slots only.
+func TestClusterGuardFollowsTheSlotsMaster(t *testing.T) {
+	now := time.Now()
+	g := &nodeGuard{shards: []shardGuard{
+		{addr: "a:1", upSince: now.Add(-time.Hour), slots: []SlotRange{{0, 8191}}},
+		{addr: "b:2", upSince: now.Add(-time.Second), known: true, slots: []SlotRange{{8192, 16382}}},
+	}}
+	keyIn := func(first, last int) string {
+		for i := 0; ; i++ {
+			k := "redlock:{" + strconv.Itoa(i) + "}"
+			if s := keySlot(k); first <= s && s <= last {
+				return k
+			}
+		}
+	}
+	if err := g.voteErr(now, time.Minute, keyIn(0, 8191)); err != nil {
+		t.Errorf("a lock on the old master: %v, want a vote", err)
+	}
+	if err := g.voteErr(now, time.Minute, keyIn(8192, 16382)); !errors.Is(err, ErrNodeSittingOut) || !strings.Contains(err.Error(), "master b:2 is new") {
+		t.Errorf("a lock on the new master: %v, want it sitting out, naming b:2", err)
+	}
+	if err := g.voteErr(now, time.Minute, ""); !errors.Is(err, ErrNodeSittingOut) {
+		t.Errorf("keys unknown: %v, want sitting out while any master does", err)
+	}
+	if err := g.voteErr(now, time.Minute, keyIn(16383, 16383)); err != errSlotUnclaimed {
+		t.Errorf("a slot no master served: %v, want errSlotUnclaimed", err)
+	}
+	if err := g.voteErr(now, time.Millisecond, keyIn(8192, 16382)); err != nil {
+		t.Errorf("past the grace: %v, want a vote", err)
+	}
+}
+
+// A slot being imported counts as served by the importing master: after
+// ASKING it takes the slot's keys.
+func TestOwnSlotsWithImports(t *testing.T) {
+	const nodes = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-100 [101-<-def] [102->-def]\n"
+	got, err := ownSlots(nodes, true)
+	if err != nil || len(got) != 2 || got[1] != (SlotRange{101, 101}) {
+		t.Fatalf("ownSlots with imports = %v, %v; want 0-100 and 101", got, err)
+	}
+	if got, _ := ownSlots(nodes, false); len(got) != 1 {
+		t.Fatalf("ownSlots without imports = %v, want 0-100 alone", got)
+	}
+}
+
+// A Cluster master's replicas are counted from CLUSTER NODES, also one
+// whose link is down: it may still be promoted.
+func TestReplicasInView(t *testing.T) {
+	const nodes = "m1 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-8191\n" +
+		"r1 127.0.0.1:7001@17001 slave m1 0 0 1 connected\n" +
+		"r2 127.0.0.1:7002@17002 slave,fail m1 0 0 1 disconnected\n" +
+		"m2 127.0.0.1:7003@17003 master - 0 0 2 connected 8192-16383\n" +
+		"r3 127.0.0.1:7004@17004 slave m2 0 0 2 connected\n"
+	if got := replicasInView(nodes); got != 2 {
+		t.Fatalf("replicasInView = %d, want 2 (the connected and the failed replica of m1)", got)
 	}
 }

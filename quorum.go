@@ -297,7 +297,7 @@ func (a *attempt) askRelease(i int) (now, later bool) {
 // leaves on the node.
 func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcome callOutcome) {
 	r.node = n.index
-	if err := a.c.ready(ctx, n); err != nil {
+	if err := a.c.ready(ctx, n, scriptKey(a.acquireArgs)); err != nil {
 		r.err = &NodeError{Node: n.name, Err: err}
 		return r, callNoKey
 	}
@@ -341,7 +341,7 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 	if r.won {
 		outcome = callMayHold
 	}
-	if err := a.c.recheck(ctx, n, vals[2], vals[3], sentAt, recv); err != nil {
+	if err := a.c.recheck(ctx, n, scriptKey(a.acquireArgs), vals[2], vals[3], sentAt, recv); err != nil {
 		r.won, r.err = false, &NodeError{Node: n.name, Err: err}
 		outcome = callMayHold
 	}

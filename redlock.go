@@ -131,6 +131,19 @@ type Options struct {
 	// than silently left unencrypted. New ignores it: the go-redis clients
 	// given to New carry their own.
 	TLSConfig *tls.Config
+	// AllowFailoverNodes accepts nodes that fail over by themselves: a
+	// client of redis.NewFailoverClient (a master managed by Sentinel),
+	// and a *redis.ClusterClient whose masters have replicas. Without it
+	// such nodes are refused with ErrFailoverNode: replication is
+	// asynchronous, so a replica promoted in a master's place may lack a
+	// lock's key, and a second client can take the lock while the first
+	// still holds it. A master the client sees promoted sits out the
+	// restart grace as a restarted one does, but a failover that happens
+	// while a lock is held still loses the vote of that node: with this
+	// option, count every node that may fail over as one that may lose
+	// its keys, and keep such failovers to fewer than a quorum's margin
+	// (see the README's deployments table).
+	AllowFailoverNodes bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -178,6 +191,9 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
+		if isFailoverClient(rdb) && !opts.AllowFailoverNodes {
+			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
+		}
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
 		ns[i].stale.Store(true)
@@ -189,6 +205,11 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	for _, n := range ns {
 		n.rdb.AddHook(dialWatch{n})
 		n.rdb.AddHook(tlsWatch{n})
+		if cc, ok := n.rdb.(*redis.ClusterClient); ok {
+			// Its own hooks do not run on its servers' dials: watch each
+			// server's client (probeCluster watches those made before).
+			cc.OnNewNode(n.watch)
+		}
 	}
 	return c, nil
 }
@@ -261,11 +282,31 @@ func hasQuery(raw, key string) bool {
 	return err == nil && u.Query().Has(key)
 }
 
+// nodeName names node i (counted from 0) in messages: a server's address,
+// or, for a deployment, its kind and position (counted from 1, as in every
+// message): a client of redis.NewFailoverClient reports its address as
+// "FailoverClient", whichever master it is connected to.
 func nodeName(rdb redis.UniversalClient, i int) string {
-	if c, ok := rdb.(*redis.Client); ok {
-		return c.Options().Addr
+	switch c := rdb.(type) {
+	case *redis.Client:
+		if addr := c.Options().Addr; addr != failoverAddr {
+			return addr
+		}
+		return fmt.Sprintf("%s#%d", failoverAddr, i+1)
+	case *redis.ClusterClient:
+		return fmt.Sprintf("ClusterClient#%d", i+1)
 	}
 	return fmt.Sprintf("node-%d", i)
+}
+
+// failoverAddr is the address go-redis gives the clients of
+// redis.NewFailoverClient: the master is found through Sentinel at dial.
+const failoverAddr = "FailoverClient"
+
+// isFailoverClient tells whether rdb is a client of redis.NewFailoverClient.
+func isFailoverClient(rdb redis.UniversalClient) bool {
+	c, ok := rdb.(*redis.Client)
+	return ok && c.Options().Addr == failoverAddr
 }
 
 func (o *Options) setDefaults() error {
@@ -782,7 +823,7 @@ func (c *Client) refusal(a *attempt, d decision) error {
 func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) error {
 	if !c.probed.Load() {
 		pctx, cancel := context.WithTimeout(ctx, timeout)
-		c.each(func(_ int, n *node) { _ = c.ready(pctx, n) })
+		c.each(func(_ int, n *node) { _ = c.ready(pctx, n, "") })
 		cancel()
 		c.compareClocks()
 		c.probed.Store(true)

@@ -205,7 +205,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 		go func() {
 			defer wg.Done()
 			got := answers[i]
-			if err := c.guardsPass(ctx, n); err != nil {
+			if err := c.guardsPass(ctx, n, ""); err != nil {
 				for k := range got {
 					got[k].err = err
 				}
@@ -230,7 +230,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 			at := c.clock.Now()
 			vals, errs := runMixed(ctx, n, kinds, args)
 			for j, k := range sent {
-				yes, err := batch[k].extendAnswer(ctx, n, vals[j], errs[j], at)
+				yes, err := batch[k].extendAnswer(ctx, n, scriptKey(args[j]), vals[j], errs[j], at)
 				if err != nil {
 					c.failed(n, err, timeout)
 				}

@@ -48,6 +48,8 @@ type Options struct {
 	// makes it (no password, every command) unless a rule redefines it,
 	// and the helper's own client logs in as the default user.
 	Users []string
+
+	sentinelConf string // Sentinel only: the config file's body (StartSentinel)
 }
 
 // TLS are the files of nodes that serve TLS.
@@ -90,8 +92,13 @@ type Server struct {
 	Addr string // "127.0.0.1:port"
 	Port int
 	Dir  string // node dir: redis.log, stdout.log, the faketime file, and data/ (Redis' working dir)
+	// BusPort is the cluster bus port of a node started with ClusterMode
+	// (--cluster-port): a free port of its own, not Port+10000, which
+	// may be taken or out of range.
+	BusPort int
 
 	opts      Options
+	sentinel  string // Sentinel only: the config file (topology.go)
 	binary    string
 	clockFile string      // FakeTime only
 	tlsConfig *tls.Config // TLS only: the helper's own client's
@@ -245,6 +252,12 @@ func startServer(binary, dir string, opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
+	if opts.sentinelConf != "" {
+		s.sentinel = filepath.Join(dir, "sentinel.conf")
+		if err := os.WriteFile(s.sentinel, []byte(opts.sentinelConf), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	if opts.FakeTime {
 		s.clockFile = filepath.Join(dir, "faketime")
 		if err := s.SetClockOffset(0); err != nil {
@@ -257,6 +270,11 @@ func startServer(binary, dir string, opts Options) (*Server, error) {
 			return nil, err
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
+		if opts.ClusterMode {
+			if s.BusPort, err = freePort(); err != nil {
+				return nil, err
+			}
+		}
 		s.client = newClient(s.Addr, s.tlsConfig)
 		s.mu.Lock()
 		err = s.startLocked()
@@ -286,6 +304,9 @@ func freePort() (int, error) {
 // startLocked runs redis-server in the foreground on s.Port and waits until it
 // answers PING. s.mu must be held.
 func (s *Server) startLocked() error {
+	if s.sentinel != "" {
+		return s.startSentinelLocked()
+	}
 	args := []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
@@ -300,7 +321,8 @@ func (s *Server) startLocked() error {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}
 	if s.opts.ClusterMode {
-		args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no")
+		args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no",
+			"--cluster-port", strconv.Itoa(s.BusPort))
 	}
 	if t := s.opts.TLS; t != nil {
 		args[1] = "0" // no plain port
@@ -312,7 +334,12 @@ func (s *Server) startLocked() error {
 		args = append(args, "--aclfile", s.aclFile)
 	}
 	args = append(args, s.opts.Args...)
+	return s.runLocked(args)
+}
 
+// runLocked starts the binary with args in the foreground and waits until
+// it answers PING. s.mu must be held.
+func (s *Server) runLocked(args []string) error {
 	// Output written before the logfile is open (bad arguments) lands here.
 	// A file, not a pipe: a pipe would make Wait hang on any forked child.
 	out, err := os.OpenFile(filepath.Join(s.Dir, "stdout.log"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)

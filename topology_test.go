@@ -1,0 +1,545 @@
+package redlock_test
+
+// Nodes that are deployments: a *redis.ClusterClient over a Redis Cluster,
+// a *redis.Client from redis.NewFailoverClient over Sentinel. The guards
+// follow the servers that hold the keys.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// startClusters starts n Redis Clusters of masters masters with replicas
+// replicas each, in parallel.
+func startClusters(t *testing.T, n, masters, replicas int, opts redistest.Options) []*redistest.RedisCluster {
+	t.Helper()
+	rcs := make([]*redistest.RedisCluster, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { rcs[i], errs[i] = redistest.StartRedisCluster(masters, replicas, opts) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, rc := range rcs {
+			if rc != nil {
+				if err := rc.Stop(); err != nil {
+					t.Errorf("stopping a cluster: %v", err)
+				}
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return rcs
+}
+
+// clusterClients makes one ClusterClient per cluster, closed at cleanup: a
+// client of the lock library of its own, as another process would have.
+func clusterClients(t *testing.T, rcs []*redistest.RedisCluster) []redis.UniversalClient {
+	t.Helper()
+	out := make([]redis.UniversalClient, len(rcs))
+	for i, rc := range rcs {
+		cc := rc.ClusterClient()
+		t.Cleanup(func() { _ = cc.Close() })
+		out[i] = cc
+	}
+	return out
+}
+
+// nameInSlots finds a lock name whose hash slot is in [first, last].
+func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("%s-%d", prefix, i)
+		if s := c.KeySlot(name); first <= s && s <= last {
+			return name
+		}
+	}
+}
+
+// Issue 18's schedule: five nodes, each a ClusterClient over a Redis
+// Cluster of two masters without persistence. X holds a lock whose slot is
+// on the second master; in the three clusters that hold X's keys that
+// master restarts empty, keeping its slots. Neither a client that used the
+// nodes before nor a fresh one may take the lock while X holds it: the
+// restarted master lost X's key, and the guards must see that it is a new
+// server although the ClusterClient's INFO may reach the other master.
+func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
+	rcs := startClusters(t, 5, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 10 * time.Second}
+	x, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	before, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	name := nameInSlots(x, "job", 8192, 16383) // the second master's
+
+	// The fresh masters sit out the grace first: wait for it.
+	warm := nameInSlots(x, "warm", 8192, 16383)
+	l, err := before.Acquire(ctx, warm)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	held, err := x.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+
+	// The clusters that hold X's key restart its slot's master empty.
+	var holders []*redistest.RedisCluster
+	for _, rc := range rcs {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil {
+			t.Fatal(err)
+		} else if n == 1 {
+			holders = append(holders, rc)
+		}
+	}
+	if len(holders) < x.Quorum() {
+		t.Fatalf("X's key is on %d clusters' second master, want at least %d", len(holders), x.Quorum())
+	}
+	errs := make([]error, len(holders))
+	var wg sync.WaitGroup
+	for i, rc := range holders {
+		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, x.KeySlot(name)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range holders {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("the restarted master kept X's key (%d, %v)", n, err)
+		}
+	}
+
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
+		// Several tries: the first may be the one that finds the new
+		// connection, the next ones must not slip through either.
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < time.Second {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
+			}
+			// The restarted masters' nodes sit out the grace.
+			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+				t.Fatalf("%s: want no quorum, the restarted masters' nodes sitting out, got %v", tc.who, err)
+			}
+		}
+	}
+}
+
+// Clients of redis.NewFailoverClient all report the address
+// "FailoverClient": each is named by its position, and refused for what it
+// is, a master that fails over with votes that are not durable, not as a
+// duplicate of the others.
+func TestFailoverClientNodesAreRefusedForWhatTheyAre(t *testing.T) {
+	var nodes []redis.UniversalClient
+	for i := range 5 {
+		fc := redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName:    fmt.Sprintf("master-%d", i),
+			SentinelAddrs: []string{fmt.Sprintf("127.0.0.1:%d", 1+i)}, // never dialled
+		})
+		defer fc.Close()
+		nodes = append(nodes, fc)
+	}
+	_, err := redlock.New(nodes, redlock.Options{})
+	if !errors.Is(err, redlock.ErrFailoverNode) || !errors.Is(err, redlock.ErrInvalidConfig) || errors.Is(err, redlock.ErrNotIndependent) {
+		t.Fatalf("five failover clients: want ErrFailoverNode (an invalid config, not a duplicate), got %v", err)
+	}
+	if !strings.Contains(err.Error(), "FailoverClient#1") || !strings.Contains(err.Error(), "AllowFailoverNodes") {
+		t.Fatalf("the refusal must name the node by position and the opt-in: %v", err)
+	}
+	c, err := redlock.New(nodes, redlock.Options{AllowFailoverNodes: true})
+	if err != nil {
+		t.Fatalf("five failover clients with AllowFailoverNodes: %v", err)
+	}
+	defer c.Close()
+	for i, name := range c.NodeNames() {
+		if want := fmt.Sprintf("FailoverClient#%d", i+1); name != want {
+			t.Fatalf("node %d is named %q, want %q", i+1, name, want)
+		}
+	}
+}
+
+// With the opt-in, a Sentinel-managed master is a node. When Sentinel
+// promotes a replica, the node follows it, and the promoted replica sits
+// out the grace as a restarted master would, for the client that saw the
+// failover and for a client that meets the node afterwards: its uptime is
+// the replica's, long, and cannot date the promotion.
+func TestFailoverClientNodesWithTheOptIn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	plain := redistest.StartT(t, 2, redistest.Options{})
+	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
+	newClient := func() *redlock.Client {
+		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = fc.Close() })
+		c, err := redlock.New(append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	known := newClient()
+	if name := known.NodeNames()[2]; name != "FailoverClient#3" {
+		t.Fatalf("the failover node is named %q", name)
+	}
+	votes := func(c *redlock.Client) redlock.NodeInfo {
+		info := c.Nodes(ctx)[2]
+		if info.Err != nil {
+			t.Fatal(info.Err)
+		}
+		return info
+	}
+	eventually(t, 20*time.Second, "the failover node votes after its start's grace", func() bool { return votes(known).Voting })
+	l, err := known.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	promoted, err := ss.Failover(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	promotedID := runID(t, promoted)
+	fresh := newClient()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"the client that saw the old master", known}, {"a fresh client", fresh}} {
+		var info redlock.NodeInfo
+		eventually(t, 10*time.Second, tc.who+" follows the promoted replica", func() bool {
+			info = votes(tc.c)
+			return info.RunID == promotedID
+		})
+		if info.Voting || !info.Promoted || !strings.Contains(info.SitOutReason, "restart grace") {
+			t.Fatalf("%s: the promoted replica (uptime %v) votes at once: %+v", tc.who, info.Uptime, info)
+		}
+	}
+	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return votes(fresh).Voting })
+}
+
+// runID reads a server's run_id.
+func runID(t *testing.T, s *redistest.Server) string {
+	t.Helper()
+	info, err := s.Client().Info(context.Background(), "server").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v
+		}
+	}
+	t.Fatal("no run_id in INFO")
+	return ""
+}
+
+// A ClusterClient whose masters have replicas is a node that fails over:
+// refused without the opt-in. With it, the node follows a failover of the
+// lock's master: the promoted replica is a new server that sits out the
+// grace, then votes, and the lock's keys are on it.
+func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	plain := redistest.StartT(t, 2, redistest.Options{})
+	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
+	newClient := func(opts redlock.Options) *redlock.Client {
+		c, err := redlock.New(append(plain.Clients(), clusterClients(t, []*redistest.RedisCluster{rc})...), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	// Replicas whose links are down count too: they may still be promoted.
+	for _, sh := range rc.Shards {
+		if err := redistest.CutReplication(ctx, sh.Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refused := newClient(redlock.Options{TTL: time.Second})
+	_, err := refused.TryAcquire(ctx, "job")
+	if !errors.Is(err, redlock.ErrFailoverNode) || !strings.Contains(err.Error(), "ClusterClient#3") || !strings.Contains(err.Error(), "2 replicas") {
+		t.Fatalf("a cluster node with replicas (their links down), without the opt-in: want ErrFailoverNode naming ClusterClient#3 and its 2 replicas, got %v", err)
+	}
+	if err := refused.Verify(ctx); !errors.Is(err, redlock.ErrFailoverNode) {
+		t.Fatalf("Verify: want ErrFailoverNode, got %v", err)
+	}
+	for _, sh := range rc.Shards {
+		if err := redistest.RestoreReplication(ctx, sh.Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	c := newClient(redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
+	name := nameInSlots(c, "job", 0, 8191) // the first master's
+	node := func() redlock.NodeInfo {
+		info := c.Nodes(ctx)[2]
+		if info.Err != nil {
+			t.Fatal(info.Err)
+		}
+		return info
+	}
+	eventually(t, 20*time.Second, "the cluster node votes after its start's grace", func() bool { return node().Voting })
+	if info := node(); info.Replicas != 2 || info.Node != "ClusterClient#3" {
+		t.Fatalf("Nodes: want ClusterClient#3 with 2 replicas, got %+v", info)
+	}
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	promoted, err := rc.Failover(ctx, c.KeySlot(name), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := runID(t, promoted)
+	var info redlock.NodeInfo
+	eventually(t, 10*time.Second, "the node follows the promoted replica", func() bool {
+		info = node()
+		return strings.Contains(info.RunID, promoted.Addr+"="+id)
+	})
+	if info.Voting || !info.Promoted || !strings.Contains(info.SitOutReason, "restart grace") {
+		t.Fatalf("the promoted replica votes at once: %+v", info)
+	}
+	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return node().Voting })
+	l, err = c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	// The decision may come before the cluster node's answer: it sets the
+	// key all the same.
+	eventually(t, 5*time.Second, "the lock's key on the promoted master", func() bool {
+		n, err := promoted.Client().Exists(ctx, c.LockKey(name)).Result()
+		return err == nil && n == 1
+	})
+}
+
+// A failover that loses the lock's key, in the clusters of a quorum of the
+// nodes: their replicas' links were cut before X took the lock, then the
+// replicas are promoted by force. With the opt-in, neither a client that
+// used the nodes before nor a fresh one may take the lock while X holds it:
+// the promoted replicas are new servers, whose long uptime dates nothing.
+func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
+	rcs := startClusters(t, 3, 1, 1, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 5 * time.Second, AllowFailoverNodes: true}
+	x, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	before, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	l, err := before.Acquire(ctx, "warm-up") // waits out the fresh servers' grace
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lossy := rcs[:x.Quorum()]
+	for _, rc := range lossy {
+		if err := redistest.CutReplication(ctx, rc.Shards[0].Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const name = "job"
+	held, err := x.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	errs := make([]error, len(lossy))
+	var wg sync.WaitGroup
+	for i, rc := range lossy {
+		wg.Go(func() {
+			var p *redistest.Server
+			if p, errs[i] = rc.Failover(ctx, x.KeySlot(name), false); errs[i] == nil {
+				if n, err := p.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+					errs[i] = fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < 500*time.Millisecond {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
+			}
+			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+				t.Fatalf("%s: want no quorum, the promoted replicas' nodes sitting out, got %v", tc.who, err)
+			}
+		}
+	}
+}
+
+// On Cluster nodes the restart grace follows the master of the lock's
+// slot: when one master of each cluster restarts empty, locks whose slots
+// are on the other master are taken at once, by the client that saw the
+// restart and by a fresh one, while the restarted master's locks wait.
+func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 2 * time.Second}
+	known, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer known.Close()
+	kept := nameInSlots(known, "kept", 0, 8191)           // the first master's
+	moved := nameInSlots(known, "restarted", 8192, 16383) // the second master's
+	for _, name := range []string{kept, moved} {
+		l, err := known.Acquire(ctx, name) // waits out the fresh servers' grace
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	errs := make([]error, len(rcs))
+	var wg sync.WaitGroup
+	for i, rc := range rcs {
+		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.KeySlot(moved)) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"the client that saw the restart", known}, {"a fresh client", fresh}} {
+		_, refused := tc.c.TryAcquire(ctx, moved)
+		if !errors.Is(refused, redlock.ErrNoQuorum) || !errors.Is(refused, redlock.ErrNodeSittingOut) {
+			t.Fatalf("%s, lock %q on the restarted master: want no quorum, its nodes sitting out, got %v", tc.who, moved, refused)
+		}
+		l, err := tc.c.TryAcquire(ctx, kept)
+		if err != nil {
+			t.Fatalf("%s, lock %q on the master that kept running: %v", tc.who, kept, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(refused.Error(), rcs[0].Shards[1].Master.Addr) {
+			t.Fatalf("%s: the refusal does not name the restarted master %s: %v", tc.who, rcs[0].Shards[1].Master.Addr, refused)
+		}
+	}
+}
+
+// Resharding the lock's slot during a hold (MIGRATE moves the keys with
+// it) loses nothing: the holder extends on the master the slot moved to,
+// and another client is refused the lock there.
+func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 5 * time.Second} // room for three slot moves within the validity
+	x, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	other, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	name := nameInSlots(x, "job", 0, 8191)
+	held, err := x.Acquire(ctx, name) // waits out the fresh servers' grace
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	if _, err := other.Acquire(ctx, nameInSlots(x, "warm", 8192, 16383)); err != nil { // the other client's grace too
+		t.Fatal(err)
+	}
+	for _, rc := range rcs {
+		if err := rc.MoveSlot(ctx, x.KeySlot(name), rc.Shards[1].Master); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+			t.Fatalf("the lock's key did not move with its slot (%d, %v)", n, err)
+		}
+	}
+	if err := held.Extend(ctx); err != nil {
+		t.Fatalf("extend after the lock's slot moved: %v", err)
+	}
+	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, redlock.ErrLocked) {
+		t.Fatalf("another client after the slot moved: %v, want ErrLocked", err)
+	}
+}
