@@ -232,7 +232,7 @@ func ghost(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name, value s
 	k := c.LockKey(name)
 	keys := []string{k, k + ":fence", k + ":queue", k + ":queue:expiry", k + ":queue:settings", k + ":grant"}
 	for _, s := range cl.Servers {
-		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 1,
+		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 0, 0,
 			0, entryTTL.Milliseconds(), k+":released", "0").Err()
 		if err != nil {
 			t.Fatal(err)
@@ -395,5 +395,78 @@ func TestFairLockBadInput(t *testing.T) {
 	}
 	if left := fairKeysLeft(t, cl, c, "n"); len(left) > 0 {
 		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+// A fair waiter that queued before a plain holder took the lock must get a
+// token above that holder's, even where the claim meets no node that saw
+// it: a node restarted empty, another is gone. Only the claim's own
+// time-based proposal can keep the order there (DESIGN §2's second line of
+// defence), as the mutex's does.
+func TestFairLockTokenAboveAnEarlierPlainHolderAfterARestart(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	// The waiter refreshes every 10s: nothing below runs into a refresh
+	// until the test wakes it.
+	opts := redlock.Options{TTL: 30 * time.Second}
+	waiter := newClient(t, cl, opts)
+	plain := newClient(t, cl, opts) // a client of its own: it shares no token memory with the waiter
+	ctx := context.Background()
+	const name = "fair-token-after-plain"
+	lock := waiter.LockKey(name)
+	j, k, l := cl.Servers[0], cl.Servers[1], cl.Servers[2]
+	// Another owner holds the key everywhere, for longer than the test.
+	for _, s := range cl.Servers {
+		if err := s.Client().Set(ctx, lock, "other", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, redlock.WithFairness(), redlock.WithMaxWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, waiter, name, 1) })
+	// The other owner lets go of k and l; a plain Acquire, begun after the
+	// waiter's, takes them before the waiter's next round.
+	for _, s := range []*redistest.Server{k, l} {
+		if err := s.Client().Del(ctx, lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := plain.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// l goes away, k restarts empty (its fence register with it), and
+	// the other owner lets go of j: the waiter's claim can only decide on
+	// j and k, neither of which saw the plain holder's token.
+	if err := l.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err == nil {
+		t.Fatal("the plain lock was released on a quorum after losing it on two nodes")
+	}
+	if err := j.Client().Del(ctx, lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Wake the waiter as a release announced by j and k would.
+	for _, s := range []*redistest.Server{j, k} {
+		if err := s.Client().Publish(ctx, lock+":released", "gone").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := <-got
+	if f == nil {
+		t.FailNow()
+	}
+	defer f.Release(ctx)
+	if f.Token() <= p.Token() {
+		t.Fatalf("fair token %d is not above the token %d of the plain holder before it", f.Token(), p.Token())
 	}
 }

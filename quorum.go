@@ -76,9 +76,11 @@ type lockKind struct {
 
 var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript}
 
-// fairKind is a fair lock's holder (fair.go): the mutex's key and extend,
-// but its release hands the key to the head of the queue.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: extendScript}
+// fairKind is a fair lock's holder (fair.go): the mutex's key, but its
+// release hands the key to the head of the queue, and its extend also pins
+// the key on the node, so that the queue never moves a key an extend
+// counted.
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that

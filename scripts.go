@@ -45,6 +45,8 @@ var (
 	semaphoreReleaseSrc string
 	//go:embed lua/fair_queue.lua
 	fairQueueSrc string
+	//go:embed lua/fair_extend.lua
+	fairExtendSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -64,6 +66,7 @@ var (
 	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
 	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
 	fairQueueScript        = newScript(fairQueueSrc)
+	fairExtendScript       = newRenewalScript(fairExtendSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node
