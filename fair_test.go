@@ -470,3 +470,44 @@ func TestFairLockTokenAboveAnEarlierPlainHolderAfterARestart(t *testing.T) {
 		t.Fatalf("fair token %d is not above the token %d of the plain holder before it", f.Token(), p.Token())
 	}
 }
+
+// Do with WithFairness puts its lock in fn's context: an Acquire of the
+// same name inside fn, fair or plain, re-enters it instead of queueing
+// behind itself; and a fair Acquire inside a plain Do re-enters too (the
+// fair lock is the mutex's key).
+func TestFairLockIsReentered(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what          string
+		outer, nested []redlock.LockOption
+	}{
+		{"fair in fair", []redlock.LockOption{redlock.WithFairness()}, []redlock.LockOption{redlock.WithFairness()}},
+		{"plain in fair", []redlock.LockOption{redlock.WithFairness()}, nil},
+		{"fair in plain", nil, []redlock.LockOption{redlock.WithFairness()}},
+	} {
+		name := "fair-reentered-" + strings.ReplaceAll(tc.what, " ", "-")
+		err := c.Do(ctx, name, func(ctx context.Context, outer *redlock.Lock) error {
+			// A waiter that queued behind itself would give up after this.
+			nested, err := c.Acquire(ctx, name, append(tc.nested, redlock.WithMaxWait(3*time.Second))...)
+			if err != nil {
+				return err
+			}
+			if nested.Token() != outer.Token() {
+				t.Errorf("%s: nested token %d, want the outer %d", tc.what, nested.Token(), outer.Token())
+			}
+			if err := nested.Release(ctx); err != nil {
+				return err
+			}
+			return outer.Err() // the nested release leaves the outer lock held
+		}, tc.outer...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+			_ = c.Close()
+			t.Fatalf("%s: keys left behind: %v", tc.what, left)
+		}
+	}
+}

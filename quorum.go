@@ -72,15 +72,20 @@ type lockKind struct {
 	reader bool
 	// wakeAll: a release wakes every waiter of the name, not one.
 	wakeAll bool
+	// nameKey: the lock is the name's own key (the mutex's), so an
+	// Acquire of the name, plain or fair, under it re-enters it
+	// (reentrant.go). A reader, a writer or a permit of the same name is
+	// another lock.
+	nameKey bool
 }
 
-var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript}
+var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, nameKey: true}
 
 // fairKind is a fair lock's holder (fair.go): the mutex's key, but its
 // release hands the key to the head of the queue, and its extend also pins
 // the key on the node, so that the queue never moves a key an extend
 // counted.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript}
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, nameKey: true}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that
