@@ -206,10 +206,12 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		return nil, err
 	}
 	f := c.newFairWait(name, lc.ttl, timeout)
+	var woken <-chan bool // releases of the name that did not hand the key on (a plain holder's)
 	if wait {
 		// Listen before joining the queue: no grant message can be missed.
 		wake := c.waiters.add(ctx, name, timeout)
 		defer c.waiters.remove(name, wake)
+		woken = wake.ch
 	}
 	c.fair.add(f)
 	defer c.fair.remove(f)
@@ -255,6 +257,10 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		timer.Reset(delay)
 		select {
 		case <-f.signal:
+		case <-woken:
+			// The key is free on a quorum: a round lets the nodes give it
+			// to the head of their queues.
+			round, mayClaim = true, true
 		case <-timer.C:
 			round, mayClaim = true, true
 		case <-ctx.Done():
