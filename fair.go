@@ -123,9 +123,10 @@ type fairWait struct {
 	failed int64 // the last claim round that fell short; 0 none
 
 	// Per node, closed when the last call sent there is done: each call
-	// waits for the one before on its node, so a claim never overtakes the
-	// registration it claims (the guards before a call may take a round
-	// trip of their own, on another connection).
+	// waits for the one before on its node (the guards before a call may
+	// take a round trip of their own, on another connection). A call that
+	// timed out on the client may still reach the node after the next one:
+	// the claim round numbers (claims, failed) make a late wait harmless.
 	turns []chan struct{}
 
 	mu      sync.Mutex
