@@ -45,8 +45,8 @@ const grantedPrefix = "granted "
 const (
 	queueSuffix    = ":queue"          // ZSET: ticket -> owner value
 	expirySuffix   = ":queue:expiry"   // ZSET: node time in ms the entry expires -> owner value
-	settingsSuffix = ":queue:settings" // HASH: owner value -> "<ttl ms> <proposal>"
-	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, before, claimed)
+	settingsSuffix = ":queue:settings" // HASH: owner value -> its TTL in ms
+	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a claim round, or "held")
 )
 
 // fair queue script arguments, after EVALSHA and the SHA (or EVAL and the
