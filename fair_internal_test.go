@@ -196,6 +196,7 @@ type holdBack struct {
 	op    string // the operation armed for, once; "" none
 	skip  bool
 	held  chan func() []int64
+	ran   chan *script // told of every other script once the node answered it
 }
 
 func (h *holdBack) arm(op string, skip bool) {
@@ -213,7 +214,12 @@ func (h *holdBack) run(ctx context.Context, s *script, args []any) ([]int64, err
 	}
 	h.mu.Unlock()
 	if !hit {
-		return h.inner.run(ctx, s, args)
+		vals, err := h.inner.run(ctx, s, args)
+		select {
+		case h.ran <- s:
+		default: // nobody listens: the buffer is full
+		}
+		return vals, err
 	}
 	if skip {
 		return nil, fmt.Errorf("held back by the test: %w", errNotSent)
@@ -242,7 +248,7 @@ func fairClients(t *testing.T, cl *redistest.Cluster, opts Options) (holder, wai
 		t.Cleanup(func() { _ = (*c).Close() })
 	}
 	for _, n := range waiter.nodes {
-		h := &holdBack{inner: n.run, held: make(chan func() []int64, 1)}
+		h := &holdBack{inner: n.run, held: make(chan func() []int64, 1), ran: make(chan *script, 64)}
 		n.run = h
 		hold = append(hold, h)
 	}
@@ -325,8 +331,18 @@ func TestFairLockExtendedGrantDoesNotMove(t *testing.T) {
 		t.FailNow()
 	}
 	hold[2].arm("", false)
+	for len(hold[2].ran) > 0 {
+		<-hold[2].ran
+	}
 	if err := a.Extend(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The extend decides on a quorum, possibly before l answered: wait
+	// until l ran it, so that it is one of the nodes the extend counted.
+	for s := range hold[2].ran {
+		if s.renewal {
+			break
+		}
 	}
 	if r := ghostCall(t, l, cA, name, "wait", "B-earlier-ticket", 1); r[0] == 1 {
 		t.Fatal("l's key, which A's extend counted, moved to a waiter with an earlier ticket")
