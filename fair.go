@@ -9,10 +9,12 @@ package redlock
 // key is free, or when a grant nobody claimed yet belongs to someone other
 // than the head. A grant is not yet a lock: the grantee does not know when
 // a node set its key, so once grants from a quorum arrived it runs one
-// claim round (an extend that also marks the grants claimed, so they stop
-// moving) and dates its validity from that round's start. Exclusion comes,
-// as for the mutex, from the lock key on a quorum; a node that lost its
-// queue only serves waiters out of order.
+// claim round (an extend that also pins the grants, so they stop moving,
+// and raises the fence register to a proposal of that round) and dates its
+// validity from that round's start. The holder's extends pin too
+// (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
+// comes, as for the mutex, from the lock key on a quorum; a node that lost
+// its queue only serves waiters out of order.
 
 import (
 	"context"
@@ -43,15 +45,15 @@ const grantedPrefix = "granted "
 const (
 	queueSuffix    = ":queue"          // ZSET: ticket -> owner value
 	expirySuffix   = ":queue:expiry"   // ZSET: node time in ms the entry expires -> owner value
-	settingsSuffix = ":queue:settings" // HASH: owner value -> "<ttl ms> <proposal>"
-	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, before, claimed)
+	settingsSuffix = ":queue:settings" // HASH: owner value -> its TTL in ms
+	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a claim round, or "held")
 )
 
 // fair queue script arguments, after EVALSHA and the SHA (or EVAL and the
 // source), 6 and the six keys.
 const (
 	fairOpArg    = 9
-	fairQuietArg = 17
+	fairQuietArg = 18
 )
 
 // fairEntryTTL is how long a waiter's queue entry lives without a refresh:
@@ -103,20 +105,28 @@ func (fw *fairWaiters) granted(node int, name, value string) {
 	}
 }
 
-// fairWait is one fair Acquire call: its attempt (owner value, proposal,
-// per-node call record for the ordered cleanup), its ticket and which
-// nodes granted it the key.
+// fairWait is one fair Acquire call: its attempt (owner value, per-node
+// call record for the ordered cleanup), its ticket and which nodes granted
+// it the key.
 type fairWait struct {
-	c         *Client
-	a         *attempt
-	ticket    int64
-	waitArgs  []any
-	claimArgs []any
+	c      *Client
+	a      *attempt
+	ticket int64
+	args   func(op string, round, proposal int64) []any // a fair-queue command of ours
+
+	// Claim rounds are numbered from 1. A claim pins the grants it finds
+	// with its number; a wait call carries the number of the last claim
+	// round that fell short, and un-pins only pins up to that number. A
+	// wait that reaches a node late, after a claim that won, leaves that
+	// claim's pin alone. Only the Acquire call's goroutine touches them.
+	claims int64 // claim rounds started
+	failed int64 // the last claim round that fell short; 0 none
 
 	// Per node, closed when the last call sent there is done: each call
-	// waits for the one before on its node, so a claim never overtakes the
-	// registration it claims (the guards before a call may take a round
-	// trip of their own, on another connection).
+	// waits for the one before on its node (the guards before a call may
+	// take a round trip of their own, on another connection). A call that
+	// timed out on the client may still reach the node after the next one:
+	// the claim round numbers (claims, failed) make a late wait harmless.
 	turns []chan struct{}
 
 	mu      sync.Mutex
@@ -143,12 +153,12 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 	}
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
-	args := func(op string) []any {
-		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), a.proposal,
-			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), c.releaseChannel(name), "0")
+	channel := c.releaseChannel(name)
+	f.args = func(op string, round, proposal int64) []any {
+		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), round, proposal,
+			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0")
 	}
-	f.waitArgs, f.claimArgs = args("wait"), args("claim")
-	a.releaseArgs, a.kind = args("release"), fairKind
+	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0), fairKind, keys
 	return f
 }
 
@@ -197,10 +207,12 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		return nil, err
 	}
 	f := c.newFairWait(name, lc.ttl, timeout)
+	var woken <-chan bool // releases of the name that did not hand the key on (a plain holder's)
 	if wait {
 		// Listen before joining the queue: no grant message can be missed.
 		wake := c.waiters.add(ctx, name, timeout)
 		defer c.waiters.remove(name, wake)
+		woken = wake.ch
 	}
 	c.fair.add(f)
 	defer c.fair.remove(f)
@@ -246,6 +258,10 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		timer.Reset(delay)
 		select {
 		case <-f.signal:
+		case <-woken:
+			// The key is free on a quorum: a round lets the nodes give it
+			// to the head of their queues.
+			round, mayClaim = true, true
 		case <-timer.C:
 			round, mayClaim = true, true
 		case <-ctx.Done():
@@ -283,8 +299,9 @@ func (f *fairWait) waitRound(ctx context.Context) error {
 	f.minPTTL = -1
 	f.mu.Unlock()
 	turns := f.nextTurns()
+	args := f.args("wait", f.failed, 0)
 	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
-		vals, err := f.call(ctx, n, f.waitArgs, turns[n.index])
+		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
@@ -372,20 +389,36 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 }
 
 // claim turns grants into the lock: one round that extends the key to the
-// TTL where it is ours and marks the grant claimed (no longer movable).
-// Validity counts from the round's start, before any of those extensions;
-// the token comes from the fence values the grants saw, as the acquire's
-// does from the values its SETs saw (fast path, or the slow path's raise).
-func (f *fairWait) claim(ctx context.Context, lc lockConfig) (*Lock, error) {
+// TTL where it is ours, pins the grant (no longer movable) and raises the
+// fence register to the round's proposal. Validity counts from the round's
+// start, before any of those extensions; the token comes from the fence
+// values the claims read, as the acquire's does from the values its SETs
+// read (fast path, or the slow path's raise). The proposal is taken when
+// the round starts, not when the Acquire call began: a plain holder that
+// came and went meanwhile on nodes this round does not reach had a lower
+// one (DESIGN §2's time-based line of defence).
+func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
 	c, a := f.c, f.a
 	var (
 		mu        sync.Mutex
 		maxBefore int64
 	)
 	start := c.clock.Now()
+	f.claims++
+	round := f.claims
+	defer func() {
+		if err != nil {
+			f.failed = round // the next wait gives this round's pins back
+		}
+	}()
+	var proposal int64
+	if !c.opts.DisableFencing {
+		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
+	}
+	args := f.args("claim", round, proposal)
 	turns := f.nextTurns()
-	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
-		vals, err := f.call(ctx, n, f.claimArgs, turns[n.index])
+	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
@@ -410,8 +443,8 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (*Lock, error) {
 	c.noteToken(before)
 	var token int64
 	if !c.opts.DisableFencing {
-		token = a.proposal
-		if before >= a.proposal {
+		a.proposal, token = proposal, proposal
+		if before >= proposal {
 			token = before + 1
 			if err := a.raiseFence(token); err != nil {
 				return nil, fmt.Errorf("redlock: acquire %q: %w", a.name, err)

@@ -8,8 +8,12 @@ package redlock
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // fairFake answers the fair-queue script with fixed replies per operation
@@ -177,5 +181,229 @@ func TestFairGrantMessagesCountPerNode(t *testing.T) {
 	c.fair.granted(2, "x", "someone else") // the grant moved on
 	if f.granted() {
 		t.Fatal("a grant that moved to another waiter still counted")
+	}
+}
+
+// holdBack runs a node's scripts through to the real server, except one
+// fair-queue operation it was armed for: that call is either not sent at
+// all (skip: as when the node sits out, or is in its down hold-off) or held
+// back past the node timeout and handed to the test, which sends it later,
+// as a call that timed out on the client may still reach the server after
+// the next one.
+type holdBack struct {
+	inner scriptRunner
+	mu    sync.Mutex
+	op    string // the operation armed for, once; "" none
+	skip  bool
+	held  chan func() []int64
+	ran   chan *script // told of every other script once the node answered it
+}
+
+func (h *holdBack) arm(op string, skip bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.op, h.skip = op, skip
+}
+
+func (h *holdBack) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	h.mu.Lock()
+	hit := s == fairQueueScript && h.op != "" && args[fairOpArg] == h.op
+	skip := h.skip
+	if hit && !skip {
+		h.op = "" // hold back one call
+	}
+	h.mu.Unlock()
+	if !hit {
+		vals, err := h.inner.run(ctx, s, args)
+		select {
+		case h.ran <- s:
+		default: // nobody listens: the buffer is full
+		}
+		return vals, err
+	}
+	if skip {
+		return nil, fmt.Errorf("held back by the test: %w", errNotSent)
+	}
+	h.held <- func() []int64 {
+		vals, err := h.inner.run(context.Background(), s, args)
+		if err != nil {
+			panic(err)
+		}
+		return vals
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// fairClients are a holder's and a waiter's clients over cl, each with go-redis
+// clients of its own; the waiter's calls to node i go through hold[i].
+func fairClients(t *testing.T, cl *redistest.Cluster, opts Options) (holder, waiter *Client, hold []*holdBack) {
+	t.Helper()
+	opts.RestartGrace = NoRestartGrace // the nodes just started
+	for _, c := range []**Client{&holder, &waiter} {
+		var err error
+		if *c, err = NewFromURLs(cl.URLs(), opts); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = (*c).Close() })
+	}
+	for _, n := range waiter.nodes {
+		h := &holdBack{inner: n.run, held: make(chan func() []int64, 1), ran: make(chan *script, 64)}
+		n.run = h
+		hold = append(hold, h)
+	}
+	return holder, waiter, hold
+}
+
+// ghostCall runs one fair-queue operation on s for a waiter the test plays
+// by hand (value, ticket), with a TTL and an entry lifetime of a minute.
+func ghostCall(t *testing.T, s *redistest.Server, c *Client, name, op, value string, ticket int64) []int64 {
+	t.Helper()
+	lock := c.LockKey(name)
+	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
+	// Round 1: its first claim; a wait saw no claim round fail.
+	round := 0
+	if op == "claim" {
+		round = 1
+	}
+	vals, err := s.Client().Eval(context.Background(), fairQueueSrc, keys, op, value, ticket, time.Minute.Milliseconds(), round, 1,
+		0, time.Minute.Milliseconds(), c.releaseChannel(name), "0").Int64Slice()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vals
+}
+
+func queueLen(t *testing.T, s *redistest.Server, c *Client, name string) int64 {
+	t.Helper()
+	n, err := s.Client().ZCard(context.Background(), c.LockKey(name)+queueSuffix).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func awaitQueues(t *testing.T, cl *redistest.Cluster, c *Client, name string, want ...int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for i := 0; i < len(want); {
+		if queueLen(t, cl.Servers[i], c, name) == want[i] {
+			i++
+			continue
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("node %d: queue of %q never reached %d entries", i, name, want[i])
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Issue 17 item 2. A's claim skips l (l sits out at that moment), so l's
+// key is A's by an unclaimed grant. A's extend then counts l: from then on
+// A's validity rests on l's key staying A's until it expires, as a mutex's
+// does. A waiter B with an earlier ticket that registers on l must not get
+// it (with j restarting empty, B would hold j and l while A holds).
+func TestFairLockExtendedGrantDoesNotMove(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	cH, cA, hold := fairClients(t, cl, Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	const name = "fair-extended-grant"
+	l := cl.Servers[2]
+	holder, err := cH.Acquire(ctx, name, WithFairness(), WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		lk, err := cA.Acquire(ctx, name, WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	awaitQueues(t, cl, cA, name, 1, 1, 1)
+	hold[2].arm("claim", true) // A's claim is not sent to l
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a == nil {
+		t.FailNow()
+	}
+	hold[2].arm("", false)
+	for len(hold[2].ran) > 0 {
+		<-hold[2].ran
+	}
+	if err := a.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// The extend decides on a quorum, possibly before l answered: wait
+	// until l ran it, so that it is one of the nodes the extend counted.
+	for s := range hold[2].ran {
+		if s.renewal {
+			break
+		}
+	}
+	if r := ghostCall(t, l, cA, name, "wait", "B-earlier-ticket", 1); r[0] == 1 {
+		t.Fatal("l's key, which A's extend counted, moved to a waiter with an earlier ticket")
+	}
+	if owner, err := l.Client().Get(ctx, cA.LockKey(name)).Result(); err != nil || owner != a.a.value {
+		t.Fatalf("l's key is %q (%v), want A's", owner, err)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 17 item 3. A's refresh to j is held back past the node timeout,
+// and A claims j and k before it arrives. B, with an earlier ticket, is
+// queued on l and gets l's key from the release. The late refresh must not
+// make j's key movable again: B would then get it, claim j and l, and hold
+// the lock beside A.
+func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	cH, cA, hold := fairClients(t, cl, Options{TTL: 3 * time.Second})
+	ctx := context.Background()
+	const name = "fair-late-wait"
+	j, l := cl.Servers[0], cl.Servers[2]
+	holder, err := cH.Acquire(ctx, name, WithFairness(), WithTTL(30*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const b = "B-earlier-ticket"
+	if r := ghostCall(t, l, cA, name, "wait", b, 1); r[0] != 0 {
+		t.Fatal("B got the held lock")
+	}
+	got := make(chan *Lock, 1)
+	go func() {
+		lk, err := cA.Acquire(ctx, name, WithFairness())
+		if err != nil {
+			t.Error(err)
+		}
+		got <- lk
+	}()
+	awaitQueues(t, cl, cA, name, 1, 1, 2)
+	hold[0].arm("wait", false)
+	late := <-hold[0].held // A's next refresh to j, held back
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a := <-got
+	if a == nil {
+		t.FailNow()
+	}
+	late() // reaches j after A's claim there
+	ghostCall(t, j, cA, name, "wait", b, 1)
+	claimed := 0
+	for _, s := range []*redistest.Server{j, l} {
+		if ghostCall(t, s, cA, name, "claim", b, 1)[0] == 1 {
+			claimed++
+		}
+	}
+	if claimed >= cA.quorum() && a.Err() == nil {
+		t.Fatalf("B claimed %d nodes, a quorum, while A holds: the late refresh un-claimed A's key on j", claimed)
+	}
+	if err := a.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

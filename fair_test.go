@@ -232,7 +232,7 @@ func ghost(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name, value s
 	k := c.LockKey(name)
 	keys := []string{k, k + ":fence", k + ":queue", k + ":queue:expiry", k + ":queue:settings", k + ":grant"}
 	for _, s := range cl.Servers {
-		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 1,
+		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 0, 0,
 			0, entryTTL.Milliseconds(), k+":released", "0").Err()
 		if err != nil {
 			t.Fatal(err)
@@ -395,5 +395,155 @@ func TestFairLockBadInput(t *testing.T) {
 	}
 	if left := fairKeysLeft(t, cl, c, "n"); len(left) > 0 {
 		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+// A fair waiter that queued before a plain holder took the lock must get a
+// token above that holder's, even where the claim meets no node that saw
+// it: a node restarted empty, another is gone. Only the claim's own
+// time-based proposal can keep the order there (DESIGN §2's second line of
+// defence), as the mutex's does.
+func TestFairLockTokenAboveAnEarlierPlainHolderAfterARestart(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	// The waiter refreshes every 10s: nothing below runs into a refresh
+	// until the test wakes it.
+	opts := redlock.Options{TTL: 30 * time.Second}
+	waiter := newClient(t, cl, opts)
+	plain := newClient(t, cl, opts) // a client of its own: it shares no token memory with the waiter
+	ctx := context.Background()
+	const name = "fair-token-after-plain"
+	lock := waiter.LockKey(name)
+	j, k, l := cl.Servers[0], cl.Servers[1], cl.Servers[2]
+	// Another owner holds the key everywhere, for longer than the test.
+	for _, s := range cl.Servers {
+		if err := s.Client().Set(ctx, lock, "other", time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := waiter.Acquire(ctx, name, redlock.WithFairness(), redlock.WithMaxWait(time.Minute))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, waiter, name, 1) })
+	// The other owner lets go of k and l; a plain Acquire, begun after the
+	// waiter's, takes them before the waiter's next round.
+	for _, s := range []*redistest.Server{k, l} {
+		if err := s.Client().Del(ctx, lock).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p, err := plain.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// l goes away, k restarts empty (its fence register with it), and
+	// the other owner lets go of j: the waiter's claim can only decide on
+	// j and k, neither of which saw the plain holder's token.
+	if err := l.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := k.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Release(ctx); err == nil {
+		t.Fatal("the plain lock was released on a quorum after losing it on two nodes")
+	}
+	if err := j.Client().Del(ctx, lock).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// Wake the waiter as a release announced by j and k would.
+	for _, s := range []*redistest.Server{j, k} {
+		if err := s.Client().Publish(ctx, lock+":released", "gone").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := <-got
+	if f == nil {
+		t.FailNow()
+	}
+	defer f.Release(ctx)
+	if f.Token() <= p.Token() {
+		t.Fatalf("fair token %d is not above the token %d of the plain holder before it", f.Token(), p.Token())
+	}
+}
+
+// Do with WithFairness puts its lock in fn's context: an Acquire of the
+// same name inside fn, fair or plain, re-enters it instead of queueing
+// behind itself; and a fair Acquire inside a plain Do re-enters too (the
+// fair lock is the mutex's key).
+func TestFairLockIsReentered(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
+	ctx := context.Background()
+	for _, tc := range []struct {
+		what          string
+		outer, nested []redlock.LockOption
+	}{
+		{"fair in fair", []redlock.LockOption{redlock.WithFairness()}, []redlock.LockOption{redlock.WithFairness()}},
+		{"plain in fair", []redlock.LockOption{redlock.WithFairness()}, nil},
+		{"fair in plain", nil, []redlock.LockOption{redlock.WithFairness()}},
+	} {
+		name := "fair-reentered-" + strings.ReplaceAll(tc.what, " ", "-")
+		err := c.Do(ctx, name, func(ctx context.Context, outer *redlock.Lock) error {
+			// A waiter that queued behind itself would give up after this.
+			nested, err := c.Acquire(ctx, name, append(tc.nested, redlock.WithMaxWait(3*time.Second))...)
+			if err != nil {
+				return err
+			}
+			if nested.Token() != outer.Token() {
+				t.Errorf("%s: nested token %d, want the outer %d", tc.what, nested.Token(), outer.Token())
+			}
+			if err := nested.Release(ctx); err != nil {
+				return err
+			}
+			return outer.Err() // the nested release leaves the outer lock held
+		}, tc.outer...)
+		if err != nil {
+			t.Fatalf("%s: %v", tc.what, err)
+		}
+		if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+			_ = c.Close()
+			t.Fatalf("%s: keys left behind: %v", tc.what, left)
+		}
+	}
+}
+
+// A fair waiter listens to the lock's releases, so a plain holder's release
+// wakes it as it wakes a plain waiter: it asks the nodes at once rather than
+// at its next refresh, a third of a minute later here.
+func TestFairWaiterWokenByAPlainRelease(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, slowRetries())
+	w := newClient(t, cl, slowRetries())
+	ctx := context.Background()
+	const name = "fair-woken-by-plain"
+	holder, err := c.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() {
+		l, err := w.Acquire(ctx, name, redlock.WithFairness())
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	// Queued means subscribed: the waiter listens before it joins.
+	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, w, name, 1) })
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second): // half the 20s refresh
+		t.Fatal("the fair waiter was not woken by the plain release")
 	}
 }

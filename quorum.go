@@ -80,6 +80,11 @@ type lockKind struct {
 	// kind's extend script takes other arguments than the mutex's; nil:
 	// Lock.extendArgs builds the mutex's.
 	extendArgs func(l *Lock) []any
+	// nameKey: the lock is the name's own key (the mutex's), so an
+	// Acquire of the name, plain or fair, under it re-enters it
+	// (reentrant.go). A reader, a writer or a permit of the same name is
+	// another lock.
+	nameKey bool
 }
 
 // An acquire script answers {1, ...} when the node gives us the lock, {0,
@@ -90,11 +95,13 @@ type lockKind struct {
 // error once a quorum of nodes gave it (Semaphore.refusal).
 const deniedStatus = 2
 
-var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript}
+var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript, nameKey: true}
 
-// fairKind is a fair lock's holder (fair.go): the mutex's key and extend,
-// but its release hands the key to the head of the queue.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: extendScript, raise: raiseScript}
+// fairKind is a fair lock's holder (fair.go): the mutex's key, but its
+// release hands the key to the head of the queue, and its extend also pins
+// the key on the node, so that the queue never moves a key an extend
+// counted.
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that

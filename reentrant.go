@@ -59,9 +59,10 @@ func ContextWithLock(ctx context.Context, locks ...*Lock) context.Context {
 func (c *Client) reenter(ctx context.Context, name string) (nested *Lock, ok bool, err error) {
 	for h, _ := ctx.Value(heldKey{}).(*heldLocks); h != nil; h = h.next {
 		for _, l := range h.locks {
-			// Only a mutex is reentered: a reader, a writer or a permit of
-			// the same name is not the mutex of that name.
-			if l.c != c || l.a.name != name || l.a.kind != mutexKind {
+			// Only the name's own key is reentered (a mutex, plain or
+			// fair): a reader, a writer or a permit of the same name is
+			// not the mutex of that name.
+			if l.c != c || l.a.name != name || !l.a.kind.nameKey {
 				continue
 			}
 			if err := l.Err(); err != nil {

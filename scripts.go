@@ -49,6 +49,8 @@ var (
 	semaphoreExtendSrc string
 	//go:embed lua/fair_queue.lua
 	fairQueueSrc string
+	//go:embed lua/fair_extend.lua
+	fairExtendSrc string
 
 	acquireScript     = newScript(acquireSrc)
 	raiseScript       = newScript(raiseSrc)
@@ -70,6 +72,7 @@ var (
 	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
 	semaphoreExtendScript  = newRenewalScript(semaphoreExtendSrc)
 	fairQueueScript        = newScript(fairQueueSrc)
+	fairExtendScript       = newRenewalScript(fairExtendSrc)
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node

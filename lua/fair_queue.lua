@@ -7,19 +7,24 @@
 -- KEYS[1] lock key, KEYS[2] fence register, KEYS[3] queue (ZSET: score the
 -- ticket, member the owner value; equal tickets order by the random owner
 -- value, the same on every node), KEYS[4] entry expiries (ZSET: score the
--- node's time in ms), KEYS[5] waiter settings (HASH: owner value ->
--- "<ttl ms> <fencing proposal>"), KEYS[6] the grant record (HASH: owner,
--- before = fence register before the grant, claimed = 0|1), all in one slot.
+-- node's time in ms), KEYS[5] waiter settings (HASH: owner value -> TTL in
+-- ms), KEYS[6] the grant record (HASH: owner, claimed = 0 while movable,
+-- else the claim round that pinned it, or "held" once the holder extended
+-- it; see lua/fair_extend.lua), all in one slot.
 -- ARGV[1] op: wait | claim | release
--- ARGV[2] owner value, ARGV[3] ticket, ARGV[4] TTL in ms, ARGV[5] fencing
--- proposal (0: fencing off), ARGV[6] fence register lifetime in ms (0: for
--- ever), ARGV[7] queue entry lifetime in ms, ARGV[8] the lock's channel,
--- ARGV[9] "1": a release that frees the key stays quiet (a cleanup).
+-- ARGV[2] owner value, ARGV[3] ticket, ARGV[4] TTL in ms,
+-- ARGV[5] wait: the caller's last claim round that fell short (0: none);
+--         claim: this claim round's number (1, 2, ...),
+-- ARGV[6] claim: the round's fencing proposal (0: fencing off),
+-- ARGV[7] fence register lifetime in ms (0: for ever), ARGV[8] queue entry
+-- lifetime in ms, ARGV[9] the lock's channel, ARGV[10] "1": a release that
+-- frees the key stays quiet (a cleanup).
 -- Returns {status, value, sec, usec}:
 --   wait:    status 1 the key is ours here (granted), 0 not; value the
 --            holder's PTTL (-2: no key)
---   claim:   status 1 claimed (key extended to the TTL), value the fence
---            register before the grant; 0 not ours, value the PTTL
+--   claim:   status 1 claimed (key extended to the TTL, grant pinned, fence
+--            register raised to the proposal), value the fence register
+--            before; 0 not ours, value the PTTL
 --   release: {1} the key was ours (handed on or deleted), {0} not
 local now = redis.call('TIME')
 local sec, usec = tonumber(now[1]), tonumber(now[2])
@@ -38,31 +43,17 @@ for _, w in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', nowms)) do
   forget(w)
 end
 
--- Give the key to waiter w: set it with w's TTL, raise the fence register
--- to w's proposal as the acquire does, and remember the value before, which
--- w's claim reads to take its token (DESIGN §2 through a hand-off).
+-- Give the key to waiter w: set it with w's TTL and record the grant,
+-- movable until w claims it. The fence register is left alone: the claim
+-- raises it, with a proposal taken when the claim round starts (DESIGN §2
+-- through a hand-off).
 local function give(w)
-  local s = redis.call('HGET', settings, w)
-  local ttl, proposal = string.match(s, '^(%d+) (%d+)$')
+  local ttl = string.match(redis.call('HGET', settings, w), '^(%d+)')
   redis.call('SET', KEYS[1], w, 'PX', ttl)
-  local stored = redis.call('GET', KEYS[2])
-  local before = stored or '0'
-  if proposal ~= '0' then
-    -- Values stay strings: a Lua number may be written back in exponent form.
-    local raised, higher = proposal, tonumber(proposal) > tonumber(before)
-    if not higher then
-      raised = stored
-    end
-    if ARGV[6] ~= '0' then
-      redis.call('SET', KEYS[2], raised, 'PX', ARGV[6])
-    elseif higher then
-      redis.call('SET', KEYS[2], raised)
-    end
-  end
   redis.call('DEL', grant)
-  redis.call('HSET', grant, 'owner', w, 'before', before, 'claimed', '0')
+  redis.call('HSET', grant, 'owner', w, 'claimed', '0')
   redis.call('PEXPIRE', grant, ttl)
-  redis.call('PUBLISH', ARGV[8], 'granted ' .. w)
+  redis.call('PUBLISH', ARGV[9], 'granted ' .. w)
 end
 
 -- The node's rule: a free key goes to the live head; a grant not yet
@@ -92,21 +83,32 @@ local function settle()
     give(head)
   else -- the grantee left and nobody waits
     redis.call('DEL', KEYS[1], grant)
-    redis.call('PUBLISH', ARGV[8], holder)
+    redis.call('PUBLISH', ARGV[9], holder)
   end
 end
 
 local holder = redis.call('GET', KEYS[1])
 if op == 'wait' then
-  if holder == me and redis.call('HGET', grant, 'owner') == me then
-    -- Still waiting, so a claim here belongs to a claim round that fell
-    -- short of a quorum: the grant becomes movable again.
-    redis.call('HSET', grant, 'claimed', '0')
+  if holder == me then
+    local g = redis.call('HMGET', grant, 'owner', 'claimed')
+    if g[1] == me and g[2] ~= '0' then
+      local round = tonumber(g[2])
+      if not round or round > tonumber(ARGV[5]) then
+        -- Pinned by a claim round the caller has not seen fail, or by
+        -- its extend: this wait was sent before that claim, and reached
+        -- us late (a call that timed out on the client). The claim
+        -- stands, and the holder registers no more.
+        return {1, redis.call('PTTL', KEYS[1]), sec, usec}
+      end
+      -- Still waiting, so this pin belongs to a claim round that fell
+      -- short of a quorum: the grant becomes movable again.
+      redis.call('HSET', grant, 'claimed', '0')
+    end
   end
-  local entryTTL = tonumber(ARGV[7])
+  local entryTTL = tonumber(ARGV[8])
   redis.call('ZADD', queue, ARGV[3], me)
   redis.call('ZADD', expiry, nowms + entryTTL, me)
-  redis.call('HSET', settings, me, ARGV[4] .. ' ' .. ARGV[5])
+  redis.call('HSET', settings, me, ARGV[4])
   -- The queue's keys outlive their longest entry, and no more.
   local keep = math.max(redis.call('PTTL', queue), entryTTL)
   for _, k in ipairs({queue, expiry, settings}) do
@@ -120,13 +122,34 @@ if op == 'wait' then
 end
 
 if op == 'claim' then
-  local g = redis.call('HMGET', grant, 'owner', 'before')
-  if holder == me and g[1] == me then
+  if holder == me and redis.call('HGET', grant, 'owner') == me then
     redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    redis.call('HSET', grant, 'claimed', '1')
+    -- Pinned by this round, unless a later round (whose claim overtook a
+    -- late one of ours) or the holder's extend pinned it already.
+    local pin = tonumber(redis.call('HGET', grant, 'claimed'))
+    if pin and pin < tonumber(ARGV[5]) then
+      redis.call('HSET', grant, 'claimed', ARGV[5])
+    end
     redis.call('PEXPIRE', grant, ARGV[4])
     forget(me)
-    return {1, tonumber(g[2]), sec, usec}
+    -- The acquire's fencing step (lua/acquire.lua), now that the key is
+    -- ours for good: read the register, raise it to the proposal.
+    if ARGV[6] == '0' then
+      return {1, 0, sec, usec}
+    end
+    local stored = redis.call('GET', KEYS[2])
+    local fence = tonumber(stored or '0')
+    -- Values stay strings: a Lua number may be written back in exponent form.
+    local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
+    if not higher then
+      raised = stored
+    end
+    if ARGV[7] ~= '0' then
+      redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
+    elseif higher then
+      redis.call('SET', KEYS[2], raised)
+    end
+    return {1, fence, sec, usec}
   end
   -- Not ours here. We leave this queue either way: if the claim round won
   -- elsewhere we hold the lock and wait no more; if it fell short, the
@@ -145,7 +168,7 @@ end
 redis.call('DEL', KEYS[1], grant)
 if redis.call('ZCARD', queue) > 0 then
   settle()
-elseif ARGV[9] ~= '1' then
-  redis.call('PUBLISH', ARGV[8], me)
+elseif ARGV[10] ~= '1' then
+  redis.call('PUBLISH', ARGV[9], me)
 end
 return {1}

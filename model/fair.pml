@@ -8,23 +8,33 @@
  *   grant) and a queue of waiters ordered by ticket, each entry with its
  *   expiry.  Every script first drops the expired entries, does its part,
  *   then applies the node's rule (settle): a free key goes to the live head;
- *   a grant nobody claimed yet moves to the head when the head is someone
+ *   a grant nobody pinned yet moves to the head when the head is someone
  *   else, or is deleted when nobody waits.  Giving the key sets it with the
- *   waiter's TTL, raises F to the waiter's proposal, records the value
- *   before and publishes a notice.
+ *   waiter's TTL, records an unpinned grant and publishes a notice; it
+ *   leaves F alone.
  *   2 clients (TTL_A long, TTL_B short, A's clock SKEW ticks ahead, so A's
  *   ticket and proposal are higher for the same start time).  A client:
  *   wait rounds (join or refresh its entry on every node; a yes reply or a
  *   notice read later tells it a node granted it the key), a claim round
  *   once it counts grants from a quorum (extend the key to its TTL where it
- *   is ours, mark the grant claimed, report the fence value before; leave
- *   the queue either way), validity dated from that round's start, the token by the
- *   acquire's fast path (proposal above every reported value) or slow path
- *   (raise to max + 1 on a quorum), then the release, which hands the key to
- *   the head of the queue on each node.  A failed claim is followed by a
- *   wait round, which gives the claimed grants back (claimed = 0), when
+ *   is ours, pin the grant with the round's number, read F and raise it to
+ *   the round's own time-based proposal; leave the queue either way),
+ *   validity dated from that round's start, the token by the acquire's fast
+ *   path (proposal above every value read) or slow path (raise to max + 1
+ *   on a quorum), then the release, which hands the key to the head of the
+ *   queue on each node.  A failed claim is followed by a wait round when
  *   the bound WR allows one, else by the cleanup; so is a waiter out of
- *   claim rounds.
+ *   claim rounds.  A wait call carries the number of the waiter's last
+ *   claim round that fell short, and un-pins our grant only if its pin is
+ *   no newer (a late wait leaves a newer pin alone and registers nothing).
+ *   With -DEXTEND a holder may extend once (fair_extend.lua: renew our key,
+ *   pin it for good, leave the queue; repair a missing key), its validity
+ *   then dated from the extend's start.
+ *   With -DLATE client A may leave one wait call of a round in flight past
+ *   its timeout: the client counts no answer and goes on (its claim may
+ *   reach that node first), the node runs the call at any later step.
+ *   With -DSKIP a claim round may skip any node (it sits out at that
+ *   moment): the call is not sent.
  *   A waiter may give up at any time (cleanup: the release script on every
  *   node, after its calls in flight there answered) or, with -DDIE, die:
  *   stop without cleanup, its entries and any grant left to expire.
@@ -38,13 +48,18 @@
  *   - a dead waiter gets no grant later than one entry lifetime (ETTL)
  *     after its last call on that node;
  *   - end state (every client stopped): no key left on any node except one
- *     given to a dead waiter, and no queue entry of a waiter that cleaned up.
+ *     given to a dead waiter, and no queue entry of a waiter that cleaned up;
+ *   - a key a holder relies on never moves: no give or settle deletion on a
+ *     node whose key said yes to a claim or extend round that made its
+ *     owner hold (the premise of the validity argument), until the key
+ *     expires or its owner releases it.
  *
  * Abstractions (beyond those of redlock.pml, whose header explains time,
  * drift, messages and atomic scripts; they carry over unchanged)
  *   - Tickets: start time on the client's clock times 2 plus the client id,
  *     so they are distinct (the random tie-break) and ordered the same way
- *     on every node.  Proposals: start time on the client's clock + 1.
+ *     on every node.  Proposals: the claim round's start on the client's
+ *     clock + 1.
  *   - A notice ("granted") is a flag the node sets and the client reads at
  *     any later step, or never: arbitrary pub/sub delay and loss.
  *   - A client's knowledge of its grants is only the trigger of a claim; the
@@ -86,7 +101,13 @@
  *               last grant notice arrived (any time between the latest
  *               grant made to the client and the claim);
  *   NOEXPIRY    queue entries never expire (a dead waiter keeps its place);
- *   UNORDERED   the cleanup may overtake a wait call in flight.
+ *   UNORDERED   the cleanup may overtake a wait call in flight;
+ *   UNPIN_ANY   a wait un-pins our grant whatever round pinned it (the
+ *               claimed flag before round numbers): with LATE, a late wait
+ *               makes a claimed key movable;
+ *   EXT_UNPINNED  the extend renews our key without pinning it (the
+ *               mutex's extend.lua): with SKIP, a key an extend counted
+ *               moves to an earlier ticket.
  */
 
 #define NN 3
@@ -110,11 +131,16 @@
 #ifndef CR
 #define CR 1
 #endif
+#ifndef XR
+#define XR 1
+#endif
+#define HELD 255     /* pinned by the holder's extend (or a repair): no wait undoes it */
 
 /* request kinds */
 #define WAIT 1
 #define CLAIM 2
 #define RAI 3
+#define EXT 4
 
 #define E(i, c) ((i)*NC + (c))
 
@@ -124,8 +150,8 @@ byte now;
 byte owner[NN];      /* 0: no key, else client id + 1 */
 byte kexp[NN];       /* node time the key expires */
 byte F[NN];          /* fence register */
-bool gcl[NN];        /* the grant record: claimed */
-byte gbef[NN];       /* the grant record: F before the grant */
+byte gcl[NN];        /* the grant record: 0 movable, else the claim round that pinned it, or HELD */
+bool relied[NN];     /* observer: a holder counted this key (claim or extend) */
 bool inq[NN*NC];     /* client c waits in node i's queue */
 byte eexp[NN*NC];    /* node time its entry expires */
 #ifdef DATE_GRANT
@@ -134,7 +160,6 @@ byte glast[NC];      /* time of the latest grant made to c (the notice is sent t
 
 /* ---- what the nodes know of each waiter (its settings hash) ---- */
 byte wttl[NC];
-byte wprop[NC];
 byte ticket[NC];
 
 /* ---- observer ---- */
@@ -153,10 +178,22 @@ byte lastCall[NN*NC];/* node time of c's last call on node i */
 #define TOKEN_ORDER assert(token > lastGranted); lastGranted = token   /* tokens strictly increase in grant order */
 #endif
 #define EXCLUSIVE (!(held[0] && now < dl[0] && held[1] && now < dl[1]))
+/* the nodes whose yes made the holder hold, and still hold its key: those
+   keys must not move (one that already expired is DATE_GRANT's fault, which
+   the exclusion check catches).  A claim's yes nodes are those its round
+   pinned (replies are read in the step that delivers them, and nothing of
+   ours un-pins them before the decision); an extend's are recorded in ybits. */
+#ifndef NORELIED
+#define RELY_CLAIM for (j : 0 .. NN-1) { if :: owner[j] == me && gcl[j] == claims -> relied[j] = 1 :: else -> skip fi }; j = 0
+#define RELY(bits) for (j : 0 .. NN-1) { if :: (bits >> j) & 1 && owner[j] == me -> relied[j] = 1 :: else -> skip fi }; j = 0
+#else
+#define RELY_CLAIM skip   /* the check left out to keep the search small */
+#define RELY(bits) skip
+#endif
 
 inline expireKey(n) {
   if
-  :: owner[n] != 0 && nclk(n) >= kexp[n] -> owner[n] = 0; kexp[n] = 0; gcl[n] = 0; gbef[n] = 0
+  :: owner[n] != 0 && nclk(n) >= kexp[n] -> owner[n] = 0; kexp[n] = 0; gcl[n] = 0; relied[n] = 0
   :: else -> skip
   fi
 }
@@ -190,11 +227,8 @@ active proctype ticker() {
 inline give(n, w) {
   assert(!cleaned[E(n, w)]);                    /* no grant after cleanup */
   assert(!dead[w] || nclk(n) < lastCall[E(n, w)] + wttl[w]);  /* dead: within one entry lifetime */
+  assert(!relied[n]);                           /* a key a holder relies on never moves */
   owner[n] = w + 1; kexp[n] = nclk(n) + wttl[w];
-#ifndef NOFENCE
-  gbef[n] = F[n];
-  if :: wprop[w] > F[n] -> F[n] = wprop[w] :: else -> skip fi;
-#endif
   gcl[n] = 0;
 #ifdef DATE_GRANT
   glast[w] = now
@@ -223,11 +257,32 @@ inline settle(n) {
   :: owner[n] != 0 && !gcl[n] && owner[n] != h + 1 ->
      if
      :: h < NC -> give(n, h)
-     :: else -> owner[n] = 0; kexp[n] = 0; gcl[n] = 0; gbef[n] = 0
+     :: else -> assert(!relied[n]); owner[n] = 0; kexp[n] = 0; gcl[n] = 0
      fi
   :: else -> skip
   fi;
   h = 0
+}
+
+/* the wait script on node i for client c, carrying wf, the last claim round
+   of c that fell short; rw := 1 if the key is ours after it, else 2 */
+inline waitScript(i, wf) {
+  if
+#ifdef UNPIN_ANY
+  :: owner[i] == me -> gcl[i] = 0; rw = 0
+#else
+  :: owner[i] == me && gcl[i] != 0 && (gcl[i] == HELD || gcl[i] > wf) -> rw = 1  /* late: a newer pin stands */
+  :: owner[i] == me && gcl[i] != 0 && gcl[i] != HELD && gcl[i] <= wf -> gcl[i] = 0; rw = 0
+#endif
+  :: else -> rw = 0
+  fi;
+  if
+  :: rw == 0 ->
+     inq[E(i, c)] = 1; eexp[E(i, c)] = nclk(i) + wttl[c];
+     settle(i);
+     if :: owner[i] == me -> rw = 1 :: else -> rw = 2 fi
+  :: else -> skip
+  fi
 }
 
 /* node i runs client c's request in flight (one atomic script) */
@@ -238,19 +293,33 @@ inline deliver(i) {
 #endif
   kind = pend[i];
   if
-  :: pend[i] == WAIT ->
-     if :: owner[i] == me -> gcl[i] = 0 :: else -> skip fi;
-     inq[E(i, c)] = 1; eexp[E(i, c)] = nclk(i) + wttl[c];
-     settle(i);
-     if :: owner[i] == me -> rep[i] = 1 :: else -> rep[i] = 2 fi
+  :: pend[i] == WAIT -> waitScript(i, failedR); rep[i] = rw; rw = 0
   :: pend[i] == CLAIM ->
      if
      :: owner[i] == me ->
 #ifndef DATE_GRANT
         kexp[i] = nclk(i) + ttl;
 #endif
-        gcl[i] = 1; rval = gbef[i]; forget(i, c); rep[i] = 1
+        if :: gcl[i] != HELD && gcl[i] < claims -> gcl[i] = claims :: else -> skip fi;
+#ifndef NOFENCE
+        rval = F[i]; if :: prop > F[i] -> F[i] = prop :: else -> skip fi;
+#endif
+        forget(i, c); rep[i] = 1
      :: else -> forget(i, c); settle(i); rep[i] = 2   /* not ours: leave this queue too */
+     fi
+  :: pend[i] == EXT ->                              /* fair_extend.lua */
+     if
+     :: owner[i] == me ->
+        kexp[i] = nclk(i) + ttl;
+#ifndef EXT_UNPINNED
+        gcl[i] = HELD;
+#endif
+        forget(i, c); rep[i] = 1
+     :: owner[i] == 0 && F[i] <= token ->           /* repair: no grant record, never moved */
+        owner[i] = me; kexp[i] = nclk(i) + ttl; gcl[i] = HELD;
+        if :: token > F[i] -> F[i] = token :: else -> skip fi;
+        forget(i, c); rep[i] = 1
+     :: else -> rep[i] = 2
      fi
   :: pend[i] == RAI ->
      if
@@ -267,7 +336,7 @@ inline relScript(i) {
   forget(i, c); cleaned[E(i, c)] = 1;
   if
   :: owner[i] != me -> settle(i)
-  :: else -> owner[i] = 0; kexp[i] = 0; gcl[i] = 0; gbef[i] = 0; settle(i)
+  :: else -> owner[i] = 0; kexp[i] = 0; gcl[i] = 0; relied[i] = 0; settle(i)
   fi
 }
 
@@ -279,26 +348,48 @@ inline readReply(i) {
      :: rep[i] == 1 -> yes++; if :: rval > maxb -> maxb = rval :: else -> skip fi
      :: else -> no++
      fi
+  :: phase == 7 && kind == EXT ->
+     if :: rep[i] == 1 -> yes++; ybits = ybits | (1 << i) :: else -> no++ fi
   :: phase == 2 && kind == RAI -> if :: rep[i] == 1 -> yes++ :: else -> no++ fi
   :: else -> skip
   fi;
   rep[i] = 0; rval = 0; kind = 0;
-  if :: relOwed[i] -> relOwed[i] = 0; relpend[i] = 1 :: else -> skip fi
+  if :: relOwed[i] && latew[i] == 0 -> relOwed[i] = 0; relpend[i] = 1 :: else -> skip fi
 }
 
 #define NODE_STEPS(k) \
      atomic { pend[k] != 0 && BEFORE(k) -> deliver(k); readReply(k) } \
-  :: atomic { relpend[k] -> relScript(k); relpend[k] = 0 }
+  :: atomic { relpend[k] -> relScript(k); relpend[k] = 0 } \
+  :: atomic { latew[k] != 0 -> expireKey(k); expireQueue(k); waitScript(k, latew[k] - 1); rw = 0; latew[k] = 0; \
+              if :: relOwed[k] && pend[k] == 0 -> relOwed[k] = 0; relScript(k) :: else -> skip fi }
 
 /* a client's requests of one round reach the nodes in node order (see the header) */
 #define BEFORE(k) ((k) == 0 || pend[0] == 0 && ((k) == 1 || pend[1] == 0))
 #define BUSY(k) (pend[k] != 0 || rep[k] != 0 || relpend[k] || relOwed[k])
 #define ALLIDLE (!BUSY(0) && !BUSY(1) && !BUSY(2))
+/* a call left in flight past its timeout is still ahead of our release there
+   (the library sweeps the node once more after it); the next calls of the
+   waiter there do not wait for it */
+#define RELBUSY(k) (BUSY(k) || latew[k] != 0)
+#define DONEIDLE (!RELBUSY(0) && !RELBUSY(1) && !RELBUSY(2))
 
-/* a round: one request to every node with nothing of ours in flight */
+/* a round: one request to every node with nothing of ours in flight; with
+   LATE, client A may leave one wait call in flight past its timeout (no
+   answer counted); with SKIP, a claim may skip a node (it sits out) */
 inline sendAll(kind) {
-  yes = 0; no = 0;
-  for (j : 0 .. NN-1) { if :: !BUSY(j) -> pend[j] = kind :: else -> no++ fi }
+  yes = 0; no = 0; ybits = 0;
+  for (j : 0 .. NN-1) {
+    if
+    :: !BUSY(j) -> pend[j] = kind
+#ifdef LATE
+    :: !BUSY(j) && latew[j] == 0 && kind == WAIT && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; no++
+#endif
+#ifdef SKIP
+    :: !BUSY(j) && kind == CLAIM -> no++
+#endif
+    :: BUSY(j) -> no++
+    fi
+  }
   j = 0
 }
 
@@ -311,7 +402,7 @@ inline startRelease(ph) {
 #ifdef UNORDERED
     :: true -> relpend[j] = 1
 #else
-    :: !BUSY(j) -> relScript(j)
+    :: !RELBUSY(j) -> relScript(j)
     :: else -> relOwed[j] = 1
 #endif
     fi
@@ -322,7 +413,7 @@ inline startRelease(ph) {
 /* a failed claim: wait again if allowed (gives the grants back), else give up */
 inline claimFailed() {
   if
-  :: rounds < WR && ALLIDLE -> rounds++; phase = 0; sendAll(WAIT)
+  :: rounds < WR && ALLIDLE -> failedR = claims; rounds++; phase = 0; sendAll(WAIT)
   :: else -> startRelease(5)
   fi
 }
@@ -330,12 +421,13 @@ inline claimFailed() {
 proctype client(byte c; byte ttl; byte skew) {
   byte me = c + 1;
   byte pend[NN], rep[NN], rval, kind;  /* kind: of the request just answered */
+  byte latew[NN];   /* a wait call left in flight: 1 + the failed round it carries; 0 none */
   bool relpend[NN], relOwed[NN];
-  byte phase;       /* 0 wait, 1 claim, 2 raise, 3 hold, 4 release, 5 cleanup */
-  byte yes, no, maxb, t0, token, rounds, claims, j, x, h;
+  byte phase;       /* 0 wait, 1 claim, 2 raise, 3 hold, 4 release, 5 cleanup, 7 extend */
+  byte yes, no, maxb, t0, token, rounds, claims, failedR, prop, j, x, h, rw, ybits, exts, lateLeft;
 
   atomic {
-    wttl[c] = ttl; wprop[c] = now + skew + 1; ticket[c] = (now + skew) * NC + c;
+    wttl[c] = ttl; ticket[c] = (now + skew) * NC + c; lateLeft = 1;
     rounds = 1; sendAll(WAIT)
   }
 
@@ -353,6 +445,11 @@ proctype client(byte c; byte ttl; byte skew) {
 #else
        t0 = now;            /* the claim round's start */
 #endif
+#ifndef NOFENCE
+       prop = now + skew + 1;   /* the round's own time-based proposal */
+#else
+       prop = 1;                /* above every value read (0): the fast path, no raise round */
+#endif
        sendAll(CLAIM)
      }
 #ifdef GIVEUP
@@ -361,7 +458,7 @@ proctype client(byte c; byte ttl; byte skew) {
   :: atomic { phase == 0 && claims >= CR && ALLIDLE -> startRelease(5) }  /* out of effort: gives up */
 #endif
 #ifdef DIE
-  :: atomic { phase == 0 && ALLIDLE -> dead[c] = 1; phase = 6 }
+  :: atomic { phase == 0 && DONEIDLE -> dead[c] = 1; phase = 6 }
 #endif
   /* claim and raise decisions */
   :: atomic {
@@ -370,17 +467,17 @@ proctype client(byte c; byte ttl; byte skew) {
        :: now >= t0 + ttl - 1 -> claimFailed()                  /* validity <= 0 */
        :: else ->
           if
-          :: wprop[c] > maxb -> token = wprop[c]; phase = 3      /* fast path */
+          :: prop > maxb -> token = prop; phase = 3              /* fast path */
           :: else -> token = maxb + 1; phase = 2; sendAll(RAI)   /* slow path: raise */
           fi
        fi;
        if
        :: phase == 3 ->
           TOKEN_ORDER;
-          held[c] = 1; dl[c] = t0 + ttl - 1;
+          held[c] = 1; dl[c] = t0 + ttl - 1; RELY_CLAIM;
           assert(EXCLUSIVE)
        :: else -> skip
-       fi
+       fi;
      }
   :: atomic { phase == 1 && no > NN - QQ -> claimFailed() }
   :: atomic {
@@ -389,16 +486,29 @@ proctype client(byte c; byte ttl; byte skew) {
        :: now >= t0 + ttl - 1 -> claimFailed()
        :: else ->
           TOKEN_ORDER;
-          held[c] = 1; dl[c] = t0 + ttl - 1; phase = 3;
+          held[c] = 1; dl[c] = t0 + ttl - 1; phase = 3; RELY_CLAIM;
           assert(EXCLUSIVE)
        fi
      }
   :: atomic { phase == 2 && no > NN - QQ -> claimFailed() }
   /* holding: release, which hands the key on */
   :: atomic { phase == 3 -> held[c] = 0; startRelease(4) }
+#ifdef EXTEND
+  /* holding: one extend, validity from its start (t0 reused) */
+  :: atomic { phase == 3 && exts < XR && now < dl[c] && ALLIDLE -> exts++; phase = 7; t0 = now; sendAll(EXT) }
+  :: atomic {
+       phase == 7 && yes >= QQ ->
+       if
+       :: now < t0 + ttl - 1 -> dl[c] = t0 + ttl - 1; RELY(ybits); assert(EXCLUSIVE)
+       :: else -> skip
+       fi;
+       phase = 3; ybits = 0
+     }
+  :: atomic { phase == 7 && no > NN - QQ -> phase = 3; ybits = 0 }
+#endif
   /* done */
   :: atomic {
-       (phase == 4 || phase == 5) && ALLIDLE || phase == 6 ->
+       (phase == 4 || phase == 5) && DONEIDLE || phase == 6 ->
        finished++;
        if
        :: finished == NC ->
@@ -411,7 +521,8 @@ proctype client(byte c; byte ttl; byte skew) {
        fi;
        held[c] = 0; dl[c] = 0;
        phase = 0; yes = 0; no = 0; maxb = 0; t0 = 0; token = 0;
-       rounds = 0; claims = 0; j = 0; x = 0;
+       rounds = 0; claims = 0; failedR = 0; prop = 0; j = 0; x = 0; rw = 0;
+       ybits = 0; exts = 0; lateLeft = 0;
        break
      }
   od

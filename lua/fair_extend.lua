@@ -1,0 +1,53 @@
+-- Extend a fair lock's holder (lua/fair_queue.lua) if we still own the key
+-- here, as lua/extend.lua does for the mutex, and pin the key: a grant our
+-- claim round never reached (the node sat out then) is ours but movable,
+-- and settle must not hand it to another waiter once an extend counted it
+-- for our validity. The holder waits no more: its queue entry here leaves.
+-- If the key is gone (the node lost its data, or our key expired and
+-- nobody took it) set it again, unless the fence register shows a newer
+-- holder: that repairs a node that restarted empty. A repaired key has no
+-- grant record, so settle never moves it.
+-- KEYS[1] lock key, KEYS[2] fence register, KEYS[3] queue, KEYS[4] entry
+-- expiries, KEYS[5] waiter settings, KEYS[6] grant record (fair_queue.lua)
+-- ARGV[1] owner value, ARGV[2] TTL in ms, ARGV[3] the lock's token (0:
+-- fencing off), ARGV[4] the fence register's lifetime in ms (0: for ever)
+-- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds
+-- it, -1 a newer token was issued here (our lock is stale).
+local now = redis.call('TIME')
+local sec, usec = tonumber(now[1]), tonumber(now[2])
+local me, grant = ARGV[1], KEYS[6]
+local function forget()
+  redis.call('ZREM', KEYS[3], me)
+  redis.call('ZREM', KEYS[4], me)
+  redis.call('HDEL', KEYS[5], me)
+end
+local owner = redis.call('GET', KEYS[1])
+if owner == me then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  if redis.call('HGET', grant, 'owner') == me then
+    -- No wait of ours undoes this pin: we wait no more.
+    redis.call('HSET', grant, 'claimed', 'held')
+    redis.call('PEXPIRE', grant, ARGV[2])
+  end
+  forget()
+  return {1, sec, usec}
+end
+if owner then
+  return {0, sec, usec}
+end
+local token = tonumber(ARGV[3])
+if token > 0 then
+  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if fence > token then
+    return {-1, sec, usec}
+  end
+  if ARGV[4] ~= '0' then
+    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
+  elseif token > fence then
+    redis.call('SET', KEYS[2], ARGV[3])
+  end
+end
+redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
+redis.call('DEL', grant)
+forget()
+return {2, sec, usec}
