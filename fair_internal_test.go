@@ -44,8 +44,8 @@ func (f *fairFake) run(_ context.Context, s *script, args []any) ([]int64, error
 			return f.claim, nil
 		}
 		return []int64{1}, nil
-	case raiseScript:
-		f.raised = append(f.raised, args[6].(int64))
+	case raiseScript: // EVALSHA sha numkeys keys... value token lifetime
+		f.raised = append(f.raised, args[3+args[2].(int)+1].(int64))
 		return []int64{1}, nil
 	}
 	return []int64{1}, nil
