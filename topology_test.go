@@ -449,7 +449,10 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := redlock.Options{TTL: 2 * time.Second}
+	// The restarted master sits out for a TTL: long enough that both
+	// clients' checks land inside it on a loaded machine (with 2s, a
+	// fresh client under -race sometimes came after the grace).
+	opts := redlock.Options{TTL: 6 * time.Second}
 	known, err := redlock.New(clusterClients(t, rcs), opts)
 	if err != nil {
 		t.Fatal(err)
