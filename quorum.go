@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -130,10 +131,15 @@ type attempt struct {
 	releaseArgs []any
 	nodeTimeout time.Duration
 
-	replies  chan nodeReply  // acquire replies, then release results
-	state    []atomic.Int32  // per node: running calls and the flags above (nodeCall)
-	stateBuf [8]atomic.Int32 // state's storage for up to 8 nodes
-	calls    callGroup       // the acquire calls' context
+	replies chan nodeReply // acquire replies, then release results
+	// releaseMu lets one release at a time read replies: a background
+	// release (a loss found by an extension) and the holder's Release may
+	// run together, and one must not take the other's results, or it
+	// waits for them for ever.
+	releaseMu sync.Mutex
+	state     []atomic.Int32  // per node: running calls and the flags above (nodeCall)
+	stateBuf  [8]atomic.Int32 // state's storage for up to 8 nodes
+	calls     callGroup       // the acquire calls' context
 }
 
 type nodeReply struct {
@@ -365,6 +371,8 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // With nodes not nil, every node's result is appended to *nodes, for
 // Event.Nodes.
 func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
+	a.releaseMu.Lock()
+	defer a.releaseMu.Unlock()
 	var start time.Time
 	if nodes != nil {
 		start = a.c.clock.Now()
