@@ -637,12 +637,13 @@ func TestClockJumpSendsTheNodeToSitOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = l.Release(ctx)
-	// A node that answered after the decision releases in the background.
-	eventually(t, 10*time.Second, "the first lock is gone", func() bool { return len(keysLeft(t, cl, c, "clock")) == 0 })
 	if err := cl.Servers[0].SetClockOffset(20 * time.Second); err != nil {
 		t.Fatal(err)
 	}
-	l, err = c.TryAcquire(ctx, "clock")
+	// Another name: a straggling call of the first lock may still set its
+	// key on a node for a moment before the release it owes deletes it,
+	// and this test is about the clock, not about that race.
+	l, err = c.TryAcquire(ctx, "clock-after-the-jump")
 	if err != nil {
 		t.Fatalf("two of three nodes still vote: %v", err)
 	}
