@@ -5,7 +5,7 @@
 # Prints one line per configuration and a final "N passed, N failed" line;
 # exits non-zero on any failure. Generated files live in a temp dir.
 #   KEEP=<dir> keeps the counterexample trails there (with spin -t replays).
-#   ONLY=<name> runs one configuration.
+#   ONLY=<name> runs one configuration; SET=quick|long|all and JOBS=<n> below.
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -15,6 +15,11 @@ trap 'rm -rf "$work"' EXIT
 
 MEM=${MEM:-1024}   # MB per run (pan -DMEMLIM)
 DEPTH=${DEPTH:-4000}
+JOBS=${JOBS:-$(nproc)}  # configurations checked at once
+# SET: all (default), quick (all but LONG, for make test) or long (only LONG,
+# make model-long; CI runs both). LONG are the rows of over a minute.
+SET=${SET:-all}
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -47,35 +52,35 @@ configs=(
 "unsafe-rwlock-naive|wheld|rwlock.pml|full|-DN=3 -DNAIVE"
 )
 
-pass=0 fail=0
-printf '%-30s %-10s %-10s %12s %6s %8s\n' config expected got states depth seconds
-for line in "${configs[@]}"; do
-	IFS='|' read -r name expect model mode flags <<<"$line"
-	[ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
-	d="$work/$name"; mkdir -p "$d"; cp "$here"/*.pml "$d/"
-	start=$EPOCHREALTIME
-	cflags="-O2 -w -DSAFETY -DREVERSE -DMEMLIM=$MEM"
+# check runs one configuration and leaves its table line (and, on a
+# failure, the end of pan's log) in $work/<name>.out, and pass or FAIL in
+# $work/<name>.verdict.
+check() {
+	local name=$1 expect=$2 model=$3 mode=$4 flags=$5
+	local d="$work/$name" out="$work/$name.out"
+	mkdir -p "$d"; cp "$here"/*.pml "$d/"
+	local start=$EPOCHREALTIME
+	local cflags="-O2 -w -DSAFETY -DREVERSE -DMEMLIM=$MEM"
 	[ "$mode" = full ] && cflags="$cflags -DCOLLAPSE"
 	[ "$mode" = bit ] && cflags="$cflags -DBITSTATE"
 	# shellcheck disable=SC2086
 	if ! (cd "$d" && spin $flags -a "$model" >spin.log 2>&1 && gcc $cflags -o pan pan.c 2>gcc.log); then
-		echo "$name: spin/gcc failed"; cat "$d"/spin.log "$d"/gcc.log 2>/dev/null | tail -5; fail=$((fail+1)); continue
+		{ echo "$name: spin/gcc failed"; cat "$d"/spin.log "$d"/gcc.log 2>/dev/null | tail -5; } >"$out"
+		echo FAIL >"$work/$name.verdict"; return
 	fi
-	run="-m$DEPTH -c1"; [ "$mode" = bit ] && run="$run -w27"
+	local run="-m$DEPTH -c1"; [ "$mode" = bit ] && run="$run -w27"
 	# shellcheck disable=SC2086
 	(cd "$d" && ./pan $run >pan.log 2>&1)
+	local secs errors states depth bounded="" got=ok verdict=FAIL short
 	secs=$(awk -v a="$start" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.1f", b - a }')
 	errors=$(sed -n 's/.*errors: \([0-9]*\).*/\1/p' "$d/pan.log" | tail -1)
 	states=$(sed -n 's/^ *\([0-9.e+]*\) states, stored.*/\1/p' "$d/pan.log" | tail -1)
 	depth=$(sed -n 's/.*depth reached \([0-9]*\).*/\1/p' "$d/pan.log" | tail -1)
-	bounded=""
 	grep -q "reached -DMEMLIM bound\|max search depth too small" "$d/pan.log" && bounded=" (search cut by a bound)"
-	got=ok
 	if [ "${errors:-x}" != 0 ]; then
 		got=$(sed -n 's/^pan:1: \(.*\) (at depth.*/\1/p' "$d/pan.log" | head -1)
 		[ -z "$got" ] && got="no-verdict"
 	fi
-	verdict=FAIL
 	if [ "$expect" = ok ]; then
 		[ "$got" = ok ] && [ -z "$bounded" ] && verdict=pass
 	else
@@ -83,14 +88,36 @@ for line in "${configs[@]}"; do
 		for alt in "${alts[@]}"; do case "$got" in *"$alt"*) verdict=pass ;; esac; done
 	fi
 	short=$got; [ "$got" != ok ] && short=violation
-	printf '%-30s %-10s %-10s %12s %6s %8.1f %s%s\n' "$name" "$([ "$expect" = ok ] && echo ok || echo violation)" "$short" "${states:-?}" "${depth:-?}" "$secs" "$verdict" "$bounded"
-	if [ "$verdict" = pass ]; then pass=$((pass+1)); else fail=$((fail+1)); tail -5 "$d/pan.log"; fi
+	printf '%-30s %-10s %-10s %12s %6s %8.1f %s%s\n' "$name" "$([ "$expect" = ok ] && echo ok || echo violation)" "$short" "${states:-?}" "${depth:-?}" "$secs" "$verdict" "$bounded" >"$out"
+	[ "$verdict" = pass ] || tail -5 "$d/pan.log" >>"$out"
 	if [ -n "${KEEP:-}" ] && [ -f "$d/$model.trail" ]; then
 		mkdir -p "$KEEP"
 		# shellcheck disable=SC2086
 		(cd "$d" && spin $flags -t -p -g -l "$model" >"$KEEP/$name.replay" 2>&1; cp "$model.trail" "$KEEP/$name.trail")
 	fi
 	rm -rf "$d"
+	echo "$verdict" >"$work/$name.verdict"
+}
+
+# The configurations chosen by ONLY and SET, run JOBS at a time (each is one
+# single-threaded pan), their lines printed in the table's order.
+names=()
+for line in "${configs[@]}"; do
+	IFS='|' read -r name expect model mode flags <<<"$line"
+	[ -n "${ONLY:-}" ] && [ "$ONLY" != "$name" ] && continue
+	long=no; case " $LONG " in *" $name "*) long=yes ;; esac
+	[ "$SET" = quick ] && [ $long = yes ] && continue
+	[ "$SET" = long ] && [ $long = no ] && continue
+	while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n || true; done
+	check "$name" "$expect" "$model" "$mode" "$flags" &
+	names+=("$name")
+done
+wait
+pass=0 fail=0
+printf '%-30s %-10s %-10s %12s %6s %8s\n' config expected got states depth seconds
+for name in "${names[@]}"; do
+	cat "$work/$name.out"
+	if [ "$(cat "$work/$name.verdict" 2>/dev/null)" = pass ]; then pass=$((pass+1)); else fail=$((fail+1)); fi
 done
 echo "$pass passed, $fail failed"
 [ "$fail" -eq 0 ]
