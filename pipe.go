@@ -57,7 +57,7 @@ const maxBatch = 256
 // pipeCall is one queued call.
 type pipeCall struct {
 	ctx   context.Context
-	cmd   *redis.IntSliceCmd
+	cmd   redis.Cmder
 	state atomic.Int32  // callQueued, callWritten or callAbandoned
 	done  chan struct{} // one token once the answer is in cmd
 }
@@ -138,7 +138,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 // do sends cmd in its turn and waits for its reply, or for ctx: a call
 // still queued then fails with errNotSent; one already written with ctx's
 // error (its fate on the node is unknown). Otherwise the error is in cmd.
-func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
+func (p *pipe) do(ctx context.Context, cmd redis.Cmder) error {
 	p.mu.Lock()
 	if !p.busy {
 		// Idle: write it ourselves, at once.
@@ -167,7 +167,7 @@ func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
 }
 
 // write1 writes one call and waits for its answer, bounded by its context.
-func (p *pipe) write1(ctx context.Context, cmd *redis.IntSliceCmd) {
+func (p *pipe) write1(ctx context.Context, cmd redis.Cmder) {
 	at := p.written()
 	_ = p.rdb.Process(ctx, cmd)
 	p.answered(at, cmd.Err())
@@ -273,7 +273,7 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		cmds := make([]*redis.IntSliceCmd, len(live))
+		cmds := make([]redis.Cmder, len(live))
 		for i, c := range live {
 			cmds[i] = c.cmd
 		}
@@ -286,7 +286,7 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 
 // writeMany writes cmds as one pipeline and waits for the answers, bounded
 // by ctx.
-func (p *pipe) writeMany(ctx context.Context, cmds []*redis.IntSliceCmd) {
+func (p *pipe) writeMany(ctx context.Context, cmds []redis.Cmder) {
 	if len(cmds) == 1 {
 		p.write1(ctx, cmds[0])
 		return
@@ -300,13 +300,12 @@ func (p *pipe) writeMany(ctx context.Context, cmds []*redis.IntSliceCmd) {
 	p.answered(at, err)
 }
 
-// runMany runs script s once with each of args, all queued at once so they
-// share writes, and fills in each call's reply and error.
-func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]int64, errs []error) {
-	cmds := make([]*redis.IntSliceCmd, len(args))
-	for i, a := range args {
-		cmds[i] = redis.NewIntSliceCmd(ctx, a...)
-	}
+// runCmds sends cmds, the script calls of scripts[i] built from args[i],
+// all queued at once so they share writes, and runs again by EVAL, in
+// one more write, those the node did not know the script of. errs[i] is set
+// when call i was not answered; otherwise its reply and error are in
+// cmds[i], which may have been replaced by its EVAL.
+func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmds []redis.Cmder, errs []error) {
 	p.doMany(ctx, cmds, errs)
 	var retry []int // the calls the node did not know the script for
 	for i, cmd := range cmds {
@@ -314,32 +313,36 @@ func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]in
 			retry = append(retry, i)
 		}
 	}
-	if len(retry) > 0 {
-		evals := make([]*redis.IntSliceCmd, len(retry))
-		retryErrs := make([]error, len(retry))
-		for j, i := range retry {
-			eval := make([]any, len(args[i]))
-			copy(eval, args[i])
-			eval[0], eval[1] = "eval", s.srcArg
-			evals[j] = redis.NewIntSliceCmd(ctx, eval...)
-		}
-		p.doMany(ctx, evals, retryErrs)
-		for j, i := range retry {
-			cmds[i], errs[i] = evals[j], retryErrs[j]
-		}
+	if len(retry) == 0 {
+		return
 	}
-	for i, cmd := range cmds {
-		if errs[i] == nil {
-			vals[i], errs[i] = cmd.Val(), s.explain(cmd.Err())
-		}
+	evals := make([]redis.Cmder, len(retry))
+	retryErrs := make([]error, len(retry))
+	for j, i := range retry {
+		eval := make([]any, len(args[i]))
+		copy(eval, args[i])
+		eval[0], eval[1] = "eval", scripts[i].srcArg
+		evals[j] = sameCmd(ctx, cmds[i], eval)
 	}
+	p.doMany(ctx, evals, retryErrs)
+	for j, i := range retry {
+		cmds[i], errs[i] = evals[j], retryErrs[j]
+	}
+}
+
+// sameCmd is a command of cmd's type with args.
+func sameCmd(ctx context.Context, cmd redis.Cmder, args []any) redis.Cmder {
+	if _, ok := cmd.(*redis.SliceCmd); ok {
+		return redis.NewSliceCmd(ctx, args...)
+	}
+	return redis.NewIntSliceCmd(ctx, args...)
 }
 
 // doMany is do for several commands, queued together: written at once in
 // slices of maxBatch if the pipe is idle, else all in the next writes.
 // errs[i] is set when command i was not answered (errNotSent, or ctx's
 // error); otherwise its error is in the command.
-func (p *pipe) doMany(ctx context.Context, cmds []*redis.IntSliceCmd, errs []error) {
+func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, errs []error) {
 	p.mu.Lock()
 	if !p.busy {
 		p.busy = true
