@@ -127,11 +127,11 @@ func newRenewalScript(src string) *script {
 // That local redis also answers every call's TIME with the run's first
 // (a copy of it): a run is atomic, no other command runs on the server
 // between its start and any of its calls, and the server judges its keys'
-// expiry by the run's start time too, so every comparison a script makes
-// with TIME decides as it would have at its own call. The time each call
-// answers still lies between the run's send and its answer, which is all a
-// clock sample (recheck) asks. It spares each lock one of its two or three
-// server calls.
+// expiry by the run's start time too, so the run decides each lock as if
+// every call had run at that first instant, a schedule that could have
+// happened. The time each call answers still lies between the run's send
+// and its answer, which is all a clock sample (recheck) asks. It spares
+// each lock one of its two or three server calls.
 //
 // KEYS are every lock's keys in turn; ARGV[1] is the number of locks, then
 // for each lock its number of keys, its number of arguments and its
