@@ -200,6 +200,11 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 	start = c.clock.Now()
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
+	// Each lock's command is the same on every node.
+	cmds := make([][]any, len(batch))
+	for k, l := range batch {
+		cmds[k] = l.extendArgs()
+	}
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		answers[i] = make([]answer, len(batch))
@@ -226,7 +231,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 					continue
 				}
 				sent = append(sent, k)
-				args = append(args, l.extendArgs())
+				args = append(args, cmds[k])
 				kinds = append(kinds, l.a.kind.extend)
 			}
 			at := c.clock.Now()
@@ -302,15 +307,25 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 	slotted := n.slotted()
 	var order []group
 	members := make(map[group][]int)
-	for i, s := range scripts {
-		g := group{s, -1}
-		if slotted {
-			g.slot = keySlot(scriptKey(args[i]))
+	if same := !slotted && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
+		// The common case: one script, no slots.
+		all := make([]int, len(scripts))
+		for i := range all {
+			all[i] = i
 		}
-		if _, ok := members[g]; !ok {
-			order = append(order, g)
+		order = append(order, group{scripts[0], -1})
+		members[order[0]] = all
+	} else {
+		for i, s := range scripts {
+			g := group{s, -1}
+			if slotted {
+				g.slot = keySlot(scriptKey(args[i]))
+			}
+			if _, ok := members[g]; !ok {
+				order = append(order, g)
+			}
+			members[g] = append(members[g], i)
 		}
-		members[g] = append(members[g], i)
 	}
 	// One command per lone call or chunk of a group, with the calls it
 	// answers.
