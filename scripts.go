@@ -125,13 +125,16 @@ func newRenewalScript(src string) *script {
 // then name an ACL refusal's command as it does from the line.
 //
 // That local redis also answers every call's TIME with the run's first
-// (a copy of it): a run is atomic, no other command runs on the server
+// (the same table: the scripts only read it): a run is atomic, no other command runs on the server
 // between its start and any of its calls, and the server judges its keys'
 // expiry by the run's start time too, so the run decides each lock as if
 // every call had run at that first instant, a schedule that could have
 // happened. The time each call answers still lies between the run's send
 // and its answer, which is all a clock sample (recheck) asks. It spares
 // each lock one of its two or three server calls.
+//
+// Each lock's KEYS and ARGV are two tables the run refills for every lock
+// (the scripts keep no reference to them past their call).
 //
 // KEYS are every lock's keys in turn; ARGV[1] is the number of locks, then
 // for each lock its number of keys, its number of arguments and its
@@ -140,16 +143,22 @@ func newRenewalScript(src string) *script {
 func batchSrc(src string) string {
 	return "local call, last, now = redis.call, nil, nil " +
 		"local redis = setmetatable({call = function(c, ...) last = c " +
-		"if c == 'TIME' then now = now or call('TIME') return {now[1], now[2]} end " +
+		"if c == 'TIME' then now = now or call('TIME') return now end " +
 		"return call(c, ...) end}, {__index = redis}) " +
 		"local function one(KEYS, ARGV) " + src + `
 end
-local out = {}
+local out, keys, argv, nk0, na0 = {}, {}, {}, 0, 0
 local k, p = 1, 2
 for j = 1, tonumber(ARGV[1]) do
   local nk, na = tonumber(ARGV[p]), tonumber(ARGV[p + 1])
   p = p + 2
-  local keys, argv = {}, {}
+  for x = nk + 1, nk0 do
+    keys[x] = nil
+  end
+  for x = na + 1, na0 do
+    argv[x] = nil
+  end
+  nk0, na0 = nk, na
   for x = 1, nk do
     keys[x] = KEYS[k]
     k = k + 1
