@@ -53,12 +53,13 @@ func (r *renewals) add(l *Lock) {
 // has too little validity left to finish a renewal: it then expires.
 func (r *renewals) schedule(rn *renewal) {
 	l := rn.l
-	remaining := l.Deadline().Sub(r.c.clock.Now())
+	now := r.c.clock.Now()
+	remaining := l.Deadline().Sub(now)
 	if l.Err() != nil || remaining < 2*l.nodeTimeout() ||
 		(l.maxExtensions > 0 && rn.extensions >= l.maxExtensions) {
 		return
 	}
-	rn.due = r.c.clock.Now().Add(remaining / 3)
+	rn.due = now.Add(remaining / 3)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -221,9 +222,16 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 			var sent []int // indices of the locks sent to n
 			var args [][]any
 			var kinds []*script
+			// The register is checked once per TTL in the round: the
+			// locks of a batch mostly share one.
+			var regTTL time.Duration
+			var regErr error
 			for k, l := range batch {
-				if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
-					got[k].err = err
+				if k == 0 || l.a.ttl != regTTL {
+					regTTL, regErr = l.a.ttl, c.registered(ctx, n, l.a.ttl, timeout)
+				}
+				if regErr != nil {
+					got[k].err = regErr
 					continue
 				}
 				if !l.a.enter(n) {
@@ -236,12 +244,19 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 			}
 			at := c.clock.Now()
 			vals, errs := runBatched(ctx, n, kinds, args)
+			recv := c.clock.Now() // every answer of n came in by now
 			for j, k := range sent {
-				yes, err := batch[k].extendAnswer(ctx, n, scriptKey(args[j]), vals[j], errs[j], at)
+				yes, err := batch[k].extendAnswer(ctx, n, scriptKey(args[j]), vals[j], errs[j], at, recv)
 				if err != nil {
 					c.failed(n, err, timeout)
 				}
-				got[k] = answer{yes, err, c.clock.Now()}
+				got[k] = answer{yes: yes, err: err}
+			}
+			// Each lock's answer is dated once all of n's were judged
+			// (a recheck may have probed n): no earlier than any of them.
+			done := c.clock.Now()
+			for _, k := range sent {
+				got[k].at = done
 			}
 		}()
 	}
