@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,18 +20,24 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// scriptRuns counts the script commands a client sends, by whether they
-// run a batched form. A call the server did not know the script of (it
+// scriptRuns counts the extend commands a client sends, by whether they
+// run a batched form, and the writes that carry them. A call the server did not know the script of (it
 // runs again by EVAL) is not counted: the scripts' SHAs are learned once
 // per process, and a test's fresh servers do not know them.
 type scriptRuns struct {
-	mu             sync.Mutex
-	plain, batched int
+	mu                     sync.Mutex
+	plain, batched, writes int
 }
 
 func (w *scriptRuns) count(err error, cmds ...redis.Cmder) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	before := w.plain + w.batched
+	defer func() {
+		if w.plain+w.batched > before {
+			w.writes++
+		}
+	}()
 	for _, cmd := range cmds {
 		args := cmd.Args()
 		e := cmd.Err()
@@ -43,32 +50,50 @@ func (w *scriptRuns) count(err error, cmds ...redis.Cmder) {
 		if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
 			continue
 		}
-		if s, _ := args[1].(string); strings.Contains(s, "local function one(KEYS, ARGV)") || isBatchedSHA(s) {
+		code, _ := args[1].(string)
+		switch extendForm(code) {
+		case "batched":
 			w.batched++
-		} else {
+		case "plain":
 			w.plain++
 		}
 	}
 }
 
-func isBatchedSHA(sha string) bool {
-	for _, s := range scripts {
-		if s.batched == nil {
-			continue
-		}
-		if p := s.batched.sha.Load(); p != nil && *p == sha {
+// extendForm tells whether code (a script's source or SHA) is one of the
+// extend scripts, "plain", or its batched form, "batched"; "" if neither:
+// the other scripts (the TTL register's refresh, a background release)
+// run when they fall due and are not counted.
+func extendForm(code string) string {
+	is := func(s *script) bool {
+		if code == s.src {
 			return true
 		}
+		sha := s.sha.Load()
+		return sha != nil && *sha == code
 	}
-	return false
+	for _, s := range []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript} {
+		switch {
+		case is(s):
+			return "plain"
+		case is(s.batched):
+			return "batched"
+		}
+	}
+	return ""
 }
 
 func (w *scriptRuns) reset() (plain, batched int) {
+	plain, batched, _ = w.resetWrites()
+	return plain, batched
+}
+
+func (w *scriptRuns) resetWrites() (plain, batched, writes int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	plain, batched = w.plain, w.batched
-	w.plain, w.batched = 0, 0
-	return plain, batched
+	plain, batched, writes = w.plain, w.batched, w.writes
+	w.plain, w.batched, w.writes = 0, 0, 0
+	return plain, batched, writes
 }
 
 func (w *scriptRuns) DialHook(next redis.DialHook) redis.DialHook { return next }
@@ -334,7 +359,8 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 }
 
 // A batch above batchBound goes as several batched runs, and a lock left
-// alone in the last chunk as its plain script; every lock is renewed.
+// alone in the last chunk as its plain script; every lock is renewed. A
+// write carries runs of at most maxBatch locks in all, not maxBatch runs.
 func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
 	runs := &scriptRuns{}
@@ -347,17 +373,29 @@ func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 	ctx := context.Background()
 	var args [][]any
 	var ss []*script
-	for i := range 2*batchBound + 1 {
+	const full = 5
+	for i := range full*batchBound + 1 {
 		l, err := c.TryAcquire(ctx, fmt.Sprintf("bound-%d", i))
 		if err != nil {
 			t.Fatal(err)
 		}
 		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
 	}
+	runBatched(ctx, c.nodes[0], ss, args) // the server learns the batched form
 	runs.reset()
 	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
-	if plain, batched := runs.reset(); plain != 1 || batched != 2 {
-		t.Fatalf("%d extends: %d plain and %d batched script runs, want 2 batched and 1 plain", len(args), plain, batched)
+	// The runs' locks fill the writes in turn: full runs of batchBound,
+	// then the lone call.
+	writes, room := 1, maxBatch
+	for _, w := range append(slices.Repeat([]int{batchBound}, full), 1) {
+		if w > room {
+			writes, room = writes+1, maxBatch
+		}
+		room -= w
+	}
+	if plain, batched, w := runs.resetWrites(); plain != 1 || batched != full || w != writes {
+		t.Fatalf("%d extends: %d plain and %d batched script runs in %d writes, want %d batched and 1 plain in %d writes",
+			len(args), plain, batched, w, full, writes)
 	}
 	for i := range args {
 		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {

@@ -51,15 +51,17 @@ var writeEpoch = time.Now()
 
 // maxBatch bounds the calls of one write, so a burst is written in slices
 // the node answers well within a node timeout, and the calls still queued
-// can give up unsent.
+// can give up unsent. A batched script run counts as the calls it carries
+// (its weight): one write carries a few runs of 100 locks, not 256 of them.
 const maxBatch = 256
 
 // pipeCall is one queued call.
 type pipeCall struct {
-	ctx   context.Context
-	cmd   redis.Cmder
-	state atomic.Int32  // callQueued, callWritten or callAbandoned
-	done  chan struct{} // one token once the answer is in cmd
+	ctx    context.Context
+	cmd    redis.Cmder
+	weight int           // the calls cmd carries: 1, or a batched run's locks
+	state  atomic.Int32  // callQueued, callWritten or callAbandoned
+	done   chan struct{} // one token once the answer is in cmd
 }
 
 // pipeCalls recycles the calls whose caller received their answer: the
@@ -149,7 +151,7 @@ func (p *pipe) do(ctx context.Context, cmd redis.Cmder) error {
 		return nil
 	}
 	c := pipeCalls.Get().(*pipeCall)
-	c.ctx, c.cmd = ctx, cmd
+	c.ctx, c.cmd, c.weight = ctx, cmd, 1
 	c.state.Store(callQueued)
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
@@ -228,13 +230,13 @@ func (p *pipe) drain() {
 	}
 }
 
-// take moves up to maxBatch queued calls into a batch; nil if none is
-// queued. The caller holds mu.
+// take moves queued calls of at most maxBatch weight in all (at least one)
+// into a batch; nil if none is queued. The caller holds mu.
 func (p *pipe) take() []*pipeCall {
 	if len(p.queue) == 0 {
 		return nil
 	}
-	n := min(len(p.queue), maxBatch)
+	n := slice(len(p.queue), func(i int) int { return p.queue[i].weight })
 	batch := append(p.spare, p.queue[:n]...)
 	p.spare = nil
 	rest := copy(p.queue, p.queue[n:])
@@ -305,8 +307,8 @@ func (p *pipe) writeMany(ctx context.Context, cmds []redis.Cmder) {
 // one more write, those the node did not know the script of. errs[i] is set
 // when call i was not answered; otherwise its reply and error are in
 // cmds[i], which may have been replaced by its EVAL.
-func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmds []redis.Cmder, errs []error) {
-	p.doMany(ctx, cmds, errs)
+func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmds []redis.Cmder, weight func(i int) int, errs []error) {
+	p.doMany(ctx, cmds, weight, errs)
 	var retry []int // the calls the node did not know the script for
 	for i, cmd := range cmds {
 		if errs[i] == nil && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
@@ -324,7 +326,7 @@ func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmd
 		eval[0], eval[1] = "eval", scripts[i].srcArg
 		evals[j] = sameCmd(ctx, cmds[i], eval)
 	}
-	p.doMany(ctx, evals, retryErrs)
+	p.doMany(ctx, evals, func(j int) int { return weight(retry[j]) }, retryErrs)
 	for j, i := range retry {
 		cmds[i], errs[i] = evals[j], retryErrs[j]
 	}
@@ -339,18 +341,19 @@ func sameCmd(ctx context.Context, cmd redis.Cmder, args []any) redis.Cmder {
 }
 
 // doMany is do for several commands, queued together: written at once in
-// slices of maxBatch if the pipe is idle, else all in the next writes.
-// errs[i] is set when command i was not answered (errNotSent, or ctx's
-// error); otherwise its error is in the command.
-func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, errs []error) {
+// slices of maxBatch weight if the pipe is idle, else all in the next
+// writes. weight(i) is the calls command i carries. errs[i] is set when
+// command i was not answered (errNotSent, or ctx's error); otherwise its
+// error is in the command.
+func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, weight func(i int) int, errs []error) {
 	p.mu.Lock()
 	if !p.busy {
 		p.busy = true
 		p.mu.Unlock()
-		for len(cmds) > 0 {
-			n := min(len(cmds), maxBatch)
-			p.writeMany(ctx, cmds[:n])
-			cmds = cmds[n:]
+		for done := 0; done < len(cmds); {
+			n := slice(len(cmds)-done, func(i int) int { return weight(done + i) })
+			p.writeMany(ctx, cmds[done:done+n])
+			done += n
 		}
 		p.idle()
 		return
@@ -358,7 +361,7 @@ func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, errs []error) {
 	calls := make([]*pipeCall, len(cmds))
 	for i, cmd := range cmds {
 		c := pipeCalls.Get().(*pipeCall)
-		c.ctx, c.cmd = ctx, cmd
+		c.ctx, c.cmd, c.weight = ctx, cmd, weight(i)
 		c.state.Store(callQueued)
 		calls[i] = c
 	}
@@ -377,6 +380,17 @@ func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, errs []error) {
 			}
 		}
 	}
+}
+
+// slice is how many of the next n calls, of weight(i) each, one write
+// takes: as many as fit in maxBatch, and at least one.
+func slice(n int, weight func(i int) int) int {
+	k, w := 0, 0
+	for k < n && (k == 0 || w+weight(k) <= maxBatch) {
+		w += weight(k)
+		k++
+	}
+	return k
 }
 
 // sinceEpoch is the monotonic time the pipes record writes in.

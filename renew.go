@@ -390,7 +390,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 				rcmds[j] = redis.NewSliceCmd(ctx, c.args...)
 			}
 		}
-		p.runCmds(ctx, runs, cargs, rcmds, rerrs)
+		p.runCmds(ctx, runs, cargs, rcmds, func(j int) int { return len(mine[j].calls) }, rerrs)
 		for j, c := range mine {
 			if len(c.calls) == 1 {
 				i := c.calls[0]
