@@ -174,7 +174,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		}
 		sent := c.clock.Now()
 		vals, err := n.run.run(ctx, l.a.kind.extend, args)
-		return l.extendAnswer(ctx, n, scriptKey(args), vals, err, sent)
+		return l.extendAnswer(ctx, n, scriptKey(args), vals, err, sent, c.clock.Now())
 	}, nodes)
 	return l.extended(ctx, start, c.clock.Now(), err, nodes) // the round returns as soon as it is decided
 }
@@ -219,9 +219,10 @@ func (l *Lock) extendArgs() []any {
 	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
 }
 
-// extendAnswer records what an extend call sent to n at sent left on the
-// node and tells whether the node still holds the lock for us.
-func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int64, err error, sent time.Time) (bool, error) {
+// extendAnswer records what an extend call sent to n at sent, and
+// answered by recv, left on the node and tells whether the node still
+// holds the lock for us.
+func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int64, err error, sent, recv time.Time) (bool, error) {
 	outcome := callUnsure // no answer: the script may still run
 	var status int64 = 1  // an unexpected reply counts as ours
 	if errors.Is(err, errNotSent) {
@@ -243,7 +244,7 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int
 	if len(vals) != 3 {
 		return false, fmt.Errorf("redlock: unexpected extend reply %v", vals)
 	}
-	if err := l.c.recheck(ctx, n, key, vals[1], vals[2], sent, l.c.clock.Now()); err != nil {
+	if err := l.c.recheck(ctx, n, key, vals[1], vals[2], sent, recv); err != nil {
 		return false, err
 	}
 	switch status {

@@ -731,6 +731,17 @@ func scriptKey(args []any) string {
 	return ""
 }
 
+// slotted tells whether the keys of one script call to n must share a hash
+// slot: n is a Redis Cluster, through a ClusterClient or as one server in
+// cluster mode (CROSSSLOT otherwise).
+func (n *node) slotted() bool {
+	if _, ok := n.rdb.(*redis.ClusterClient); ok {
+		return true
+	}
+	g := n.guard.Load()
+	return g != nil && g.cluster != nil
+}
+
 // down tells whether n is in its hold-off after a failure.
 func (c *Client) down(n *node) bool {
 	until := n.downUntil.Load()

@@ -51,15 +51,17 @@ var writeEpoch = time.Now()
 
 // maxBatch bounds the calls of one write, so a burst is written in slices
 // the node answers well within a node timeout, and the calls still queued
-// can give up unsent.
+// can give up unsent. A batched script run counts as the calls it carries
+// (its weight): one write carries a few runs of 100 locks, not 256 of them.
 const maxBatch = 256
 
 // pipeCall is one queued call.
 type pipeCall struct {
-	ctx   context.Context
-	cmd   *redis.IntSliceCmd
-	state atomic.Int32  // callQueued, callWritten or callAbandoned
-	done  chan struct{} // one token once the answer is in cmd
+	ctx    context.Context
+	cmd    redis.Cmder
+	weight int           // the calls cmd carries: 1, or a batched run's locks
+	state  atomic.Int32  // callQueued, callWritten or callAbandoned
+	done   chan struct{} // one token once the answer is in cmd
 }
 
 // pipeCalls recycles the calls whose caller received their answer: the
@@ -138,7 +140,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 // do sends cmd in its turn and waits for its reply, or for ctx: a call
 // still queued then fails with errNotSent; one already written with ctx's
 // error (its fate on the node is unknown). Otherwise the error is in cmd.
-func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
+func (p *pipe) do(ctx context.Context, cmd redis.Cmder) error {
 	p.mu.Lock()
 	if !p.busy {
 		// Idle: write it ourselves, at once.
@@ -149,7 +151,7 @@ func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
 		return nil
 	}
 	c := pipeCalls.Get().(*pipeCall)
-	c.ctx, c.cmd = ctx, cmd
+	c.ctx, c.cmd, c.weight = ctx, cmd, 1
 	c.state.Store(callQueued)
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
@@ -167,7 +169,7 @@ func (p *pipe) do(ctx context.Context, cmd *redis.IntSliceCmd) error {
 }
 
 // write1 writes one call and waits for its answer, bounded by its context.
-func (p *pipe) write1(ctx context.Context, cmd *redis.IntSliceCmd) {
+func (p *pipe) write1(ctx context.Context, cmd redis.Cmder) {
 	at := p.written()
 	_ = p.rdb.Process(ctx, cmd)
 	p.answered(at, cmd.Err())
@@ -228,13 +230,13 @@ func (p *pipe) drain() {
 	}
 }
 
-// take moves up to maxBatch queued calls into a batch; nil if none is
-// queued. The caller holds mu.
+// take moves queued calls of at most maxBatch weight in all (at least one)
+// into a batch; nil if none is queued. The caller holds mu.
 func (p *pipe) take() []*pipeCall {
 	if len(p.queue) == 0 {
 		return nil
 	}
-	n := min(len(p.queue), maxBatch)
+	n := slice(len(p.queue), func(i int) int { return p.queue[i].weight })
 	batch := append(p.spare, p.queue[:n]...)
 	p.spare = nil
 	rest := copy(p.queue, p.queue[n:])
@@ -273,7 +275,7 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		cmds := make([]*redis.IntSliceCmd, len(live))
+		cmds := make([]redis.Cmder, len(live))
 		for i, c := range live {
 			cmds[i] = c.cmd
 		}
@@ -286,7 +288,7 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 
 // writeMany writes cmds as one pipeline and waits for the answers, bounded
 // by ctx.
-func (p *pipe) writeMany(ctx context.Context, cmds []*redis.IntSliceCmd) {
+func (p *pipe) writeMany(ctx context.Context, cmds []redis.Cmder) {
 	if len(cmds) == 1 {
 		p.write1(ctx, cmds[0])
 		return
@@ -300,54 +302,58 @@ func (p *pipe) writeMany(ctx context.Context, cmds []*redis.IntSliceCmd) {
 	p.answered(at, err)
 }
 
-// runMany runs script s once with each of args, all queued at once so they
-// share writes, and fills in each call's reply and error.
-func (p *pipe) runMany(ctx context.Context, s *script, args [][]any, vals [][]int64, errs []error) {
-	cmds := make([]*redis.IntSliceCmd, len(args))
-	for i, a := range args {
-		cmds[i] = redis.NewIntSliceCmd(ctx, a...)
-	}
-	p.doMany(ctx, cmds, errs)
+// runCmds sends cmds, the script calls of scripts[i] built from args[i],
+// all queued at once so they share writes, and runs again by EVAL, in
+// one more write, those the node did not know the script of. errs[i] is set
+// when call i was not answered; otherwise its reply and error are in
+// cmds[i], which may have been replaced by its EVAL.
+func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmds []redis.Cmder, weight func(i int) int, errs []error) {
+	p.doMany(ctx, cmds, weight, errs)
 	var retry []int // the calls the node did not know the script for
 	for i, cmd := range cmds {
 		if errs[i] == nil && cmd.Err() != nil && redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			retry = append(retry, i)
 		}
 	}
-	if len(retry) > 0 {
-		evals := make([]*redis.IntSliceCmd, len(retry))
-		retryErrs := make([]error, len(retry))
-		for j, i := range retry {
-			eval := make([]any, len(args[i]))
-			copy(eval, args[i])
-			eval[0], eval[1] = "eval", s.srcArg
-			evals[j] = redis.NewIntSliceCmd(ctx, eval...)
-		}
-		p.doMany(ctx, evals, retryErrs)
-		for j, i := range retry {
-			cmds[i], errs[i] = evals[j], retryErrs[j]
-		}
+	if len(retry) == 0 {
+		return
 	}
-	for i, cmd := range cmds {
-		if errs[i] == nil {
-			vals[i], errs[i] = cmd.Val(), s.explain(cmd.Err())
-		}
+	evals := make([]redis.Cmder, len(retry))
+	retryErrs := make([]error, len(retry))
+	for j, i := range retry {
+		eval := make([]any, len(args[i]))
+		copy(eval, args[i])
+		eval[0], eval[1] = "eval", scripts[i].srcArg
+		evals[j] = sameCmd(ctx, cmds[i], eval)
+	}
+	p.doMany(ctx, evals, func(j int) int { return weight(retry[j]) }, retryErrs)
+	for j, i := range retry {
+		cmds[i], errs[i] = evals[j], retryErrs[j]
 	}
 }
 
+// sameCmd is a command of cmd's type with args.
+func sameCmd(ctx context.Context, cmd redis.Cmder, args []any) redis.Cmder {
+	if _, ok := cmd.(*redis.SliceCmd); ok {
+		return redis.NewSliceCmd(ctx, args...)
+	}
+	return redis.NewIntSliceCmd(ctx, args...)
+}
+
 // doMany is do for several commands, queued together: written at once in
-// slices of maxBatch if the pipe is idle, else all in the next writes.
-// errs[i] is set when command i was not answered (errNotSent, or ctx's
-// error); otherwise its error is in the command.
-func (p *pipe) doMany(ctx context.Context, cmds []*redis.IntSliceCmd, errs []error) {
+// slices of maxBatch weight if the pipe is idle, else all in the next
+// writes. weight(i) is the calls command i carries. errs[i] is set when
+// command i was not answered (errNotSent, or ctx's error); otherwise its
+// error is in the command.
+func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, weight func(i int) int, errs []error) {
 	p.mu.Lock()
 	if !p.busy {
 		p.busy = true
 		p.mu.Unlock()
-		for len(cmds) > 0 {
-			n := min(len(cmds), maxBatch)
-			p.writeMany(ctx, cmds[:n])
-			cmds = cmds[n:]
+		for done := 0; done < len(cmds); {
+			n := slice(len(cmds)-done, func(i int) int { return weight(done + i) })
+			p.writeMany(ctx, cmds[done:done+n])
+			done += n
 		}
 		p.idle()
 		return
@@ -355,7 +361,7 @@ func (p *pipe) doMany(ctx context.Context, cmds []*redis.IntSliceCmd, errs []err
 	calls := make([]*pipeCall, len(cmds))
 	for i, cmd := range cmds {
 		c := pipeCalls.Get().(*pipeCall)
-		c.ctx, c.cmd = ctx, cmd
+		c.ctx, c.cmd, c.weight = ctx, cmd, weight(i)
 		c.state.Store(callQueued)
 		calls[i] = c
 	}
@@ -374,6 +380,17 @@ func (p *pipe) doMany(ctx context.Context, cmds []*redis.IntSliceCmd, errs []err
 			}
 		}
 	}
+}
+
+// slice is how many of the next n calls, of weight(i) each, one write
+// takes: as many as fit in maxBatch, and at least one.
+func slice(n int, weight func(i int) int) int {
+	k, w := 0, 0
+	for k < n && (k == 0 || w+weight(k) <= maxBatch) {
+		w += weight(k)
+		k++
+	}
+	return k
 }
 
 // sinceEpoch is the monotonic time the pipes record writes in.

@@ -22,18 +22,36 @@ type extendWrites struct {
 	writes, calls int
 }
 
-func isExtend(cmd redis.Cmder) bool {
-	return cmd.Name() == "evalsha" && len(cmd.Args()) == 9 && fmt.Sprint(cmd.Args()[2]) == "2"
+// extends tells how many extend calls cmd carries: one for a plain extend,
+// N for a run of the batched form of extend.lua (N locks of 2 keys, then
+// N and a header of 2 and 4 arguments for each).
+func extends(cmd redis.Cmder) int {
+	args := cmd.Args()
+	if cmd.Name() != "evalsha" || len(args) < 4 {
+		return 0
+	}
+	keys, _ := args[2].(int)
+	if len(args) == 9 && keys == 2 {
+		return 1
+	}
+	if len(args) <= 3+keys {
+		return 0
+	}
+	n, _ := args[3+keys].(int)
+	if n < 2 || keys != 2*n || len(args) != 3+keys+1+6*n {
+		return 0
+	}
+	return n
 }
 
 func (w *extendWrites) DialHook(next redis.DialHook) redis.DialHook { return next }
 
 func (w *extendWrites) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
-		if isExtend(cmd) {
+		if n := extends(cmd); n > 0 {
 			w.mu.Lock()
 			w.writes++
-			w.calls++
+			w.calls += n
 			w.mu.Unlock()
 		}
 		return next(ctx, cmd)
@@ -44,9 +62,7 @@ func (w *extendWrites) ProcessPipelineHook(next redis.ProcessPipelineHook) redis
 	return func(ctx context.Context, cmds []redis.Cmder) error {
 		n := 0
 		for _, cmd := range cmds {
-			if isExtend(cmd) {
-				n++
-			}
+			n += extends(cmd)
 		}
 		if n > 0 {
 			w.mu.Lock()

@@ -91,6 +91,9 @@ type script struct {
 	// renewal scripts go on a node's renewal pipe, apart from the acquires
 	// (see nodePipes)
 	renewal bool
+	// batched is the script's batched form (see batchSrc), nil for a
+	// batched form itself.
+	batched *script
 }
 
 // scripts lists every script made by newScript: the probes load them all,
@@ -99,14 +102,121 @@ var scripts []*script
 
 func newScript(src string) *script {
 	s := &script{src: src, srcArg: src}
-	scripts = append(scripts, s)
+	b := batchSrc(src)
+	s.batched = &script{src: b, srcArg: b}
+	scripts = append(scripts, s, s.batched)
 	return s
 }
 
 func newRenewalScript(src string) *script {
 	s := newScript(src)
 	s.renewal = true
+	s.batched.renewal = true
 	return s
+}
+
+// batchSrc is the batched form of a script: its source becomes the body of
+// a function one(KEYS, ARGV), called once per lock under pcall, so that one
+// EVALSHA runs the script for many locks and a lock whose call fails (a
+// key of the wrong type, an ACL refusal) gets its error as its own answer
+// while the others run. The function starts on the source's first line, so
+// a line of the source is the same line in both forms.
+//
+// An error caught by pcall carries no line (scripts have no debug library),
+// so the batched form sees the script's calls through a local redis whose
+// call records the command's name, and names it in the error: explain can
+// then name an ACL refusal's command as it does from the line.
+//
+// That local redis also answers every call's TIME with the run's first
+// (the same table: the scripts only read it): a run is atomic, no other command runs on the server
+// between its start and any of its calls, and the server judges its keys'
+// expiry by the run's start time too, so the run decides each lock as if
+// every call had run at that first instant, a schedule that could have
+// happened. The time each call answers still lies between the run's send
+// and its answer, which is all a clock sample (recheck) asks. It spares
+// each lock one of its two or three server calls.
+//
+// Each lock's KEYS and ARGV are two tables the run refills for every lock
+// (the scripts keep no reference to them past their call).
+//
+// KEYS are every lock's keys in turn; ARGV[1] is the number of locks, then
+// for each lock its number of keys, its number of arguments and its
+// arguments (see batchArgs). The reply has one element per lock: the
+// script's reply, or an error reply.
+func batchSrc(src string) string {
+	return "local call, last, now = redis.call, nil, nil " +
+		"local redis = setmetatable({call = function(c, ...) last = c " +
+		"if c == 'TIME' then now = now or call('TIME') return now end " +
+		"return call(c, ...) end}, {__index = redis}) " +
+		"local function one(KEYS, ARGV) " + src + `
+end
+local out, keys, argv, nk0, na0 = {}, {}, {}, 0, 0
+local k, p = 1, 2
+for j = 1, tonumber(ARGV[1]) do
+  local nk, na = tonumber(ARGV[p]), tonumber(ARGV[p + 1])
+  p = p + 2
+  for x = nk + 1, nk0 do
+    keys[x] = nil
+  end
+  for x = na + 1, na0 do
+    argv[x] = nil
+  end
+  nk0, na0 = nk, na
+  for x = 1, nk do
+    keys[x] = KEYS[k]
+    k = k + 1
+  end
+  for x = 1, na do
+    argv[x] = ARGV[p]
+    p = p + 1
+  end
+  last = nil
+  local ok, r = pcall(one, keys, argv)
+  if not ok then
+    if type(r) == 'table' and r.err then
+      r = r.err
+    end
+    r = tostring(r)
+    if last then
+      r = r .. "` + batchCallMarker + `" .. string.lower(last) .. "')"
+    end
+    r = {err = r}
+  elseif r == nil then
+    r = false
+  end
+  out[j] = r
+end
+return out
+`
+}
+
+// batchCallMarker ends the error of a lock's call in a batched run with the
+// command the script was calling: "... (in the script's call of 'get')".
+const batchCallMarker = " (in the script's call of '"
+
+// batchArgs builds the command of the batched form of s for calls, each a
+// command built by s.args: the calls' keys in turn, then the header and
+// every call's arguments (see batchSrc).
+func (s *script) batchArgs(calls [][]any) []any {
+	nkeys, nargs := 0, 0
+	for _, c := range calls {
+		k := c[2].(int)
+		nkeys += k
+		nargs += len(c) - 3 - k
+	}
+	args := make([]any, 0, 3+nkeys+1+2*len(calls)+nargs)
+	cmd, code := s.batched.head()
+	args = append(args, cmd, code, nkeys)
+	for _, c := range calls {
+		args = append(args, c[3:3+c[2].(int)]...)
+	}
+	args = append(args, len(calls))
+	for _, c := range calls {
+		k := c[2].(int)
+		args = append(args, k, len(c)-3-k)
+		args = append(args, c[3+k:]...)
+	}
+	return args
 }
 
 // head gives the first two words of a call: EVALSHA and the SHA once
@@ -171,6 +281,10 @@ func (s *script) args(keys []string, argv ...any) []any {
 func (s *script) explain(err error) error {
 	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
 		return err
+	}
+	if _, call, ok := strings.Cut(err.Error(), batchCallMarker); ok { // a batched run's
+		name, _, _ := strings.Cut(call, "'")
+		return fmt.Errorf("NOPERM the ACL refused the lock script the command '%s' (see ACLRule): %w", name, err)
 	}
 	_, after, ok := strings.Cut(err.Error(), "@user_script:")
 	if !ok {

@@ -1,0 +1,492 @@
+package redlock
+
+// The batched form of the scripts (scripts.go batchSrc) and the renewals
+// sent in it (renew.go runBatched), on real servers: each lock of a batch
+// gets the answer its own script call would have given.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// scriptRuns counts the extend commands a client sends, by whether they
+// run a batched form, and the writes that carry them. A call the server did not know the script of (it
+// runs again by EVAL) is not counted: the scripts' SHAs are learned once
+// per process, and a test's fresh servers do not know them.
+type scriptRuns struct {
+	mu                     sync.Mutex
+	plain, batched, writes int
+}
+
+func (w *scriptRuns) count(err error, cmds ...redis.Cmder) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	before := w.plain + w.batched
+	defer func() {
+		if w.plain+w.batched > before {
+			w.writes++
+		}
+	}()
+	for _, cmd := range cmds {
+		args := cmd.Args()
+		e := cmd.Err()
+		if e == nil {
+			e = err
+		}
+		if e != nil && redis.HasErrorPrefix(e, "NOSCRIPT") {
+			continue
+		}
+		if len(args) < 2 || (cmd.Name() != "evalsha" && cmd.Name() != "eval") {
+			continue
+		}
+		code, _ := args[1].(string)
+		switch extendForm(code) {
+		case "batched":
+			w.batched++
+		case "plain":
+			w.plain++
+		}
+	}
+}
+
+// extendForm tells whether code (a script's source or SHA) is one of the
+// extend scripts, "plain", or its batched form, "batched"; "" if neither:
+// the other scripts (the TTL register's refresh, a background release)
+// run when they fall due and are not counted.
+func extendForm(code string) string {
+	is := func(s *script) bool {
+		if code == s.src {
+			return true
+		}
+		sha := s.sha.Load()
+		return sha != nil && *sha == code
+	}
+	for _, s := range []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript} {
+		switch {
+		case is(s):
+			return "plain"
+		case is(s.batched):
+			return "batched"
+		}
+	}
+	return ""
+}
+
+func (w *scriptRuns) reset() (plain, batched int) {
+	plain, batched, _ = w.resetWrites()
+	return plain, batched
+}
+
+func (w *scriptRuns) resetWrites() (plain, batched, writes int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	plain, batched, writes = w.plain, w.batched, w.writes
+	w.plain, w.batched, w.writes = 0, 0, 0
+	return plain, batched, writes
+}
+
+func (w *scriptRuns) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (w *scriptRuns) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		w.count(err, cmd)
+		return err
+	}
+}
+func (w *scriptRuns) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		w.count(nil, cmds...)
+		return err
+	}
+}
+
+// Every script's batched form compiles on a real server, and every script
+// keeps to what the batched form assumes: it writes neither into the answer
+// of TIME (shared by a run's calls) nor into KEYS or ARGV, and keeps no
+// reference to them (the run refills them for the next lock).
+func TestEveryBatchedFormLoads(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	rdb := cl.Clients()[0]
+	writes := regexp.MustCompile(`\b(KEYS|ARGV)\s*\[[^]]*\]\s*=[^=]|=\s*(KEYS|ARGV)\s*(\n|$|,)`)
+	timeVar := regexp.MustCompile(`local (\w+) = redis\.call\('TIME'\)`)
+	for _, s := range scripts {
+		if s.batched == nil {
+			continue
+		}
+		if m := writes.FindString(s.src); m != "" {
+			t.Errorf("%.60q writes or keeps KEYS or ARGV: %q", s.src, m)
+		}
+		for _, m := range timeVar.FindAllStringSubmatch(s.src, -1) {
+			if w := regexp.MustCompile(`\b` + m[1] + `\s*\[[^]]*\]\s*=[^=]|=\s*` + m[1] + `\s*(\n|$|,)`).FindString(s.src); w != "" {
+				t.Errorf("%.60q writes or keeps the answer of TIME: %q", s.src, w)
+			}
+		}
+		if err := rdb.ScriptLoad(context.Background(), s.batched.src).Err(); err != nil {
+			t.Fatalf("the batched form of %.60q: %v", s.src, err)
+		}
+	}
+}
+
+// heldKinds takes, on c, one lock of every primitive and side: a mutex, a
+// semaphore's permit, a read-write lock's reader and writer, a fair lock.
+func heldKinds(t *testing.T, c *Client, prefix string) (names []string, locks []*Lock) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := c.TryAcquire(ctx, prefix+"-mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sem, err := c.Semaphore(prefix+"-sem", 3, AllowNoFaultTolerance())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := sem.TryAcquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.RWLock(prefix + "-rwr").TryRLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := c.RWLock(prefix + "-rww").TryLock(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := c.TryAcquire(ctx, prefix+"-fair", WithFairness())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []string{"mutex", "semaphore", "rw reader", "rw writer", "fair"}, []*Lock{m, p.Lock, r, w, f}
+}
+
+// A batch of extends answers each lock as its lone extend does, for every
+// primitive and every answer an extend can get: renewed (1), repaired (2),
+// another owner (0), a newer token (-1), and an error of its own (a key of
+// the wrong type), which the other locks of the batch do not share.
+func TestBatchedExtendsAnswerAsSingleOnes(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	runs := &scriptRuns{}
+	cl.Clients()[0].AddHook(runs)
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	rdb := cl.Clients()[0]
+	n := c.nodes[0]
+
+	states := []string{"held", "gone", "other", "newer", "wrongtype"}
+	// set makes the lock of args (its extend command) be in state on the
+	// node. A reader's own entry is in the readers (KEYS[3]), everything
+	// else's in KEYS[1].
+	set := func(kind string, args []any, state string) {
+		keys := make([]string, args[2].(int))
+		for i := range keys {
+			keys[i] = args[3+i].(string)
+		}
+		own := keys[0]
+		if kind == "rw reader" {
+			own = keys[2]
+		}
+		var err error
+		switch state {
+		case "gone":
+			err = rdb.Del(ctx, own).Err()
+		case "other":
+			err = rdb.Del(ctx, own).Err()
+			if err == nil {
+				err = rdb.Set(ctx, keys[0], "someone", time.Minute).Err()
+			}
+		case "newer":
+			err = rdb.Del(ctx, own).Err()
+			if err == nil {
+				err = rdb.Set(ctx, keys[1], int64(1)<<60, 0).Err()
+			}
+		case "wrongtype":
+			err = rdb.Del(ctx, own).Err()
+			if err == nil {
+				err = rdb.RPush(ctx, own, "x").Err()
+			}
+			if err == nil && kind == "rw reader" {
+				err = rdb.Del(ctx, own).Err()
+				if err == nil {
+					err = rdb.Set(ctx, own, "x", 0).Err()
+				}
+			}
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Two sets of locks in the same states: one extended call by call, one
+	// in a batch.
+	type call struct {
+		what string
+		s    *script
+		args []any
+	}
+	var sets [2][]call
+	for k := range sets {
+		for _, state := range states {
+			kinds, locks := heldKinds(t, c, fmt.Sprintf("b%d-%s", k, state))
+			for i, l := range locks {
+				args := l.extendArgs()
+				set(kinds[i], args, state)
+				sets[k] = append(sets[k], call{kinds[i] + " " + state, l.a.kind.extend, args})
+			}
+		}
+	}
+	runs.reset()
+	single := make([][]int64, len(sets[0]))
+	singleErrs := make([]error, len(sets[0]))
+	for i, cl := range sets[0] {
+		v, e := runBatched(ctx, n, []*script{cl.s}, [][]any{cl.args})
+		single[i], singleErrs[i] = v[0], e[0]
+	}
+	if plain, batched := runs.reset(); plain != len(sets[0]) || batched != 0 {
+		t.Fatalf("lone extends: %d plain and %d batched script runs, want %d plain", plain, batched, len(sets[0]))
+	}
+	var ss [][]any
+	var scs []*script
+	distinct := map[*script]bool{}
+	for _, cl := range sets[1] {
+		ss, scs = append(ss, cl.args), append(scs, cl.s)
+		distinct[cl.s] = true
+	}
+	vals, errs := runBatched(ctx, n, scs, ss)
+	if plain, batched := runs.reset(); plain != 0 || batched != len(distinct) {
+		t.Fatalf("a batch of %d extends of %d scripts: %d plain and %d batched script runs, want %d batched",
+			len(ss), len(distinct), plain, batched, len(distinct))
+	}
+	for i, cl := range sets[1] {
+		var want, got string
+		if singleErrs[i] != nil {
+			want = "error " + strings.Fields(singleErrs[i].Error())[0]
+		} else {
+			want = fmt.Sprint("status ", single[i][0])
+		}
+		if errs[i] != nil {
+			got = "error " + strings.Fields(errs[i].Error())[0]
+		} else if len(vals[i]) == 3 {
+			got = fmt.Sprint("status ", vals[i][0])
+		} else {
+			got = fmt.Sprint("reply ", vals[i])
+		}
+		t.Logf("%s: alone %s, in a batch %s", cl.what, want, got)
+		if got != want {
+			t.Errorf("%s: alone %s, in a batch %s", cl.what, want, got)
+		}
+		if strings.HasPrefix(cl.what, "mutex") {
+			expect := map[string]string{"held": "status 1", "gone": "status 2", "other": "status 0", "newer": "status -1", "wrongtype": "error WRONGTYPE"}
+			if e := expect[strings.Fields(cl.what)[1]]; got != e {
+				t.Errorf("%s: in a batch %s, want %s", cl.what, got, e)
+			}
+		}
+	}
+}
+
+// A lock whose key holds a wrong type on every node fails its renewal
+// alone: the other locks renewed in the same batch keep their quorum.
+func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	runs := make([]*scriptRuns, 3)
+	for i, rdb := range cl.Clients() {
+		runs[i] = &scriptRuns{}
+		rdb.AddHook(runs[i])
+	}
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	var locks []*Lock
+	for i := range 20 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("wrongtype-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	bad := locks[7]
+	for _, rdb := range cl.Clients() {
+		if err := rdb.Del(ctx, bad.a.keys[0]).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := rdb.RPush(ctx, bad.a.keys[0], "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range runs {
+		r.reset()
+	}
+	for _, l := range locks {
+		l.extendMu.Lock()
+	}
+	_, _, errs := c.extendBatch(ctx, locks, time.Second)
+	for _, l := range locks {
+		l.extendMu.Unlock()
+	}
+	for i, r := range runs {
+		if plain, batched := r.reset(); plain != 0 || batched != 1 {
+			t.Errorf("node %d: %d plain and %d batched script runs for a batch of 20 extends, want 1 batched", i, plain, batched)
+		}
+	}
+	for i, err := range errs {
+		var qe *QuorumError
+		switch {
+		case locks[i] == bad:
+			if !errors.As(err, &qe) || qe.Won != 0 || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("the lock on a list: %v, want a quorum error of WRONGTYPE from every node", err)
+			}
+		case err != nil:
+			t.Errorf("wrongtype-%d: %v", i, err)
+		}
+	}
+}
+
+// A batch above batchBound goes as several batched runs, and a lock left
+// alone in the last chunk as its plain script; every lock is renewed. A
+// write carries runs of at most maxBatch locks in all, not maxBatch runs.
+func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	runs := &scriptRuns{}
+	cl.Clients()[0].AddHook(runs)
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	var args [][]any
+	var ss []*script
+	const full = 5
+	for i := range full*batchBound + 1 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("bound-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+	}
+	runBatched(ctx, c.nodes[0], ss, args) // the server learns the batched form
+	runs.reset()
+	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
+	// The runs' locks fill the writes in turn: full runs of batchBound,
+	// then the lone call.
+	writes, room := 1, maxBatch
+	for _, w := range append(slices.Repeat([]int{batchBound}, full), 1) {
+		if w > room {
+			writes, room = writes+1, maxBatch
+		}
+		room -= w
+	}
+	if plain, batched, w := runs.resetWrites(); plain != 1 || batched != full || w != writes {
+		t.Fatalf("%d extends: %d plain and %d batched script runs in %d writes, want %d batched and 1 plain in %d writes",
+			len(args), plain, batched, w, full, writes)
+	}
+	for i := range args {
+		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {
+			t.Fatalf("bound-%d: %v %v, want renewed", i, vals[i], errs[i])
+		}
+	}
+}
+
+// On a Cluster node the keys of one script must share a hash slot: the
+// extends are batched by slot, and each lock is renewed.
+func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
+	rc := redistest.StartRedisClusterT(t, 3, 0, redistest.Options{})
+	cc := rc.ClusterClient()
+	t.Cleanup(func() { _ = cc.Close() })
+	runs := &scriptRuns{}
+	cc.AddHook(runs)
+	c, err := New([]redis.UniversalClient{cc}, Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	// Three names in each of two slots, and one alone in a third.
+	bySlot := map[int][]string{}
+	var slots []int
+	for i := 0; len(slots) < 2; i++ {
+		name := fmt.Sprintf("slot-%d", i)
+		s := c.KeySlot(name)
+		bySlot[s] = append(bySlot[s], name)
+		if len(bySlot[s]) == 3 {
+			slots = append(slots, s)
+		}
+	}
+	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("lone-%d", i)
+		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
+			names = append(names, name)
+			break
+		}
+	}
+	var args [][]any
+	var ss []*script
+	for _, name := range names {
+		l, err := c.TryAcquire(ctx, name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+	}
+	runs.reset()
+	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
+	if plain, batched := runs.reset(); plain != 1 || batched != 2 {
+		t.Errorf("%d extends in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(args), plain, batched)
+	}
+	for i, name := range names {
+		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {
+			t.Errorf("%s (slot %d): %v %v, want renewed", name, c.KeySlot(name), vals[i], errs[i])
+		}
+	}
+}
+
+// An ACL refusal inside a batched run is the refused lock's error, and
+// names the command refused, as the lone script's error does from its line.
+func TestBatchedExtendNamesTheCommandAnACLRefused(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	ctx := context.Background()
+	if err := cl.Clients()[0].Do(ctx, "acl", "setuser", "nopexpire", "on", ">pw", "~*", "&*", "+@all", "-pexpire").Err(); err != nil {
+		t.Fatal(err)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: cl.Servers[0].Addr, Username: "nopexpire", Password: "pw"})
+	t.Cleanup(func() { _ = rdb.Close() })
+	c, err := New([]redis.UniversalClient{rdb}, Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	var args [][]any
+	var ss []*script
+	for i := range 3 {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("acl-%d", i))
+		if err != nil {
+			t.Fatal(err)
+		}
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+	}
+	_, alone := runBatched(ctx, c.nodes[0], ss[:1], args[:1])
+	_, batched := runBatched(ctx, c.nodes[0], ss, args)
+	for i, err := range append(alone, batched...) {
+		if err == nil || !strings.Contains(err.Error(), "NOPERM the ACL refused the lock script the command 'pexpire'") {
+			t.Errorf("extend %d: %v, want the ACL's refusal of 'pexpire' named", i, err)
+		}
+	}
+}
