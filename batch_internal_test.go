@@ -72,7 +72,7 @@ func extendForm(code string) string {
 		sha := s.sha.Load()
 		return sha != nil && *sha == code
 	}
-	for _, s := range []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript} {
+	for _, s := range []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript, fairExtendScript} {
 		switch {
 		case is(s):
 			return "plain"
