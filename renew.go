@@ -39,8 +39,9 @@ type renewal struct {
 }
 
 // renewalCoalesce is how early a renewal may go out to join a batch: a
-// renewal is due with a third of the validity left, and going a little
-// earlier costs nothing.
+// renewal is due once a third of the remaining validity has passed (two
+// thirds are left, room for a retry), and going a little earlier costs
+// nothing.
 func renewalCoalesce(ttl time.Duration) time.Duration { return min(ttl/30, 50*time.Millisecond) }
 
 // add schedules l's first renewal.
