@@ -139,28 +139,8 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-		// Several tries: the first may be the one that finds the new
-		// connection, the next ones must not slip through either.
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < time.Second {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			// The restarted masters' nodes sit out the grace.
-			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-				t.Fatalf("%s: want no quorum, the restarted masters' nodes sitting out, got %v", tc.who, err)
-			}
-		}
-	}
+	// The restarted masters' nodes sit out the grace.
+	noSecondHolder(t, ctx, held, name, time.Second, "the restarted masters'", before, fresh)
 }
 
 // Clients of redis.NewFailoverClient all report the address
@@ -420,25 +400,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fresh.Close()
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < 500*time.Millisecond {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-				t.Fatalf("%s: want no quorum, the promoted replicas' nodes sitting out, got %v", tc.who, err)
-			}
-		}
-	}
+	noSecondHolder(t, ctx, held, name, 500*time.Millisecond, "the promoted replicas'", before, fresh)
 }
 
 // On Cluster nodes the restart grace follows the master of the lock's
@@ -544,5 +506,34 @@ func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
 	}
 	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, redlock.ErrLocked) {
 		t.Fatalf("another client after the slot moved: %v, want ErrLocked", err)
+	}
+}
+
+// noSecondHolder tries the lock that held holds, three times from each of a
+// client that used the nodes before and a fresh one (the first try may be
+// the one that finds a new connection, the next must not slip through
+// either), while more than margin of its validity is left: each must be
+// refused for want of a quorum, with the nodes that lost its keys (whose)
+// sitting out.
+func noSecondHolder(t *testing.T, ctx context.Context, held *redlock.Lock, name string, margin time.Duration, whose string, before, fresh *redlock.Client) {
+	t.Helper()
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < margin {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
+			}
+			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+				t.Fatalf("%s: want no quorum, %s nodes sitting out, got %v", tc.who, whose, err)
+			}
+		}
 	}
 }
