@@ -393,6 +393,7 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	var (
 		mu        sync.Mutex
 		maxBefore int64
+		claimedAt = make([]bool, len(c.nodes)) // nodes whose call claimed the key
 	)
 	start := c.clock.Now()
 	f.rounds++
@@ -424,6 +425,7 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 			f.set(n.index, true)
 			mu.Lock()
 			maxBefore = max(maxBefore, vals[1])
+			claimedAt[n.index] = true
 			mu.Unlock()
 			return true, nil
 		case fairPinnedEarly:
@@ -457,7 +459,14 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	// a token above a superset of the quorum's values is still safe.
 	mu.Lock()
 	before := maxBefore
+	unclaimed := make([]bool, len(c.nodes))
+	for i, yes := range claimedAt {
+		unclaimed[i] = !yes
+	}
 	mu.Unlock()
+	if op == "wait" {
+		f.leaveQueues(unclaimed, round, proposal)
+	}
 	c.noteToken(before)
 	var token int64
 	if !c.opts.DisableFencing {
@@ -482,6 +491,33 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 		c.renewals.add(l)
 	}
 	return l, nil
+}
+
+// leaveQueues follows a wait round that holds the lock, in the background:
+// on the nodes where its call did not claim the key (it answered no, or
+// had not answered yet), a claim of the same round takes us out of the
+// queue, where that call may have registered us, or claims the key if it
+// became ours there. A holder waits no more; left queued, it would be the
+// head its node gives a free key to until it releases. (A claim round
+// reaches every node and does this itself.) The calls go in order after
+// the round's on their node, and before our release there.
+func (f *fairWait) leaveQueues(nodes []bool, round, proposal int64) {
+	c, a := f.c, f.a
+	args := f.args("claim", round, proposal, round)
+	for i, n := range c.nodes {
+		if !nodes[i] {
+			continue
+		}
+		t := turn{prev: f.turns[i], done: make(chan struct{})}
+		f.turns[i] = t.done
+		c.bg.add()
+		go func() {
+			defer c.bg.done()
+			ctx, cancel := context.WithTimeout(context.Background(), a.nodeTimeout)
+			defer cancel()
+			_, _ = f.call(ctx, n, args, t)
+		}()
+	}
 }
 
 // leave cleans up after a fair Acquire that gave up: on every node, in

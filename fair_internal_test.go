@@ -173,7 +173,8 @@ func TestFairWaitClaimsDatedFromTheSend(t *testing.T) {
 	mu.Unlock()
 	_ = c.Close() // waits for the cleanup
 	for i, f := range fs {
-		if !f.saw("release") {
+		// A call not yet sent when the cleanup began is not sent at all.
+		if f.saw("wait") && !f.saw("release") {
 			t.Errorf("node %d: the claim that came too late was not released (ops %v)", i, f.ops)
 		}
 	}
@@ -191,7 +192,8 @@ func TestFairWaitClaimsOnAQuorumHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close()
-	for i, f := range fs {
+	// Node 2 may see a claim: the one that takes us out of its queue.
+	for i, f := range fs[:2] {
 		if f.saw("claim") {
 			t.Errorf("node %d: a claim round after the wait round claimed a quorum (ops %v)", i, f.ops)
 		}

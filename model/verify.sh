@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # SET: all (default), quick (all but LONG, for make test) or long (only LONG,
 # make model-long; CI runs both). LONG are the rows of over a minute.
 SET=${SET:-all}
-LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace"
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace fair-waitclaim unsafe-fair-waitclaim-no-ttl"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -46,6 +46,10 @@ configs=(
 "unsafe-fair-late-wait-unpins|relied/held[0]|fair.pml|full|-DTMAX=1 -DWR=2 -DNOFENCE -DLATE -DUNPIN_ANY"
 "fair-extend-skip|ok|fair.pml|full|-DTMAX=2 -DWR=1 -DSKIP -DEXTEND"
 "unsafe-fair-extend-unpinned|relied|fair.pml|full|-DTMAX=2 -DWR=1 -DSKIP -DEXTEND -DEXT_UNPINNED"
+"fair-waitclaim|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DWAITCLAIM"
+"fair-waitclaim-late|ok|fair.pml|full|-DTMAX=1 -DWR=2 -DNOFENCE -DLATE -DWAITCLAIM"
+"unsafe-fair-waitclaim-no-ttl|held[0]|fair.pml|full|-DTMAX=3 -DWR=2 -DWAITCLAIM -DWC_NOTTL"
+"unsafe-fair-waitclaim-date-reply|held[0]/lastGranted|fair.pml|full|-DTMAX=3 -DWR=2 -DWAITCLAIM -DWC_DATE_REPLY"
 "semaphore-qk|ok|semaphore.pml|full|"
 "unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
 "rwlock-majority|ok|rwlock.pml|full|-DN=3"
