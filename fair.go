@@ -393,7 +393,11 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	var (
 		mu        sync.Mutex
 		maxBefore int64
-		claimedAt = make([]bool, len(c.nodes)) // nodes whose call claimed the key
+		// A wait round that holds the lock takes us out of the queues
+		// where its calls answered without claiming (see leaveQueue):
+		// those that answered before it held, and those after.
+		unclaimed = make([]bool, len(c.nodes))
+		held      bool
 	)
 	start := c.clock.Now()
 	f.rounds++
@@ -408,7 +412,9 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
 	}
 	args := f.args(op, round, proposal, round)
+	var leaveArgs []any
 	if op == "wait" {
+		leaveArgs = f.args("claim", round, proposal, round)
 		args = f.args(op, f.failed, proposal, round)
 		f.mu.Lock()
 		f.minPTTL = -1
@@ -420,12 +426,20 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 		if err != nil {
 			return false, err
 		}
+		if vals[0] != fairClaimed && leaveArgs != nil {
+			mu.Lock()
+			late := held
+			unclaimed[n.index] = !late
+			mu.Unlock()
+			if late {
+				f.leaveQueue(n, leaveArgs)
+			}
+		}
 		switch vals[0] {
 		case fairClaimed:
 			f.set(n.index, true)
 			mu.Lock()
 			maxBefore = max(maxBefore, vals[1])
-			claimedAt[n.index] = true
 			mu.Unlock()
 			return true, nil
 		case fairPinnedEarly:
@@ -459,14 +473,7 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	// a token above a superset of the quorum's values is still safe.
 	mu.Lock()
 	before := maxBefore
-	unclaimed := make([]bool, len(c.nodes))
-	for i, yes := range claimedAt {
-		unclaimed[i] = !yes
-	}
 	mu.Unlock()
-	if op == "wait" {
-		f.leaveQueues(unclaimed, round, proposal)
-	}
 	c.noteToken(before)
 	var token int64
 	if !c.opts.DisableFencing {
@@ -486,6 +493,16 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 		return nil, fmt.Errorf("%w: claiming %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
 	}
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
+	if leaveArgs != nil {
+		mu.Lock()
+		held = true
+		for i, n := range c.nodes {
+			if unclaimed[i] {
+				f.leaveQueue(n, leaveArgs)
+			}
+		}
+		mu.Unlock()
+	}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
 		c.renewals.add(l)
@@ -493,32 +510,27 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	return l, nil
 }
 
-// leaveQueues follows a wait round that holds the lock, in the background:
-// on the nodes where its call did not claim the key (it answered no, or
-// had not answered yet), a claim of the same round takes us out of the
-// queue, where that call may have registered us, or claims the key if it
-// became ours there. A holder waits no more; left queued, it would be the
-// head its node gives a free key to until it releases. (A claim round
-// reaches every node and does this itself.) The calls go in order after
-// the round's on their node, and before our release there.
-func (f *fairWait) leaveQueues(nodes []bool, round, proposal int64) {
-	c, a := f.c, f.a
-	args := f.args("claim", round, proposal, round)
-	for i, n := range c.nodes {
-		if !nodes[i] {
-			continue
-		}
-		t := turn{prev: f.turns[i], done: make(chan struct{})}
-		f.turns[i] = t.done
-		c.bg.add()
-		go func() {
-			defer c.bg.done()
-			ctx, cancel := context.WithTimeout(context.Background(), a.nodeTimeout)
-			defer cancel()
-			_, _ = f.call(ctx, n, args, t)
-		}()
-	}
+// leaveQueue follows a wait round that holds the lock, in the background,
+// on a node where the round's call answered without claiming the key: it
+// registered us in the queue there, and a holder waits no more (left
+// queued, it would be the head its node gives a free key to until it
+// releases). A claim of the same round takes us out, or claims the key if
+// it became ours there meanwhile. (A claim round reaches every node and
+// does this itself.) The node's call answered, so this one is next on it;
+// our release there waits for it.
+func (f *fairWait) leaveQueue(n *node, args []any) {
+	c := f.c
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		ctx, cancel := context.WithTimeout(context.Background(), f.a.nodeTimeout)
+		defer cancel()
+		_, _ = f.call(ctx, n, args, turn{prev: answered, done: make(chan struct{})})
+	}()
 }
+
+// answered is the turn of a call that already ended.
+var answered = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // leave cleans up after a fair Acquire that gave up: on every node, in
 // order after our calls there and with a context of its own, our entry
