@@ -14,8 +14,8 @@ package redlock
 // quorum. A wait call that finds the key ours claims it at once, so an
 // uncontended acquire, or a waiter at the head when the key frees, holds
 // the lock after one wait round; grants made between its rounds (a
-// release's hand-off) are claimed by a claim round. The holder's extends pin too
-// (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
+// release's hand-off) are claimed by a claim round. The holder's extends
+// pin too (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
 // comes, as for the mutex, from the lock key on a quorum; a node that lost
 // its queue only serves waiters out of order.
 
@@ -411,11 +411,12 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	if !c.opts.DisableFencing {
 		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
 	}
-	args := f.args(op, round, proposal, round)
-	var leaveArgs []any
-	if op == "wait" {
-		leaveArgs = f.args("claim", round, proposal, round)
+	var args, leaveArgs []any
+	if op == "claim" {
+		args = f.args(op, round, proposal, round)
+	} else {
 		args = f.args(op, f.failed, proposal, round)
+		leaveArgs = f.args("claim", round, proposal, round)
 		f.mu.Lock()
 		f.minPTTL = -1
 		f.mu.Unlock()
