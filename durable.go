@@ -150,17 +150,19 @@ func waitShort(wait redis.Cmder, need int, ms int64) error {
 	return nil
 }
 
-// waitTimeout is the WAIT's timeout in ms: three quarters of the time left
-// before ctx's deadline, so that its answer is back before the deadline
-// (a WAIT that outlived it would fail the write's other calls too), and
-// at least 1 (WAIT 0 blocks for ever). Without a deadline, the default
-// node timeout.
+// waitTimeout is the WAIT's timeout in ms: a third of the time left
+// before ctx's deadline, and at least 1 (WAIT 0 blocks for ever). A WAIT
+// that times out answers late: the server serves blocked clients'
+// timeouts from its cron, up to 1/hz (100ms at the default hz 10) after
+// they are due, and its answer must still come back before the deadline,
+// or the vote fails as unanswered rather than as not durable. Without a
+// deadline, a third of the default node timeout.
 func waitTimeout(ctx context.Context) int64 {
 	left := DefaultNodeTimeout
 	if d, ok := ctx.Deadline(); ok {
 		left = time.Until(d)
 	}
-	return max((left - left/4).Milliseconds(), 1)
+	return max((left / 3).Milliseconds(), 1)
 }
 
 // releaseScripts are the scripts whose answer is not a vote: a release
