@@ -295,3 +295,116 @@ func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
 		}
 	}
 }
+
+// On Cluster nodes a vote waits for the replicas of the master that serves
+// its slot, not for an arbitrary master's (a keyless WAIT through the
+// ClusterClient): with that master's replication cut in a majority of the
+// clusters, its locks fail as not durable while the other master's are
+// taken, calls of both masters in one batch included. Once replication
+// works again, a durable hold survives the failover of its master in that
+// majority.
+func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 1, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
+	c, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Acquire(ctx, "warm-up") // the first contact probes every master
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Many acquisitions at once, on both masters' slots: their calls share
+	// the pipes' writes, each master's with its own WAIT.
+	burst := func(what string, want func(i int, err error) error) {
+		t.Helper()
+		errs := make([]error, 16)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				first := (i % 2) * 8192
+				l, err := c.TryAcquire(ctx, nameInSlots(c, fmt.Sprintf("%s-%d", what, i), first, first+8191))
+				if err == nil {
+					err = errors.Join(l.Release(ctx))
+				}
+				errs[i] = want(i, err)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst("both", func(i int, err error) error { return err })
+
+	lossy := rcs[:c.Quorum()]
+	for _, rc := range lossy {
+		if err := redistest.CutReplication(ctx, rc.Shards[1].Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst("cut", func(i int, err error) error {
+		switch {
+		case i%2 == 0 && err != nil:
+			return fmt.Errorf("lock %d, on the master whose replication works: %w", i, err)
+		case i%2 == 1 && !errors.Is(err, redlock.ErrVoteNotDurable):
+			return fmt.Errorf("lock %d, on the master whose replication is cut in 2 of 3 clusters: want ErrVoteNotDurable, got %v", i, err)
+		}
+		return nil
+	})
+
+	for _, rc := range lossy {
+		if err := redistest.RestoreReplication(ctx, rc.Shards[1].Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := nameInSlots(c, "held", 8192, 16383)
+	held, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	errs := make([]error, len(lossy))
+	var wg sync.WaitGroup
+	for i, rc := range lossy {
+		wg.Go(func() {
+			var p *redistest.Server
+			if p, errs[i] = rc.Failover(ctx, c.KeySlot(name), false); errs[i] == nil {
+				if n, err := p.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
+					errs[i] = fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, who := range []*redlock.Client{c, fresh} {
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < time.Second {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := who.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("a second client took lock %q while X holds it for %.1fs more", name, left.Seconds())
+			}
+			if !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Fatalf("want the lock held or no quorum, got %v", err)
+			}
+		}
+	}
+}
