@@ -19,6 +19,13 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
+// waitRoom is the node timeout of the tests that expect a WAIT to time
+// out: a third of it goes to the WAIT, which the server answers up to
+// 1/hz (100ms) late, and a loaded machine (-race, other tests) must
+// still see the answer, not the deadline: the vote then fails as not
+// durable rather than as unanswered (both leave it uncounted).
+const waitRoom = time.Second
+
 // startReplicated starts n masters with one replica each, in sync.
 func startReplicated(t *testing.T, n int) (*redistest.Cluster, []*redistest.Server) {
 	t.Helper()
@@ -78,7 +85,7 @@ func TestDurableVoteNeedsTheReplicasAcknowledgement(t *testing.T) {
 	masters, replicas := startReplicated(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, masters, redlock.Options{TTL: 2 * time.Second, DurableVotes: true})
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
 	l, err := c.TryAcquire(ctx, "durable")
 	if err != nil {
 		t.Fatalf("replication works: %v", err)
@@ -111,7 +118,7 @@ func TestDurableExtendThatIsNotAcknowledgedDoesNotCount(t *testing.T) {
 	masters, replicas := startReplicated(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, DurableVotes: true})
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
 	l, err := c.TryAcquire(ctx, "extended")
 	if err != nil {
 		t.Fatal(err)
@@ -197,7 +204,7 @@ func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) 
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const name = "failover"
-	durable := newFailoverClient(t, ss, plain, redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	durable := newFailoverClient(t, ss, plain, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
 	// The client meets the masters with their replicas connected: a
 	// replica it never saw connected is not counted (PROTOCOL §11).
 	if err := durable.Verify(ctx); err != nil {
@@ -307,7 +314,7 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 	rcs := startClusters(t, 3, 2, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	opts := redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
+	opts := redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
 	c, err := redlock.New(clusterClients(t, rcs), opts)
 	if err != nil {
 		t.Fatal(err)
