@@ -141,6 +141,40 @@ func TestDurableExtendThatIsNotAcknowledgedDoesNotCount(t *testing.T) {
 	}
 }
 
+// The renewal scheduler's extensions (batched per node) are votes too: with
+// the replication of a majority cut during an auto-extended hold, the
+// renewals do not count, and the lock is lost by its last durable deadline.
+func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 3 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	l, err := c.TryAcquire(ctx, "renewed", redlock.WithAutoExtend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A renewal that counted was sent before the cut was complete: its
+	// deadline is at most a TTL from now.
+	bound := time.Now().Add(3 * time.Second)
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("the lock was still held 30s after replication was cut: renewals that were not durable counted")
+	}
+	if !errors.Is(l.Err(), redlock.ErrLockLost) {
+		t.Fatalf("the lock ended with %v, want ErrLockLost", l.Err())
+	}
+	if l.Deadline().After(bound) {
+		t.Fatalf("a renewal sent after replication was cut moved the deadline to %v, past %v", l.Deadline(), bound)
+	}
+}
+
 // startSentinels starts n Sentinel deployments of one master and one
 // replica each, in parallel.
 func startSentinels(t *testing.T, n int) []*redistest.Sentinels {
