@@ -175,6 +175,72 @@ func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
 	}
 }
 
+// The semaphore, the read-write lock and the fair lock vote through their
+// own scripts: each waits for the replicas as the mutex does.
+func TestDurableVotesOfEveryPrimitive(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	sem, err := c.Semaphore("permits", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := map[string]func() (func(context.Context) error, error){
+		"semaphore": func() (func(context.Context) error, error) {
+			p, err := sem.TryAcquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return p.Release, nil
+		},
+		"reader": func() (func(context.Context) error, error) {
+			l, err := c.RWLock("rw").TryRLock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+		"writer": func() (func(context.Context) error, error) {
+			l, err := c.RWLock("rw").TryLock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+		"fair": func() (func(context.Context) error, error) {
+			l, err := c.TryAcquire(ctx, "fair", redlock.WithFairness())
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+	}
+	for what, acquire := range try {
+		release, err := acquire()
+		if err != nil {
+			t.Fatalf("%s, replication works: %v", what, err)
+		}
+		if err := release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for what, acquire := range try {
+		release, err := acquire()
+		if err == nil {
+			_ = release(ctx)
+		}
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Errorf("%s, replication of 2 of 3 masters cut: want ErrVoteNotDurable, got %v", what, err)
+		}
+	}
+}
+
 // startSentinels starts n Sentinel deployments of one master and one
 // replica each, in parallel.
 func startSentinels(t *testing.T, n int) []*redistest.Sentinels {
