@@ -203,7 +203,13 @@ type Scenario struct {
 	ClientSkew   map[int]time.Duration
 	ClientTTL    map[int]time.Duration // a client's own TTL instead of TTL (clients of one lock with different TTLs)
 	Replica      bool                  // node 1 replicates node 0 (the failover baseline)
-	TLS          bool                  // clients reach the lock nodes over TLS with client certificates
+	// Replicas makes every lock node a master with an asynchronous replica
+	// of its own (started beside the N nodes; the clients never see it).
+	Replicas bool
+	// AllowFailoverNodes is redlock.Options.AllowFailoverNodes: the
+	// clients accept nodes whose masters have replicas.
+	AllowFailoverNodes bool
+	TLS                bool // clients reach the lock nodes over TLS with client certificates
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
@@ -367,12 +373,51 @@ func Scenarios() []Scenario {
 			Schedule: []Step{Apply(ClientPause{0, 2 * time.Second}), AwaitHold(0), Wait(3 * time.Second), Heal(ClientPause{0, 2 * time.Second})}},
 		{Name: "baseline-failover", About: "single master, async replica promoted after the master dies with the lock unreplicated",
 			Scheme: FailoverScheme{}, Expect: baseline, TTL: long, Replica: true, Once: true,
-			Schedule: []Step{Quiesce(), Apply(ReplicationCut{}), Resume(), AwaitHold(AnyClient), Apply(Promote{Master: 0, Replica: 1}),
-				Wait(1500 * time.Millisecond), Unpin(), Heal(Promote{Master: 0, Replica: 1}), Heal(ReplicationCut{})}},
+			Schedule: []Step{Quiesce(), Apply(ReplicationCut{[]int{0}}), Resume(), AwaitHold(AnyClient), Apply(Failover{[]int{0}}),
+				Wait(1500 * time.Millisecond), Unpin(), Heal(Failover{[]int{0}}), Heal(ReplicationCut{[]int{0}})}},
 	}
+	table = append(table, failoverScenarios()...)
 	table = append(table, tlsScenarios(table)...)
 	table = append(table, fairScenarios(table)...)
 	return append(table, semaphoreScenarios()...)
+}
+
+// failoverTTL is the TTL of the failover scenarios: the failover comes
+// right after the holder's third extension, and the challengers must take
+// the lock before the holder's next one (a third of it later) finds the
+// keys gone.
+const failoverTTL = 4500 * time.Millisecond
+
+// failoverDuring is the schedule of the failover scenarios. Every node is a
+// master with an async replica; a hold through Do (auto-extended) is
+// pinned; the replication links of masters are cut, so that what the
+// holder's extensions write on them from then on never reaches their
+// replicas; once the original TTL has run out (the replicas' copy of the
+// key has expired), those masters fail over at once, and the challengers,
+// never held back, go for the promoted replicas. The extensions made
+// after the cut are the writes a failover really loses.
+func failoverDuring(masters []int) []Step {
+	return []Step{AwaitHold(AnyClient), Apply(ReplicationCut{masters}), Wait(failoverTTL + 200*time.Millisecond),
+		Apply(Failover{masters}), Wait(failoverTTL / 2), Unpin()}
+}
+
+// failoverScenarios fail over a minority and a majority of the nodes
+// during a hold, with votes that are not durable and no restart grace.
+// A majority of promoted replicas lacks the holder's last extension and
+// lets a challenger in: unsafe by design. A minority cannot: the quorum
+// the challenger needs overlaps the holder's.
+func failoverScenarios() []Scenario {
+	notDurable := func(name, about string, masters []int, x Expect) Scenario {
+		return Scenario{Name: name, About: about, Scheme: RedlockScheme{}, Expect: x,
+			TTL: failoverTTL, UseDo: true, Replicas: true, AllowFailoverNodes: true, RestartGrace: redlock.NoRestartGrace, Once: true,
+			Schedule: failoverDuring(masters)}
+	}
+	return []Scenario{
+		notDurable("failover-minority-not-durable", "every node a master with an async replica; during a hold through Do, two masters' replication is cut, then they fail over to replicas that missed the holder's extensions; votes not durable, no grace: the other three keep the quorum",
+			[]int{0, 1}, Expect{Verdict: VerdictSafe}),
+		notDurable("failover-majority-not-durable", "as failover-minority-not-durable, with three masters: the promoted replicas have only the expired first write of the lock, and a challenger takes it while the holder's extension still runs",
+			[]int{0, 1, 2}, Expect{Verdict: VerdictUnsafeByDesign}),
+	}
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:

@@ -47,6 +47,8 @@ type SchemeEnv struct {
 	// client (ignored by the baselines, which have none).
 	RestartGrace time.Duration
 	ClockGuard   bool
+	// AllowFailoverNodes sets the redlock client's option of that name.
+	AllowFailoverNodes bool
 	// Note records what the library reports (a node sitting out, a lost
 	// lock) into the history.
 	Note func(detail string)
@@ -144,10 +146,11 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		clients[i] = nodeClient(a, env.TLSConfig)
 	}
 	opts := redlock.Options{
-		TTL:          env.TTL,
-		RestartGrace: env.RestartGrace,
-		Clock:        skewedClock{env.ClockSkew},
-		Logger:       env.Log,
+		TTL:                env.TTL,
+		RestartGrace:       env.RestartGrace,
+		Clock:              skewedClock{env.ClockSkew},
+		Logger:             env.Log,
+		AllowFailoverNodes: env.AllowFailoverNodes,
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = redlock.NoClockGuard
