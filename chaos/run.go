@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
 )
 
 // RunConfig says how to run a scenario.
@@ -230,6 +232,12 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 		env.clients.openGate()
 	case StepHoldBack:
 		return holdBack(ctx, env, sc.maxTTL()+5*time.Second)
+	case StepAwaitExtension:
+		wctx, cancel := context.WithTimeout(ctx, sc.maxTTL())
+		defer cancel()
+		if _, err := env.Rec.WaitFor(wctx, env.Rec.Now(), isExtensionNote); err != nil {
+			return fmt.Errorf("no extension ended within %s: %w", sc.maxTTL(), err)
+		}
 	case StepAlign:
 		now := time.Now()
 		next := now.Truncate(time.Second).Add(st.Wait)
@@ -248,6 +256,13 @@ func heal(ctx context.Context, env *Env, f Fault) error {
 	err := f.Heal(ctx, env)
 	env.Rec.Record(Event{Kind: FaultHeal, Client: NoClient, Fault: f.Name(), Err: errString(err)})
 	return err
+}
+
+// isExtensionNote tells whether e is the library's report that an
+// extension ended (newRedlockClient notes them).
+func isExtensionNote(e Event) bool {
+	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+redlock.EventExtended.String()) ||
+		strings.Contains(e.Detail, "library: "+redlock.EventExtendFailed.String()))
 }
 
 // pinHold waits until client (or any) acquires the lock in an attempt

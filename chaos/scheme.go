@@ -166,7 +166,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 					lastFailure = kind
 					env.Note("library: attempts failing (" + kind + "), first: " + errString(e.Err))
 				}
-			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtendFailed:
+			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtended, redlock.EventExtendFailed:
 				d := "library: " + e.Kind.String()
 				if e.Node != "" {
 					d += " " + e.Node
