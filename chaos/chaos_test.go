@@ -81,7 +81,9 @@ var dockerLong = map[string]bool{
 	"fair-restart-empty-grace": true, "fair-clock-jump-guard": true,
 	// Ten nodes and a failover timed after the TTL: 21-22s on Docker.
 	"failover-minority-not-durable": true, "failover-majority-not-durable": true,
-	"semaphore-failover-majority-not-durable": true,
+	"failover-minority-durable": true, "failover-majority-durable": true,
+	"semaphore-failover-majority-not-durable": true, "semaphore-failover-majority-durable": true,
+	"fair-failover-majority-durable": true,
 }
 
 // splitSkip tells why the scenario does not run on this backend under

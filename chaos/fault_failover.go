@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -64,7 +65,9 @@ func (f ReplicationCut) Heal(_ context.Context, env *Env) error {
 // a master and the clients' address for the master (its proxy) now leads
 // to the replica, as a virtual IP, a managed service or Sentinel would
 // arrange. Whatever a replica had not received is gone. A failover is not
-// undone: Heal does nothing.
+// undone: Heal brings each dead master back, empty, as a replica of the
+// one that replaced it, as Sentinel does when it returns (with durable
+// votes a master that once had a replica must have one again to vote).
 type Failover struct{ Masters []int }
 
 // Name says what the fault does and to which masters.
@@ -117,5 +120,36 @@ func failOver(ctx context.Context, env *Env, m int) error {
 	return nil
 }
 
-// Heal does nothing: a failover is not undone.
-func (Failover) Heal(context.Context, *Env) error { return nil }
+// Heal restarts each dead master and makes it a replica of its promoted
+// replica, in parallel, and waits until each follows. A scenario with a
+// failover runs Once: the cluster has no replica left to promote.
+func (f Failover) Heal(ctx context.Context, env *Env) error {
+	errs := make([]error, len(f.Masters))
+	var wg sync.WaitGroup
+	for i, m := range f.Masters {
+		wg.Go(func() { errs[i] = rejoin(ctx, env, m) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// rejoin restarts the dead master m as a replica of the replica promoted
+// in its place.
+func rejoin(ctx context.Context, env *Env, m int) error {
+	r, err := env.replicationOf(m)
+	if err != nil {
+		return err
+	}
+	old, err := env.node(m)
+	if err != nil {
+		return err
+	}
+	if err := old.Restart(ctx); err != nil {
+		return err
+	}
+	if _, err := replicate(ctx, env.Cluster, env.Net, m, r.replica); err != nil {
+		return err
+	}
+	env.Note("n%d back, empty, as a replica of n%d", m, r.replica)
+	return nil
+}

@@ -110,6 +110,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			RestartGrace:       sc.RestartGrace,
 			ClockGuard:         !sc.NoClockGuard,
 			AllowFailoverNodes: sc.AllowFailoverNodes,
+			DurableVotes:       sc.DurableVotes,
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
 			},
@@ -233,10 +234,15 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 	case StepHoldBack:
 		return holdBack(ctx, env, sc.maxTTL()+5*time.Second)
 	case StepAwaitExtension:
+		// A pinned hold that ended (its extensions failed) extends no more.
+		pinned, now := env.clients.pinnedHold(), env.Rec.Now()
+		ended := func(e Event) bool {
+			return (e.At >= now && isExtensionNote(e)) || (pinned != 0 && e.Hold == pinned && e.Kind == ReleaseInvoke)
+		}
 		wctx, cancel := context.WithTimeout(ctx, sc.maxTTL())
 		defer cancel()
-		if _, err := env.Rec.WaitFor(wctx, env.Rec.Now(), isExtensionNote); err != nil {
-			return fmt.Errorf("no extension ended within %s: %w", sc.maxTTL(), err)
+		if _, err := env.Rec.WaitFor(wctx, 0, ended); err != nil {
+			return fmt.Errorf("no extension ended within %s, and the pinned hold goes on: %w", sc.maxTTL(), err)
 		}
 	case StepAlign:
 		now := time.Now()

@@ -158,8 +158,8 @@ func HoldBack() Step { return Step{Kind: StepHoldBack} }
 func AlignTo(at time.Duration) Step { return Step{Kind: StepAlign, Wait: at} }
 
 // AwaitExtension is the step that waits until the library reports that an
-// extension ended, extended or not: a fault applied right after it has
-// the most time before the next one.
+// extension ended, extended or not, unless the pinned hold has ended: a
+// fault applied right after it has the most time before the next one.
 func AwaitExtension() Step { return Step{Kind: StepAwaitExtension} }
 
 func window(f Fault, d time.Duration) []Step { return []Step{Apply(f), Wait(d), Heal(f)} }
@@ -186,7 +186,7 @@ func (s Step) String() string {
 	case StepAlign:
 		return fmt.Sprintf("wait until %v into a wall-clock second", s.Wait)
 	case StepAwaitExtension:
-		return "await the outcome of an extension"
+		return "await the outcome of an extension, unless the pinned hold ended"
 	}
 	return "?"
 }
@@ -217,7 +217,10 @@ type Scenario struct {
 	// AllowFailoverNodes is redlock.Options.AllowFailoverNodes: the
 	// clients accept nodes whose masters have replicas.
 	AllowFailoverNodes bool
-	TLS                bool // clients reach the lock nodes over TLS with client certificates
+	// DurableVotes is redlock.Options.DurableVotes: a vote counts once the
+	// master's replicas acknowledged it.
+	DurableVotes bool
+	TLS          bool // clients reach the lock nodes over TLS with client certificates
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
@@ -430,22 +433,29 @@ func failoverDuring(masters, away []int) []Step {
 // promoted replicas and n4 are a quorum that never saw the extension. (Run
 // with all five votes, the minority failover is safe: on Docker, where an
 // extension now and then misses a node's timeout, it was not.)
+// The same schedules with durable votes are safe: an extension counts only
+// where the replicas acknowledged it, so after the cut the holder's
+// extensions fail and its lock runs out before the failover.
 func failoverScenarios() []Scenario {
 	return []Scenario{
 		failoverScenario("failover-minority-not-durable", "every node a master with an async replica; a hold through Do taken with n4 cut off; two masters' replication cut, then they fail over to replicas that missed the holder's extensions; votes not durable, no grace: they and n4 are a quorum",
-			[]int{0, 1}, []int{4}, Expect{Verdict: VerdictUnsafeByDesign}),
+			[]int{0, 1}, []int{4}, false, Expect{Verdict: VerdictUnsafeByDesign}),
 		failoverScenario("failover-majority-not-durable", "every node a master with an async replica; during a hold through Do three masters' replication is cut, then they fail over to replicas that missed the holder's extensions; votes not durable, no grace: a challenger takes the lock while the holder's extension still runs",
-			[]int{0, 1, 2}, nil, Expect{Verdict: VerdictUnsafeByDesign}),
+			[]int{0, 1, 2}, nil, false, Expect{Verdict: VerdictUnsafeByDesign}),
+		failoverScenario("failover-minority-durable", "as failover-minority-not-durable, with durable votes (no grace either): the extensions after the cut are not acknowledged by the cut replicas and do not count",
+			[]int{0, 1}, []int{4}, true, Expect{Verdict: VerdictSafe}),
+		failoverScenario("failover-majority-durable", "as failover-majority-not-durable, with durable votes (no grace either): the extensions after the cut do not count, and the holder's lock runs out before the failover",
+			[]int{0, 1, 2}, nil, true, Expect{Verdict: VerdictSafe}),
 	}
 }
 
 // failoverScenario is a failover of masters during a hold of the mutex
-// (see failoverDuring), with votes that are not durable and no restart
-// grace.
-func failoverScenario(name, about string, masters, away []int, x Expect) Scenario {
+// (see failoverDuring), without restart grace, with durable votes or with
+// votes that are not durable (AllowFailoverNodes).
+func failoverScenario(name, about string, masters, away []int, durable bool, x Expect) Scenario {
 	return Scenario{Name: name, About: about, Scheme: RedlockScheme{}, Expect: x,
-		TTL: failoverTTL, UseDo: true, Replicas: true, AllowFailoverNodes: true, RestartGrace: redlock.NoRestartGrace, Once: true,
-		Schedule: failoverDuring(masters, away)}
+		TTL: failoverTTL, UseDo: true, Replicas: true, AllowFailoverNodes: !durable, DurableVotes: durable,
+		RestartGrace: redlock.NoRestartGrace, Once: true, Schedule: failoverDuring(masters, away)}
 }
 
 // rapidRestarts is a round of four forgotten locks under a sub-second TTL:

@@ -47,8 +47,10 @@ type SchemeEnv struct {
 	// client (ignored by the baselines, which have none).
 	RestartGrace time.Duration
 	ClockGuard   bool
-	// AllowFailoverNodes sets the redlock client's option of that name.
+	// AllowFailoverNodes and DurableVotes set the redlock client's options
+	// of those names.
 	AllowFailoverNodes bool
+	DurableVotes       bool
 	// Note records what the library reports (a node sitting out, a lost
 	// lock) into the history.
 	Note func(detail string)
@@ -151,6 +153,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		Clock:              skewedClock{env.ClockSkew},
 		Logger:             env.Log,
 		AllowFailoverNodes: env.AllowFailoverNodes,
+		DurableVotes:       env.DurableVotes,
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = redlock.NoClockGuard
