@@ -112,7 +112,7 @@ const (
 	StepResume                             // let the clients go on
 	StepHoldBack                           // park every client but the pinned holder
 	StepAlign                              // wait until the wall clock is Wait into a second
-	StepAwaitExtension                     // wait until the library reports an extension's outcome (extended or failed)
+	StepAwaitExtension                     // wait until the library reports an extension's outcome, unless the pinned hold ended
 )
 
 // AnyClient in a StepAwaitHold step accepts an acquisition by any client.
@@ -406,8 +406,8 @@ const failoverTTL = 4500 * time.Millisecond
 // links of masters are cut, so that what the holder's extensions write on
 // them from then on never reaches their replicas; once the original TTL
 // has run out (the replicas' copy of the key has expired) and right after
-// the holder's next extension, those masters fail over at once, the nodes
-// of away come back, and the challengers, never held back, go for the
+// the holder's next extension, the nodes of away come back, those masters
+// fail over at once, and the challengers, never held back, go for the
 // promoted replicas. The extensions made after the cut are the writes a
 // failover really loses. The challengers have until the holder's next
 // extension, which re-creates its key where it is missing.
@@ -417,11 +417,11 @@ func failoverDuring(masters, away []int) []Step {
 		steps = []Step{Quiesce(), Apply(Partition{away}), Resume()}
 	}
 	steps = append(steps, AwaitHold(AnyClient), Apply(ReplicationCut{masters}), Wait(failoverTTL+200*time.Millisecond),
-		AwaitExtension(), Apply(Failover{masters}))
+		AwaitExtension())
 	if len(away) > 0 {
 		steps = append(steps, Heal(Partition{away}))
 	}
-	return append(steps, Wait(failoverTTL/2), Unpin(), Heal(Failover{masters}), Heal(ReplicationCut{masters}))
+	return append(steps, Apply(Failover{masters}), Wait(failoverTTL/2), Unpin(), Heal(Failover{masters}), Heal(ReplicationCut{masters}))
 }
 
 // failoverScenarios fail over a minority and a majority of the nodes
