@@ -150,7 +150,7 @@ type nodeFlags struct {
 }
 
 func (nf *nodeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent Redis masters, redis://[user:pass@]host:port[/db] or rediss:// (default $REDLOCK_NODES)")
+	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent nodes: a master redis://[user:pass@]host:port[/db], a Redis Cluster redis+cluster://host:port?addr=host2:port2, a Sentinel master redis+sentinel://host:26379?master_name=NAME&addr=host2:26379; rediss for TLS (default $REDLOCK_NODES)")
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
@@ -174,7 +174,7 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 		}
 	}
 	for i, raw := range urls {
-		if _, err := redlock.ParseURL(raw); err != nil {
+		if _, err := redlock.ParseNodeURL(raw); err != nil {
 			return nil, withExitCode(exitUsage, fmt.Errorf("%s: node %d of %d (%s): %w", source, i+1, len(urls), redlock.RedactURL(raw), err))
 		}
 	}
