@@ -127,7 +127,7 @@ func TestParseNodeURLErrors(t *testing.T) {
 	}
 	for raw, want := range map[string]string{
 		"redis+sentinel://u:s3cretpw@s1:26379?master_name=m&password=s3cretpw": "redis+sentinel://xxxxx@s1:26379?master_name=m&password=xxxxx",
-		"rediss+cluster://s3cretpw@h:1?addr=h2:2":                               "rediss+cluster://xxxxx@h:1?addr=h2:2",
+		"rediss+cluster://s3cretpw@h:1?addr=h2:2":                              "rediss+cluster://xxxxx@h:1?addr=h2:2",
 	} {
 		if got := redlock.RedactURL(raw); got != want {
 			t.Errorf("RedactURL: got %q, want %q", got, want)
@@ -191,5 +191,82 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// The operator's view of deployments: each node's kind, the masters behind
+// it (for one lock: the master serving its slot, the master Sentinel
+// names), their replicas and how far behind they are, and the library's own
+// refusal of a node that fails over without the opt-in.
+func TestNodesForShowsMastersAndReplicas(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
+	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
+	if err := rc.AwaitHealthy(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clusterURL := "redis+cluster://" + rc.Addrs()[0]
+	sentinelURL := "redis+sentinel://" + ss.SentinelAddrs()[0] + "?master_name=" + ss.Name
+
+	refused, err := redlock.NewFromURLs([]string{clusterURL}, redlock.Options{TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer refused.Close()
+	info := refused.Nodes(ctx)[0]
+	if info.Err != nil || !errors.Is(info.Refused, redlock.ErrFailoverNode) || info.Voting {
+		t.Fatalf("a cluster with replicas without the opt-in: want Refused to match ErrFailoverNode and no vote, got err %v, refused %v, voting %v", info.Err, info.Refused, info.Voting)
+	}
+
+	c, err := redlock.NewFromURLs([]string{clusterURL, sentinelURL}, redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	all := c.Nodes(ctx)
+	if all[0].Kind != redlock.KindCluster || all[1].Kind != redlock.KindSentinel || len(all[0].Masters) != 2 || all[0].Refused != nil {
+		t.Fatalf("Nodes: kinds %s and %s, %d cluster masters, refused %v; want cluster, sentinel, 2, nil", all[0].Kind, all[1].Kind, len(all[0].Masters), all[0].Refused)
+	}
+	name := nameInSlots(c, "job", 8192, 16383)
+	slotMaster, err := rc.MasterFor(ctx, c.KeySlot(name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinelMaster, err := ss.CurrentMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A replica's acknowledgement comes every second: wait for both to be
+	// online and caught up, as the view shows it.
+	var infos []redlock.NodeInfo
+	eventually(t, 20*time.Second, "both nodes' masters listed with one replica each, online and caught up", func() bool {
+		if infos, err = c.NodesFor(ctx, name); err != nil {
+			t.Fatal(err)
+		}
+		for _, in := range infos {
+			if in.Err != nil || len(in.Masters) != 1 || len(in.Masters[0].Replicas) != 1 {
+				return false
+			}
+			if r := in.Masters[0].Replicas[0]; r.State != "online" || r.Behind != 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, want := range []*redistest.Server{slotMaster, sentinelMaster} {
+		if got := infos[i].Masters[0].Addr; got != want.Addr {
+			t.Errorf("node %d: master %s, want %s", i+1, got, want.Addr)
+		}
+	}
+	serves := false
+	for _, r := range infos[0].Masters[0].Slots {
+		serves = serves || r.First <= c.KeySlot(name) && c.KeySlot(name) <= r.Last
+	}
+	if !serves {
+		t.Errorf("the cluster master listed for %s serves %v, not slot %d", name, infos[0].Masters[0].Slots, c.KeySlot(name))
+	}
+	if _, err := c.NodesFor(ctx, ""); !errors.Is(err, redlock.ErrInvalidConfig) {
+		t.Errorf("NodesFor with no name: want ErrInvalidConfig, got %v", err)
 	}
 }
