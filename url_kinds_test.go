@@ -209,22 +209,31 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 	clusterURL := "redis+cluster://" + rc.Addrs()[0]
 	sentinelURL := "redis+sentinel://" + ss.SentinelAddrs()[0] + "?master_name=" + ss.Name
 
-	refused, err := redlock.NewFromURLs([]string{clusterURL}, redlock.Options{TTL: time.Second})
+	// A 10s TTL: probes get 4 node timeouts of 200ms, room for a loaded machine.
+	refused, err := redlock.NewFromURLs([]string{clusterURL}, redlock.Options{TTL: 10 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer refused.Close()
-	info := refused.Nodes(ctx)[0]
-	if info.Err != nil || !errors.Is(info.Refused, redlock.ErrFailoverNode) || info.Voting {
+	var info redlock.NodeInfo
+	eventually(t, 10*time.Second, "the cluster node is probed", func() bool {
+		info = refused.Nodes(ctx)[0]
+		return info.Err == nil
+	})
+	if !errors.Is(info.Refused, redlock.ErrFailoverNode) || info.Voting {
 		t.Fatalf("a cluster with replicas without the opt-in: want Refused to match ErrFailoverNode and no vote, got err %v, refused %v, voting %v", info.Err, info.Refused, info.Voting)
 	}
 
-	c, err := redlock.NewFromURLs([]string{clusterURL, sentinelURL}, redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
+	c, err := redlock.NewFromURLs([]string{clusterURL, sentinelURL}, redlock.Options{TTL: 10 * time.Second, AllowFailoverNodes: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	all := c.Nodes(ctx)
+	var all []redlock.NodeInfo
+	eventually(t, 10*time.Second, "both nodes are probed", func() bool {
+		all = c.Nodes(ctx)
+		return all[0].Err == nil && all[1].Err == nil
+	})
 	if all[0].Kind != redlock.KindCluster || all[1].Kind != redlock.KindSentinel || len(all[0].Masters) != 2 || all[0].Refused != nil {
 		t.Fatalf("Nodes: kinds %s and %s, %d cluster masters, refused %v; want cluster, sentinel, 2, nil", all[0].Kind, all[1].Kind, len(all[0].Masters), all[0].Refused)
 	}
