@@ -457,10 +457,8 @@ func printDeployments(w io.Writer, infos []redlock.NodeInfo, name string, refuse
 // (Refused, or at New) unless failover nodes are accepted.
 func durableVotes(n redlock.NodeInfo, refusedAtNew bool) string {
 	switch {
-	case errors.Is(n.Refused, redlock.ErrFailoverNode):
-		return "no: refused, exec exits 64 (--allow-failover-nodes accepts it)"
-	case n.Kind == redlock.KindSentinel && refusedAtNew:
-		return "no: refused, exec exits 64 (--allow-failover-nodes accepts it)"
+	case errors.Is(n.Refused, redlock.ErrFailoverNode), n.Kind == redlock.KindSentinel && refusedAtNew:
+		return fmt.Sprintf("no: refused, exec exits %d (--allow-failover-nodes accepts it)", exitUsage)
 	case n.Kind == redlock.KindSentinel || n.Kind == redlock.KindCluster && n.Replicas > 0:
 		return "no: accepted (--allow-failover-nodes): a failover during a hold loses this node's vote"
 	case n.Replicas > 0:
