@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -271,7 +272,11 @@ func RedactURL(raw string) string {
 		prefix, rest = raw[:i+3], raw[i+3:]
 	}
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return prefix + "xxxxx@" + rest[at+1:]
+		rest = "xxxxx@" + rest[at+1:]
 	}
-	return raw
+	return prefix + queryPassword.ReplaceAllString(rest, "${1}xxxxx")
 }
+
+// queryPassword finds the value of a password parameter (password=, and
+// go-redis' sentinel_password=) in a URL that does not parse.
+var queryPassword = regexp.MustCompile(`((?:^|[?&])[a-z_]*password=)[^&#]*`)
