@@ -221,6 +221,10 @@ type NodeInfo struct {
 	// reached (Sentinel's current one); for a Cluster node every master
 	// and its slots, or, from NodesFor, the master serving the lock's slot.
 	Masters []MasterInfo
+	// DurableVotes tells that the node's votes wait for its master's
+	// replicas to acknowledge them (Options.DurableVotes), so that a
+	// promoted replica holds every counted vote.
+	DurableVotes bool
 	// Refused is why the client refuses the node's vote for good, nil if it
 	// does not: ErrNotIndependent (a replica, a server given twice),
 	// ErrFailoverNode (it fails over and its votes are not durable),
@@ -306,6 +310,7 @@ func (c *Client) nodeInfos(ctx context.Context, key string) []NodeInfo {
 			return
 		}
 		info.Masters = c.masters(pctx, n, res, key)
+		info.DurableVotes = c.opts.DurableVotes
 		info.Role, info.RunID, info.Uptime = res.role, res.runID, res.uptime
 		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
 		info.RTT = res.timeRecv.Sub(res.timeSent)

@@ -14,7 +14,7 @@ import (
 // a master managed by Sentinel, with one plain master. nodes shows each node's kind, the
 // master that serves the lock, its replicas and whether votes are durable; exec refuses where
 // the library refuses (the Sentinel node at New), and status warns there but still shows the
-// lock; with --allow-failover-nodes exec takes the lock.
+// lock; with --allow-failover-nodes or --durable-votes exec takes the lock.
 func TestDeploymentNodesView(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -79,5 +79,13 @@ func TestDeploymentNodesView(t *testing.T) {
 	}
 	if x := run(t, "exec", ttlFlag, noGrace, "--allow-failover-nodes", nodes, name, "--", "true"); x.code != 0 {
 		t.Errorf("exec --allow-failover-nodes: got %v", x)
+	}
+	// Durable votes: the nodes with replicas are accepted, and their votes wait for them.
+	d := run(t, "nodes", ttlFlag, noGrace, "--durable-votes", nodes, name)
+	if d.code != 0 || strings.Count(d.stdout, "yes: every vote waits for the master's replicas") != 2 || !strings.Contains(d.stdout, "n/a: no replica") {
+		t.Errorf("nodes --durable-votes: want exit 0, the two nodes with replicas durable and the plain master n/a, got %v", d)
+	}
+	if x := run(t, "exec", ttlFlag, noGrace, "--durable-votes", nodes, name, "--", "true"); x.code != 0 {
+		t.Errorf("exec --durable-votes: got %v", x)
 	}
 }

@@ -149,7 +149,9 @@ type nodeFlags struct {
 	// allowFailover accepts nodes that fail over by themselves (Sentinel
 	// masters, Cluster masters with replicas): Options.AllowFailoverNodes.
 	allowFailover bool
-	log           *slog.Logger // the -v logger, made on first use
+	// durableVotes makes every vote wait for the master's replicas: Options.DurableVotes.
+	durableVotes bool
+	log          *slog.Logger // the -v logger, made on first use
 }
 
 func (nf *nodeFlags) register(fs *flag.FlagSet) {
@@ -157,7 +159,8 @@ func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
-	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, Cluster masters with replicas): a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
+	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a failover keeps every counted vote; accepts nodes with replicas")
+	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, masters with replicas) without durable votes: a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
 	nf.tls.register(fs)
 }
 
@@ -189,7 +192,8 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 // the client's own log, its events (each attempt's outcome with every node's error) and
 // go-redis' log lines go to stderr through one slog logger.
 func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
-	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix, AllowFailoverNodes: nf.allowFailover}
+	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix,
+		AllowFailoverNodes: nf.allowFailover, DurableVotes: nf.durableVotes}
 	if nf.verbose {
 		opts.Logger = nf.logger(a)
 		opts.Observer = eventLog{opts.Logger}
@@ -283,7 +287,7 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 // fails over, which names the option.
 func failoverHint(err error) error {
 	if errors.Is(err, redlock.ErrFailoverNode) {
-		return fmt.Errorf("%w (the CLI's --allow-failover-nodes)", err)
+		return fmt.Errorf("%w (the CLI's --durable-votes or --allow-failover-nodes)", err)
 	}
 	return err
 }

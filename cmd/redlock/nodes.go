@@ -35,7 +35,8 @@ the keys (with NAME, a Cluster's master serving that lock's slot; for a Sentinel
 master Sentinel names now), its replicas with how many bytes of the replication stream each
 has not acknowledged and how long ago it last did, and whether the node's votes survive a
 failover. Nodes that fail over by themselves (Sentinel masters, Cluster masters with
-replicas) are refused unless --allow-failover-nodes is given; nodes shows them anyway.
+replicas, masters with replicas) are refused unless --durable-votes or --allow-failover-nodes
+is given; nodes shows them anyway.
 
 A node without appendfsync always loses its keys and fence register when it crashes; the
 restart grace (on by default, one lock TTL) keeps it out until every lock it knew about has
@@ -452,19 +453,19 @@ func printDeployments(w io.Writer, infos []redlock.NodeInfo, name string, refuse
 	tw.Flush()
 }
 
-// durableVotes says whether a node's votes survive a failover. No vote waits for replicas
-// yet, so a node that can fail over has votes that are not durable: the library refuses it
-// (Refused, or at New) unless failover nodes are accepted.
+// durableVotes says whether a node's votes survive a failover, from what the library says:
+// its refusal (Refused, or at New for a Sentinel node) and whether votes wait for replicas.
 func durableVotes(n redlock.NodeInfo, refusedAtNew bool) string {
+	replicas := n.Replicas > 0 || n.Kind == redlock.KindSentinel
 	switch {
 	case errors.Is(n.Refused, redlock.ErrFailoverNode), n.Kind == redlock.KindSentinel && refusedAtNew:
-		return fmt.Sprintf("no: refused, exec exits %d (--allow-failover-nodes accepts it)", exitUsage)
-	case n.Kind == redlock.KindSentinel || n.Kind == redlock.KindCluster && n.Replicas > 0:
-		return "no: accepted (--allow-failover-nodes): a failover during a hold loses this node's vote"
-	case n.Replicas > 0:
-		return "no: a master with replicas; a failover (manual, or by a tool outside redlock) loses its vote"
+		return fmt.Sprintf("no: refused, exec exits %d (--durable-votes makes votes wait for the replicas; --allow-failover-nodes accepts them as they are)", exitUsage)
+	case !replicas:
+		return "n/a: no replica to fail over to"
+	case n.DurableVotes:
+		return "yes: every vote waits for the master's replicas (WAIT)"
 	}
-	return "n/a: no replica to fail over to"
+	return "no: accepted (--allow-failover-nodes): a failover during a hold loses this node's vote"
 }
 
 // tlsState shows a node's TLS version and when its certificate expires.
