@@ -86,11 +86,12 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	infos := client.Nodes(ctx)
-	if name != "" {
-		if infos, err = client.NodesFor(ctx, name); err != nil {
-			return withExitCode(exitUsage, err)
-		}
+	// With NAME, votes are judged for that lock and a Cluster node shows its slot's master.
+	var infos []redlock.NodeInfo
+	if name == "" {
+		infos = client.Nodes(ctx)
+	} else if infos, err = client.NodesFor(ctx, name); err != nil {
+		return withExitCode(exitUsage, err)
 	}
 	for _, n := range infos {
 		nf.logNodeError(a, n.Node, n.Err)
