@@ -379,6 +379,7 @@ type probeResult struct {
 	shards      []probeResult // a Cluster node's masters, by address
 	promoted    bool          // a master promoted from replica since it started: dated as started now
 	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
 	// others are the clock samples of a Cluster node's other masters.
@@ -455,6 +456,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.promoted, res.uptime = true, 0
 	}
 	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
+	res.links = replicaLinks(fields)
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -493,6 +495,36 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.cluster = probeCluster(ctx, rdb, c.registerKey())
 	}
 	return res, nil
+}
+
+// replicaLinks reads the replicas a master lists in INFO replication
+// ("slave0:ip=10.0.0.2,port=6379,state=online,offset=1234,lag=0"), with how
+// far each is behind the master's replication offset.
+func replicaLinks(fields map[string]string) []ReplicaInfo {
+	n, _ := strconv.Atoi(fields["connected_slaves"])
+	master, _ := strconv.ParseInt(fields["master_repl_offset"], 10, 64)
+	var out []ReplicaInfo
+	for i := range n {
+		line, ok := fields["slave"+strconv.Itoa(i)]
+		if !ok {
+			continue
+		}
+		kv := make(map[string]string)
+		for _, part := range strings.Split(line, ",") {
+			if k, v, ok := strings.Cut(part, "="); ok {
+				kv[k] = v
+			}
+		}
+		r := ReplicaInfo{Addr: net.JoinHostPort(kv["ip"], kv["port"]), State: kv["state"]}
+		if off, err := strconv.ParseInt(kv["offset"], 10, 64); err == nil {
+			r.Behind = max(master-off, 0)
+		}
+		if secs, err := strconv.ParseInt(kv["lag"], 10, 64); err == nil {
+			r.LastAck = time.Duration(secs) * time.Second
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func parseInfo(s string) map[string]string {
