@@ -18,8 +18,9 @@
  *   client that pauses for any time (past its validity too).
  *   Faults, each switched on by a -D flag: one node crash+restart (CRASH),
  *   with or without persistence (PERSIST); one forward clock jump of a node
- *   (JUMP); one failover of node 0 (FAILOVER, below).  Guards, selected by -D flags: restart grace NOGRACE | OWN |
- *   FLEET_SCRIPT | FLEET_PRE, clock guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS.
+ *   (JUMP); one failover of node 0 (FAILOVER, below).  Guards, selected by
+ *   -D flags: restart grace NOGRACE | OWN | FLEET_SCRIPT | FLEET_PRE, clock
+ *   guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS; durable votes (DURABLE).
  *   The extension counts only if its quorum answered before the current
  *   deadline (LATE_EXTEND: the old rule, any answer while the new validity
  *   is positive); NOFENCE: the repair ignores F, as extend.lua does with
@@ -30,7 +31,7 @@
  * The failover (FAILOVER)
  *   Node 0 is a master with one replica; the other nodes have none (the
  *   nodes are symmetric, so node 0 stands for any).  The replica holds a copy
- *   of the master's key, F and R, with the key's absolute expiry (Redis
+ *   of the master's key and F, with the key's absolute expiry (Redis
  *   replicates PEXPIREAT, and the replica's clock is the master's here: a
  *   promoted replica's own clock is the clock guard's business).  A
  *   "replicate" step, enabled at any moment, copies the master's state to
@@ -40,13 +41,17 @@
  *   again).  The failover, at most once and at any time t <= CRASH_BY,
  *   promotes the replica: node 0's state becomes the replica's, losing the
  *   writes it had not received; node 0 has no replica from then on (its old
- *   master is gone), so a later vote needs no acknowledgement.
+ *   master is gone), so a later vote needs no acknowledgement.  R is not
+ *   copied, and the promotion empties it (the worst case): with one fault,
+ *   node 0's R is read only for the grace of another restarted node, and
+ *   there is none.
  *   DURABLE: a vote of node 0 counts only once its replica holds the write
  *   (WAIT 1 pipelined after the script): the reply is read in a step of its
  *   own, any time after the script ran, and counts only if a replicate step
  *   came in between (else it is WAIT's timeout: the vote does not count,
  *   the key may be set, the release sweeps it).  Every write script waits:
- *   acquire, raise and extend.  Without DURABLE the promoted master is, for
+ *   acquire, raise and extend (a refusal is read at once: it is a no either
+ *   way).  A release does not wait: see LEFT_BEHIND.  Without DURABLE the promoted master is, for
  *   the guards, a node restarted at the moment of the promotion (upat, the
  *   earliest moment a client can first see it: dating it at a later first
  *   sight only makes it sit out longer); the grace flags apply to it.
@@ -145,7 +150,6 @@ bool jumped;        /* the one jump has happened */
 byte rowner;
 byte rkexp;
 byte rF;
-byte rR;
 bool hasReplica = 1;  /* until the failover promoted it */
 byte revOwner;        /* the key the promotion put back on node 0, */
 byte revExp;          /* with its expiry (see LEFT_BEHIND) */
@@ -186,8 +190,21 @@ inline expire(n) {
 /* time; keys expire eagerly at each tick so that equal situations are equal
    states (a reader sees the same as with Redis' lazy expiry) */
 #ifdef FAILOVER
+/* Without durable votes the replica matters only through a promotion: past
+   the last moment of one (CRASH_BY) it is forgotten at the tick, so that
+   equal situations are equal states.  With them its acknowledgements matter
+   until the end. */
+#ifdef DURABLE
+#define REPLICA_GONE 0
+#else
+#define REPLICA_GONE (now > CRASH_BY)
+#endif
 /* the replica reads keys by the same absolute expiry (eagerly, as the masters) */
-#define EXPIRE_REPLICA if :: rowner != 0 && !rlive -> rowner = 0; rkexp = 0 :: else -> skip fi
+#define EXPIRE_REPLICA \
+  if \
+  :: REPLICA_GONE || (rowner != 0 && !rlive) -> rowner = 0; rkexp = 0; if :: REPLICA_GONE -> rF = 0 :: else -> skip fi \
+  :: else -> skip \
+  fi
 #else
 #define EXPIRE_REPLICA skip
 #endif
@@ -221,9 +238,9 @@ active proctype faults() {
   /* the replica is promoted: node 0 keeps only what the replica held */
   :: atomic {
        now <= CRASH_BY;
-       owner[0] = rowner; kexp[0] = rkexp; F[0] = rF; R[0] = rR;
+       owner[0] = rowner; kexp[0] = rkexp; F[0] = rF; R[0] = 0;
        revOwner = rowner; revExp = rkexp;
-       rowner = 0; rkexp = 0; rF = 0; rR = 0; hasReplica = 0;
+       rowner = 0; rkexp = 0; rF = 0; hasReplica = 0;
        restarted[0] = 1; upat[0] = now    /* a new server for the guards */
      }
 #endif
@@ -237,12 +254,12 @@ active proctype faults() {
 active proctype replication() {
   do
   :: atomic {
-       hasReplica && (!acked[0] || !acked[1] ||
-                      !(rowner == owner[0] && rkexp == kexp[0] && rF == F[0] && rR == R[0])) ->
-       rowner = owner[0]; rkexp = kexp[0]; rF = F[0]; rR = R[0];
+       hasReplica && !REPLICA_GONE && (!acked[0] || !acked[1] ||
+                      !(rowner == owner[0] && rkexp == kexp[0] && rF == F[0])) ->
+       rowner = owner[0]; rkexp = kexp[0]; rF = F[0];
        acked[0] = 1; acked[1] = 1
      }
-  :: atomic { !hasReplica || finished == 2 -> break }
+  :: atomic { !hasReplica || finished == 2 || REPLICA_GONE -> break }
   od
 }
 #endif
