@@ -190,15 +190,12 @@ inline expire(n) {
 /* time; keys expire eagerly at each tick so that equal situations are equal
    states (a reader sees the same as with Redis' lazy expiry) */
 #ifdef FAILOVER
-/* Without durable votes the replica matters only through a promotion: past
-   the last moment of one (CRASH_BY) it is forgotten at the tick, so that
-   equal situations are equal states.  With them its acknowledgements matter
-   until the end. */
-#ifdef DURABLE
-#define REPLICA_GONE 0
-#else
+/* The replica matters only through a promotion: past the last moment of
+   one (CRASH_BY) it is forgotten at the tick, so that equal situations are
+   equal states.  With durable votes node 0's later votes then count without
+   waiting (no promotion can lose them any more), and a WAIT still in flight
+   times out (its vote does not count). */
 #define REPLICA_GONE (now > CRASH_BY)
-#endif
 /* the replica reads keys by the same absolute expiry (eagerly, as the masters) */
 #define EXPIRE_REPLICA \
   if \
@@ -382,7 +379,7 @@ inline grant() {
 #if defined(FAILOVER) && defined(DURABLE)
 #define AWAIT_OR_READ(k) \
   if \
-  :: k == 0 && hasReplica && rep[k] == 1 -> acked[c] = 0; waiting = 1; rval0 = rval; rval = 0 \
+  :: k == 0 && hasReplica && !REPLICA_GONE && rep[k] == 1 -> acked[c] = 0; waiting = 1; rval0 = rval; rval = 0 \
   :: else -> readReply(k) \
   fi
 #define WAIT_READ :: atomic { waiting -> rval = rval0; rval0 = 0; readReply(0) }
