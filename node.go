@@ -50,6 +50,14 @@ type node struct {
 	// its servers' dials.
 	watched sync.Map // *redis.Client -> struct{}
 
+	// replicas is the most replicas the node's master (a node that is one
+	// server, or a Sentinel's) reported connected since this client met
+	// it: how many acknowledgements a durable vote needs (durable.go).
+	// waitAOF: the master has WAITAOF and its AOF on, so votes wait for
+	// fsyncs rather than for receipt.
+	replicas atomic.Int64
+	waitAOF  atomic.Bool
+
 	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
 	raising atomic.Bool                     // a background raise of the register is under way
@@ -189,6 +197,11 @@ type shardGuard struct {
 	upSince     time.Time   // dated as nodeGuard.upSince is
 	known       bool        // met after the node (a restart, a promotion, a new master), not at first contact
 	slots       []SlotRange // the slots it serves or imports, in its own view at the probe
+	// replicas are the replicas CLUSTER NODES lists for it, connected or
+	// not (at least those connected): a durable vote on it needs that many
+	// acknowledgements. waitAOF as node.waitAOF.
+	replicas int
+	waitAOF  bool
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
@@ -196,6 +209,20 @@ func (sg *shardGuard) serves(slot int) bool {
 	for _, r := range sg.slots {
 		if r.First <= slot && slot <= r.Last {
 			return true
+		}
+	}
+	return false
+}
+
+// slotsGained tells whether now has a slot that before has not.
+func slotsGained(before, now []SlotRange) bool {
+	for _, r := range now {
+		for slot := r.First; slot <= r.Last; {
+			i := slices.IndexFunc(before, func(b SlotRange) bool { return b.First <= slot && slot <= b.Last })
+			if i < 0 {
+				return true
+			}
+			slot = before[i].Last + 1
 		}
 	}
 	return false
@@ -225,7 +252,7 @@ func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string
 		if now.Before(sh.upSince.Add(grace)) {
 			what := "started"
 			if sh.known {
-				what = "is new (restarted, promoted or met after the others)"
+				what = "is new (restarted, promoted, met after the others, or given slots it did not serve)"
 			}
 			return fmt.Errorf("%w: its master %s %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
 				ErrNodeSittingOut, sh.addr, what, grace, sh.upSince.Add(grace).Sub(now).Round(time.Millisecond))
@@ -312,14 +339,27 @@ func (h serverWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // ran marks the node stale if cmd was a script and this server is not one
-// of the masters the node's guard knows.
+// of the masters the node's guard knows, or did not serve the slot of the
+// script's keys at the last probe: a slot moved to a master the guard
+// knew (a reshard) may have come without its keys.
 func (h serverWatch) ran(cmd redis.Cmder) {
 	switch cmd.Name() {
 	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
 	default:
 		return
 	}
-	if g := h.n.guard.Load(); g != nil && g.shard(h.addr) == nil {
+	g := h.n.guard.Load()
+	if g == nil {
+		return
+	}
+	sh := g.shard(h.addr)
+	if sh == nil {
+		h.n.stale.Store(true)
+		return
+	}
+	// Not judged by the reply: in a ClusterClient's pipeline the hook runs
+	// before the replies are read, and a MOVED reply only costs a probe.
+	if key := scriptKey(cmd.Args()); key != "" && !sh.serves(keySlot(key)) {
 		h.n.stale.Store(true)
 	}
 }
@@ -338,7 +378,9 @@ type probeResult struct {
 	claims      []SlotRange   // and the slots it serves or imports
 	shards      []probeResult // a Cluster node's masters, by address
 	promoted    bool          // a master promoted from replica since it started: dated as started now
-	replicas    int           // replicas connected to the master(s)
+	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
+	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
@@ -378,6 +420,10 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		reg = c.registerCmd(ctx, pipe, raise)
 	}
 	learnScripts := loadScripts(ctx, pipe)
+	var waitAOFInfo *redis.Cmd
+	if c.opts.DurableVotes {
+		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
+	}
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
@@ -410,6 +456,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.promoted, res.uptime = true, 0
 	}
 	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
+	res.links = replicaLinks(fields)
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -428,6 +475,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	res.nodeTime = tm.Val()
 	res.appendOnly = fields["aof_enabled"] == "1"
+	if waitAOFInfo != nil {
+		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+	}
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
@@ -445,6 +495,36 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.cluster = probeCluster(ctx, rdb, c.registerKey())
 	}
 	return res, nil
+}
+
+// replicaLinks reads the replicas a master lists in INFO replication
+// ("slave0:ip=10.0.0.2,port=6379,state=online,offset=1234,lag=0"), with how
+// far each is behind the master's replication offset.
+func replicaLinks(fields map[string]string) []ReplicaInfo {
+	n, _ := strconv.Atoi(fields["connected_slaves"])
+	master, _ := strconv.ParseInt(fields["master_repl_offset"], 10, 64)
+	var out []ReplicaInfo
+	for i := range n {
+		line, ok := fields["slave"+strconv.Itoa(i)]
+		if !ok {
+			continue
+		}
+		kv := make(map[string]string)
+		for _, part := range strings.Split(line, ",") {
+			if k, v, ok := strings.Cut(part, "="); ok {
+				kv[k] = v
+			}
+		}
+		r := ReplicaInfo{Addr: net.JoinHostPort(kv["ip"], kv["port"]), State: kv["state"]}
+		if off, err := strconv.ParseInt(kv["offset"], 10, 64); err == nil {
+			r.Behind = max(master-off, 0)
+		}
+		if secs, err := strconv.ParseInt(kv["lag"], 10, 64); err == nil {
+			r.LastAck = time.Duration(secs) * time.Second
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func parseInfo(s string) map[string]string {
@@ -516,9 +596,17 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.shards != nil {
 		g.shards = make([]shardGuard, len(res.shards))
 		for i, r := range res.shards {
-			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims}
+			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims, replicas: r.replicas, waitAOF: r.waitAOF}
 			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
 				sg.upSince, sg.known = o.upSince, o.known
+				if slotsGained(o.slots, r.claims) {
+					// A master that took slots since the last probe (a
+					// reshard) may have taken them without their keys:
+					// for those slots it is a new server. Nothing on the
+					// server dates the move; it is dated at this reply,
+					// the latest it can have been.
+					sg.upSince, sg.known = r.recv, true
+				}
 			} else {
 				// A master we had not met under this run_id, on a node we
 				// knew, started after the node last answered us.
@@ -531,9 +619,28 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
 	}
-	if _, isCluster := n.rdb.(*redis.ClusterClient); g.excluded == nil && isCluster && res.replicas > 0 && !c.opts.AllowFailoverNodes {
+	if res.shards == nil {
+		// A node that is one server (a standalone master, or Sentinel's):
+		// the most replicas seen since we met it, so that a replica whose
+		// link is down still counts against a durable vote. (A
+		// FailoverClient does not tell its Sentinels' addresses, so
+		// SENTINEL REPLICAS cannot be asked; a replica never seen
+		// connected is the stated limit, docs/PROTOCOL.md §11.)
+		for {
+			seen := n.replicas.Load()
+			if int64(res.replicas) <= seen || n.replicas.CompareAndSwap(seen, int64(res.replicas)) {
+				break
+			}
+		}
+		n.waitAOF.Store(res.waitAOF)
+	}
+	if replicas := max(res.replicas, int(n.replicas.Load())); g.excluded == nil && replicas > 0 && !c.opts.DurableVotes && !c.opts.AllowFailoverNodes {
+		what := fmt.Sprintf("is a master with %d replicas", replicas)
+		if _, isCluster := n.rdb.(*redis.ClusterClient); isCluster {
+			what = fmt.Sprintf("is a Redis Cluster whose masters have %d replicas", replicas)
+		}
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: fmt.Sprintf("is a Redis Cluster whose masters have %d replicas: a failover may promote a replica that lacks a lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", res.replicas),
+			Reason: what + ": a failover may promote a replica that lacks a lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that",
 			Err:    ErrFailoverNode}
 	}
 	// A node in cluster mode that serves no slot, or not the register's,
@@ -789,7 +896,8 @@ func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 // unseen: every master is probed directly instead, and the node is one
 // server for the guards whose identity is every master's address and
 // run_id. A new master for any slot (a restart, a failover, a slot moved
-// to a master not seen before) is then a new server: the node sits out the
+// to a master not seen before, or to a known master that did not serve it:
+// slotsGained) is then a new server: the node sits out the
 // grace, for every lock. That is stricter than a guard per slot's master,
 // which would let the node keep voting for the locks of the other slots:
 // it costs availability, never safety.

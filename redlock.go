@@ -131,9 +131,10 @@ type Options struct {
 	// than silently left unencrypted. New ignores it: the go-redis clients
 	// given to New carry their own.
 	TLSConfig *tls.Config
-	// AllowFailoverNodes accepts nodes that fail over by themselves: a
-	// client of redis.NewFailoverClient (a master managed by Sentinel),
-	// and a *redis.ClusterClient whose masters have replicas. Without it
+	// AllowFailoverNodes accepts nodes that fail over by themselves, or
+	// may be made to: a client of redis.NewFailoverClient (a master
+	// managed by Sentinel), a *redis.ClusterClient whose masters have
+	// replicas, and a master with replicas. Without it (or DurableVotes)
 	// such nodes are refused with ErrFailoverNode: replication is
 	// asynchronous, so a replica promoted in a master's place may lack a
 	// lock's key, and a second client can take the lock while the first
@@ -144,6 +145,19 @@ type Options struct {
 	// its keys, and keep such failovers to fewer than a quorum's margin
 	// (see the README's deployments table).
 	AllowFailoverNodes bool
+	// DurableVotes makes votes survive a failover: after every script
+	// whose answer is a vote (acquire, extend, the fence and TTL
+	// registers' raises; releases need none), a node's vote counts only
+	// once every replica that could be promoted in its master's place
+	// acknowledged the write (WAIT, or WAITAOF where the server has it and
+	// its AOF is on, pipelined on the same connection within the node
+	// timeout). A vote that is not acknowledged in time fails with
+	// ErrVoteNotDurable. The replicas counted are those the master's
+	// deployment lists (a Cluster's CLUSTER NODES), else the most the
+	// master ever reported connected: a replica that is down makes the
+	// node's votes fail rather than count unsafely. Nodes that fail over
+	// (see AllowFailoverNodes) are accepted with it.
+	DurableVotes bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -191,11 +205,15 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
-		if isFailoverClient(rdb) && !opts.AllowFailoverNodes {
-			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
+		if isFailoverClient(rdb) && !opts.DurableVotes && !opts.AllowFailoverNodes {
+			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
 		}
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
+		if opts.DurableVotes {
+			// Every write of the node's pipes waits for its replicas.
+			ps.acquire.durable, ps.renew.durable = ns[i], ns[i]
+		}
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)
@@ -236,11 +254,13 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// NewFromURLs builds a client from node URLs (see ParseURL). It owns the
-// go-redis clients it creates: Close closes them. Their connections are
-// dialled once, not retried, and go-redis does not retry commands unless a
-// URL sets max_retries: a node that refuses connections is reported at once,
-// and the client's own Acquire loop does the retrying.
+// NewFromURLs builds a client from node URLs of any kind (see
+// ParseNodeURL): standalone masters, Redis Clusters, Sentinel-managed
+// masters. It owns the go-redis clients it creates: Close closes them.
+// Their connections are dialled once, not retried, and go-redis does not
+// retry commands unless a URL sets max_retries: a node that refuses
+// connections is reported at once, and the client's own Acquire loop does
+// the retrying. (A Cluster node still follows MOVED and ASK redirects.)
 func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	var clients []redis.UniversalClient
 	closeAll := func() {
@@ -249,22 +269,12 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 	}
 	for _, u := range urls {
-		o, err := parseURL(u, opts.TLSConfig)
+		n, err := parseNodeURL(u, opts.TLSConfig)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		// Per-node timeouts are context deadlines: make go-redis honour them.
-		o.ContextTimeoutEnabled = true
-		// A refused connection is an answer: report it at once. go-redis would
-		// dial 5 times, 100ms apart, and retry the command 3 times more on top,
-		// which turned 3 stopped nodes of 5 into seconds of waiting. The client
-		// has its own retry loop (Acquire) with jitter and a wake-up on release.
-		o.DialerRetries = 1
-		if !hasQuery(u, "max_retries") {
-			o.MaxRetries = -1 // -1, not 0: 0 means go-redis' default of 3
-		}
-		clients = append(clients, redis.NewClient(o))
+		clients = append(clients, n.client(hasQuery(u, "max_retries")))
 	}
 	c, err := New(clients, opts)
 	if err != nil {

@@ -76,8 +76,15 @@ func TestScenarioTable(t *testing.T) {
 			switch st.Kind {
 			case StepApply:
 				applied[st.Fault.Name()] = true
-				switch st.Fault.(type) {
-				case ClockJump, ClockFast:
+				if _, onCluster := st.Fault.(clusterFault); onCluster != (sc.ClusterMasters > 0) {
+					t.Errorf("%s: %s is applied on a scenario with ClusterMasters %d: Cluster faults act on Cluster nodes only, and Cluster nodes take no other fault", sc.Name, st.Fault.Name(), sc.ClusterMasters)
+				}
+				switch f := st.Fault.(type) {
+				case ReplicationCut:
+					replicated(t, sc, f.Masters)
+				case Failover:
+					replicated(t, sc, f.Masters)
+				case ClockJump, ClockFast, ShardClockJump:
 					if !sc.needsFakeTime() {
 						t.Errorf("%s: clock fault without libfaketime", sc.Name)
 					}
@@ -98,6 +105,17 @@ func TestScenarioTable(t *testing.T) {
 	}
 	if _, err := ScenarioByName("no-such-scenario"); err == nil || !strings.Contains(err.Error(), "no-such-scenario") {
 		t.Errorf("ScenarioByName of a bad name: %v", err)
+	}
+}
+
+// replicated fails t unless every master of a replication fault has a
+// replica in sc.
+func replicated(t *testing.T, sc Scenario, masters []int) {
+	t.Helper()
+	for _, m := range masters {
+		if !sc.Replicas && !(sc.Replica && m == 0) || m >= sc.nodes() {
+			t.Errorf("%s: n%d has no replica to fail over to or cut", sc.Name, m)
+		}
 	}
 }
 

@@ -47,6 +47,10 @@ type SchemeEnv struct {
 	// client (ignored by the baselines, which have none).
 	RestartGrace time.Duration
 	ClockGuard   bool
+	// AllowFailoverNodes and DurableVotes set the redlock client's options
+	// of those names.
+	AllowFailoverNodes bool
+	DurableVotes       bool
 	// Note records what the library reports (a node sitting out, a lost
 	// lock) into the history.
 	Note func(detail string)
@@ -54,6 +58,9 @@ type SchemeEnv struct {
 	// TLSConfig, if set, is the client configuration for the nodes (the
 	// proxies pass TLS through untouched).
 	TLSConfig *tls.Config
+	// ClusterSeeds, when set, makes each node a Redis Cluster reached
+	// through a ClusterClient over these seeds (Addrs is empty then).
+	ClusterSeeds [][]string
 }
 
 // Scheme is a lock algorithm under test: the redlock library, or one of
@@ -139,15 +146,17 @@ func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 // newRedlockClient builds a client of the library over the node proxies,
 // reporting what it observes into the history.
 func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, error) {
-	clients := make([]redis.UniversalClient, len(env.Addrs))
-	for i, a := range env.Addrs {
-		clients[i] = nodeClient(a, env.TLSConfig)
+	clients, err := env.nodeClients()
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := redlock.Options{
-		TTL:          env.TTL,
-		RestartGrace: env.RestartGrace,
-		Clock:        skewedClock{env.ClockSkew},
-		Logger:       env.Log,
+		TTL:                env.TTL,
+		RestartGrace:       env.RestartGrace,
+		Clock:              skewedClock{env.ClockSkew},
+		Logger:             env.Log,
+		AllowFailoverNodes: env.AllowFailoverNodes,
+		DurableVotes:       env.DurableVotes,
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = redlock.NoClockGuard
@@ -163,7 +172,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 					lastFailure = kind
 					env.Note("library: attempts failing (" + kind + "), first: " + errString(e.Err))
 				}
-			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtendFailed:
+			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtended, redlock.EventExtendFailed:
 				d := "library: " + e.Kind.String()
 				if e.Node != "" {
 					d += " " + e.Node
