@@ -369,8 +369,10 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // cancelled caller must not leave keys behind.
 //
 // With nodes not nil, every node's result is appended to *nodes, for
-// Event.Nodes.
-func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
+// Event.Nodes. atQuorum, if not nil, runs once as soon as a quorum of nodes
+// deleted the key, before the release waits for the slower nodes: the lock
+// is free on a quorum from then on.
+func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
 	a.releaseMu.Lock()
 	defer a.releaseMu.Unlock()
 	var start time.Time
@@ -429,6 +431,9 @@ func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Er
 	count := func(ok bool, err error) {
 		if ok {
 			deleted++
+			if deleted == a.c.quorum() && atQuorum != nil {
+				atQuorum()
+			}
 		}
 		if err != nil {
 			errs = multierror.Append(errs, err)
@@ -487,7 +492,7 @@ func (a *attempt) releaseInBackground() {
 	a.c.bg.add()
 	go func() {
 		defer a.c.bg.done()
-		a.release(nil)
+		a.release(nil, nil)
 	}()
 }
 
