@@ -23,7 +23,8 @@ fmt-check:
 # The library's tests run beside the nested modules' (most of their time is
 # spent waiting on servers, and 2 cores are enough for both): the log of
 # the library's run is printed when both are done. The long chaos scenarios
-# run on processes here and on Docker in chaos-docker-long (chaos/make.mk).
+# run on processes here and on Docker in chaos-long (chaos/make.mk), with the
+# scenarios on Redis Cluster nodes.
 test: deps fmt-check vet
 	@rootlog=$$(mktemp -t redlock-test.XXXXXX); \
 		($(GO) test -race -count=1 -timeout 30m ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \

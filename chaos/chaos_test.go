@@ -38,7 +38,7 @@ func TestScenarios(t *testing.T) {
 			t.Parallel()
 			for _, sc := range Scenarios() {
 				t.Run(sc.Name, func(t *testing.T) {
-					if why := splitSkip(b.Name(), sc.Name); why != "" {
+					if why := splitSkip(b.Name(), sc); why != "" {
 						t.Skip(why)
 					}
 					if why := clusterSkip(b.Name(), sc); why != "" {
@@ -67,13 +67,14 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-// SplitEnv splits the short suite's Docker runs in two, for time: the
-// scenarios of over 20 seconds (dockerLong) run on Docker in a target of
-// their own (make chaos-docker-long, which CI runs after make test), while
-// make test runs them on processes only. "later": Docker skips them (make
-// test); "only": Docker runs only them, and the process backend nothing;
-// unset: every backend runs every scenario.
-const SplitEnv = "REDLOCK_CHAOS_DOCKER_LONG"
+// SplitEnv splits the short suite in two, for time: the runs of over 20
+// seconds that make test leaves out go in a target of their own (make
+// chaos-long, which CI runs after make test). Those are the Docker runs of
+// the dockerLong scenarios (make test runs them on processes), and the
+// scenarios whose nodes are Redis Clusters (13-28 seconds each, processes
+// only: clusterSkip). "later": make test, which skips them loudly; "only":
+// those runs alone; unset: every backend runs every scenario.
+const SplitEnv = "REDLOCK_CHAOS_LONG"
 
 // dockerLong are the scenarios whose schedule waits out a TTL-long grace or
 // a clock guard: 20 to 27 seconds each on Docker.
@@ -88,17 +89,23 @@ var dockerLong = map[string]bool{
 	"semaphore-failover-majority-durable": true, "fair-failover-majority-durable": true,
 }
 
+// longRun tells whether the scenario's run on this backend is one of the
+// long split's.
+func longRun(backend string, sc Scenario) bool {
+	return (backend == "docker" && dockerLong[sc.Name]) || (backend == "process" && sc.ClusterMasters > 0)
+}
+
 // splitSkip tells why the scenario does not run on this backend under
 // SplitEnv, or "" when it runs.
-func splitSkip(backend, scenario string) string {
+func splitSkip(backend string, sc Scenario) string {
 	switch os.Getenv(SplitEnv) {
 	case "later":
-		if backend == "docker" && dockerLong[scenario] {
-			return "SKIPPED ON DOCKER HERE: " + SplitEnv + "=later; make chaos-docker-long runs it on Docker (CI runs that target after make test); the process backend ran it in this suite"
+		if longRun(backend, sc) {
+			return "SKIPPED ON " + strings.ToUpper(backend) + " HERE: " + SplitEnv + "=later; make chaos-long runs it (CI runs that target after make test)"
 		}
 	case "only":
-		if backend != "docker" || !dockerLong[scenario] {
-			return "not in this split: " + SplitEnv + "=only runs the long scenarios on Docker alone; make test runs the rest"
+		if !longRun(backend, sc) {
+			return "not in this split: " + SplitEnv + "=only runs the long runs alone; make test runs the rest"
 		}
 	}
 	return ""

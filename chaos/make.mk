@@ -8,13 +8,14 @@ CHAOS_SCENARIOS ?=
 CHAOS_PARALLEL ?= 1
 CHAOS_OUT ?= chaos/reports/$(shell date +%Y%m%d-%H%M%S)
 
-# The scenarios of over 20 seconds on Docker, which make test runs on
-# processes only (chaos_test.go's dockerLong); CI runs this after make test.
-# Docker is taken when its engine answers, as in make test.
-SPLIT_ENV := REDLOCK_CHAOS_DOCKER_LONG
-.PHONY: chaos-docker-long
-chaos-docker-long: deps
-	@echo "== go test -race ./chaos -run TestScenarios, the long scenarios on Docker ($(SPLIT_ENV)=only)"
+# The runs of over 20 seconds that make test leaves out: the Docker runs of
+# the scenarios it runs on processes only (chaos_test.go's dockerLong), and
+# the scenarios on Redis Cluster nodes (processes only). CI runs this after
+# make test. Docker is taken when its engine answers, as in make test.
+SPLIT_ENV := REDLOCK_CHAOS_LONG
+.PHONY: chaos-long
+chaos-long: deps
+	@echo "== go test -race ./chaos -run TestScenarios, the long runs ($(SPLIT_ENV)=only)"
 	@log=$$(mktemp -t chaos-long.XXXXXX); rc=0; \
 		(cd chaos && $(SPLIT_ENV)=only $(GO) test -race -count=1 -timeout 20m -v -run '^TestScenarios$$' . > $$log 2>&1) || rc=$$?; \
 		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
