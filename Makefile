@@ -33,7 +33,7 @@ test: deps fmt-check vet
 		[ "$$(tail -n 1 $$rootlog)" = 0 ] || rc=1; rm -f $$rootlog; exit $$rc
 	@log=$$(mktemp -t chaos-test.XXXXXX); rc=0; echo "== go test -race ./chaos (verbose log: $$log)"; \
 		(cd chaos && $(SPLIT_ENV)=later $(GO) test -race -count=1 -timeout 30m -v ./... > $$log 2>&1) || rc=$$?; \
-		grep -E 'backend=[a-z]+ scenario=|SKIPPED ON DOCKER|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+		grep -E 'backend=[a-z]+ scenario=|SKIPPED ON [A-Z]+ HERE|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
 		if [ $$rc -ne 0 ]; then tail -n 150 $$log; exit $$rc; fi; rm -f $$log
 	@$(MAKE) --no-print-directory model
 
