@@ -196,6 +196,7 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
+		ps.acquire.slotted, ps.renew.slotted = ns[i].slotted, ns[i].slotted
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)

@@ -196,8 +196,10 @@ const batchCallMarker = " (in the script's call of '"
 
 // batchArgs builds the command of the batched form of s for calls, each a
 // command built by s.args: the calls' keys in turn, then the header and
-// every call's arguments (see batchSrc).
-func (s *script) batchArgs(calls [][]any) []any {
+// every call's arguments (see batchSrc). eval sends the batched form's
+// source: the calls came back NOSCRIPT from a node that did not know the
+// script (a batched run's SHA may be known to the client and not the node).
+func (s *script) batchArgs(calls [][]any, eval bool) []any {
 	nkeys, nargs := 0, 0
 	for _, c := range calls {
 		k := c[2].(int)
@@ -206,6 +208,9 @@ func (s *script) batchArgs(calls [][]any) []any {
 	}
 	args := make([]any, 0, 3+nkeys+1+2*len(calls)+nargs)
 	cmd, code := s.batched.head()
+	if eval {
+		cmd, code = "eval", s.batched.srcArg
+	}
 	args = append(args, cmd, code, nkeys)
 	for _, c := range calls {
 		args = append(args, c[3:3+c[2].(int)]...)
