@@ -26,7 +26,7 @@ const batchBound = 100
 // splitBatch gives each of calls its answer from the reply of a batched
 // run of s: err, or the run's error, when the run was not answered as a
 // whole; else each call's own reply or error.
-func splitBatch(s *script, cmd *redis.SliceCmd, err error, calls []int, vals [][]int64, errs []error) {
+func splitBatch(s *script, cmd *redis.IntSliceCmd, err error, calls []int, vals [][]int64, errs []error) {
 	batchAnswers(cmd, err, len(calls), func(j int, v []int64, err error) {
 		vals[calls[j]], errs[calls[j]] = v, s.explain(err)
 	})
@@ -35,43 +35,52 @@ func splitBatch(s *script, cmd *redis.SliceCmd, err error, calls []int, vals [][
 // batchAnswers calls answer(j, reply, err) with the answer of each of the n
 // calls of a batched run: err, or the run's error, when the run was not
 // answered as a whole; else the call's own reply or error, as the node gave
-// it.
-func batchAnswers(cmd *redis.SliceCmd, err error, n int, answer func(j int, v []int64, err error)) {
+// it (the reply's layout is in batchSrc). The replies share the run's
+// array; they are only read.
+func batchAnswers(cmd *redis.IntSliceCmd, err error, n int, answer func(j int, v []int64, err error)) {
 	if err == nil {
 		err = cmd.Err()
 	}
-	replies := cmd.Val()
-	if err == nil && len(replies) != n {
-		err = fmt.Errorf("redlock: unexpected batched script reply of %d answers for %d calls", len(replies), n)
-	}
+	flat := cmd.Val()
+	p := 0
 	for j := range n {
+		if err == nil && p >= len(flat) {
+			err = fmt.Errorf("redlock: batched script reply %v ends before the answer of call %d of %d", flat, j+1, n)
+		}
 		if err != nil {
 			answer(j, nil, err)
 			continue
 		}
-		switch r := replies[j].(type) {
-		case []any:
-			v := make([]int64, len(r))
-			for x, e := range r {
-				n, ok := e.(int64)
-				if !ok {
-					v = nil
-					break
-				}
-				v[x] = n
-			}
-			if v == nil {
-				answer(j, nil, fmt.Errorf("redlock: unexpected script reply %v", r))
-				continue
-			}
-			answer(j, v, nil)
-		case error:
-			answer(j, nil, r)
-		default:
-			answer(j, nil, fmt.Errorf("redlock: unexpected script reply %v", r))
+		head := flat[p]
+		p++
+		size := max(head, -head) // a reply's length, or an error's
+		if int64(len(flat)-p) < size {
+			err = fmt.Errorf("redlock: batched script reply %v ends inside the answer of call %d of %d", flat, j+1, n)
+			answer(j, nil, err)
+			continue
 		}
+		v := flat[p : p+int(size) : p+int(size)]
+		p += int(size)
+		if head >= 0 {
+			answer(j, v, nil)
+			continue
+		}
+		msg := make([]byte, len(v))
+		for x, b := range v {
+			msg[x] = byte(b)
+		}
+		answer(j, nil, callError(msg))
 	}
 }
+
+// callError is the error one call of a batched run met on the node: an
+// error reply of its own, as go-redis gives a script's (redis.Error).
+type callError string
+
+func (e callError) Error() string { return string(e) }
+
+// RedisError marks it as the node's answer (redis.Error), not the client's.
+func (callError) RedisError() {}
 
 // grouper turns the calls of one pipe write into its commands: the calls of
 // one script (on a Cluster node, of one hash slot) go as one run of the
@@ -107,7 +116,7 @@ type groupKey struct {
 type groupRun struct {
 	key   groupKey
 	calls []*pipeCall
-	run   *redis.SliceCmd // the batched run, nil for a lone call
+	run   *redis.IntSliceCmd // the batched run, nil for a lone call
 }
 
 // commands gives the commands that carry calls, in order. slotted tells
@@ -154,7 +163,7 @@ func (g *grouper) commands(ctx context.Context, calls []*pipeCall, slotted bool)
 		for j, c := range r.calls {
 			group[j] = c.args
 		}
-		r.run = redis.NewSliceCmd(ctx, r.key.s.batchArgs(group, r.key.eval)...)
+		r.run = redis.NewIntSliceCmd(ctx, r.key.s.batchArgs(group, r.key.eval)...)
 		g.cmds = append(g.cmds, r.run)
 	}
 	return g.cmds

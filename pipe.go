@@ -336,20 +336,12 @@ func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmd
 		eval := make([]any, len(args[i]))
 		copy(eval, args[i])
 		eval[0], eval[1] = "eval", scripts[i].srcArg
-		evals[j] = sameCmd(ctx, cmds[i], eval)
+		evals[j] = redis.NewIntSliceCmd(ctx, eval...)
 	}
 	p.doMany(ctx, evals, func(j int) int { return weight(retry[j]) }, retryErrs)
 	for j, i := range retry {
 		cmds[i], errs[i] = evals[j], retryErrs[j]
 	}
-}
-
-// sameCmd is a command of cmd's type with args.
-func sameCmd(ctx context.Context, cmd redis.Cmder, args []any) redis.Cmder {
-	if _, ok := cmd.(*redis.SliceCmd); ok {
-		return redis.NewSliceCmd(ctx, args...)
-	}
-	return redis.NewIntSliceCmd(ctx, args...)
 }
 
 // doMany is do for several commands, queued together: written at once in

@@ -377,11 +377,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 		rerrs := make([]error, len(mine))
 		for j, c := range mine {
 			runs[j], cargs[j] = c.s, c.args
-			if len(c.calls) == 1 {
-				rcmds[j] = redis.NewIntSliceCmd(ctx, c.args...)
-			} else {
-				rcmds[j] = redis.NewSliceCmd(ctx, c.args...)
-			}
+			rcmds[j] = redis.NewIntSliceCmd(ctx, c.args...)
 		}
 		p.runCmds(ctx, runs, cargs, rcmds, func(j int) int { return len(mine[j].calls) }, rerrs)
 		for j, c := range mine {
@@ -392,7 +388,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 				}
 				continue
 			}
-			splitBatch(c.of, rcmds[j].(*redis.SliceCmd), rerrs[j], c.calls, vals, errs)
+			splitBatch(c.of, rcmds[j].(*redis.IntSliceCmd), rerrs[j], c.calls, vals, errs)
 		}
 	}
 	return vals, errs
