@@ -769,3 +769,51 @@ func TestQueuedAcquiresOnAClusterGoBySlot(t *testing.T) {
 		}
 	}
 }
+
+// A node that forgot the scripts (a restart, SCRIPT FLUSH) answers a
+// batched run NOSCRIPT as a whole: each call of the run then runs again by
+// EVAL, as a lone call would, and every lock is acquired and released.
+func TestQueuedCallsOfAScriptTheNodeForgotRunAgainByEval(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c, _ := batchClient(t, cl.Clients())
+	ctx := context.Background()
+	for _, rdb := range cl.Clients() {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := make([]string, 10)
+	for i := range names {
+		names[i] = fmt.Sprint("forgot-", i)
+	}
+	locks, errs := acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+	}
+	for _, rdb := range cl.Clients() {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free := holdPipes(t, c)
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = l.Release(ctx) })
+	}
+	waitQueued(t, c, len(locks))
+	free()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("release of %s: %v", names[i], err)
+		}
+	}
+	waitWritten(t, c)
+	for i, rdb := range cl.Clients() {
+		if keys, err := rdb.Keys(ctx, c.LockKey("forgot-*")).Result(); err != nil || len(keys) != 0 {
+			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
+		}
+	}
+}
