@@ -24,6 +24,10 @@ import "strings"
 //     readers and writer intents and the fair lock's queue are sorted sets
 //     and hashes in the lock's hash slot (lua/rw_*.lua, lua/fair_queue.lua);
 //     zrange also serves Client.Queue.
+//   - wait, command|info: durable votes (Options.DurableVotes) wait for
+//     the replicas after each vote, and the probe asks whether the server
+//     has WAITAOF. A 7.2+ server whose AOF is on is sent WAITAOF instead,
+//     which a 7.0 server's ACL cannot name: add +waitaof to the rule there.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",
@@ -32,6 +36,7 @@ var aclCommands = []string{
 	"hello",
 	"exists", "zadd", "zcard", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zscore",
 	"hset", "hget", "hmget", "hdel", "hexists",
+	"wait", "command|info",
 }
 
 // ACLRule is the least-privilege Redis ACL rule for the users of a client

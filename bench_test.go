@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -70,6 +71,53 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+		})
+	}
+}
+
+// BenchmarkDurableVotes is the cost of Options.DurableVotes: Acquire and
+// Release of an uncontended lock on 3 masters with one replica each, with
+// votes that wait for the replica (WAIT after the acquire) and without
+// (AllowFailoverNodes). It reports the acquire's median latency beside
+// ns/op. Compare the two in one session, interleaved (docs/BENCHMARKS.md).
+func BenchmarkDurableVotes(b *testing.B) {
+	masters := redistest.StartT(b, 3, redistest.Options{})
+	for _, m := range masters.Servers {
+		r := redistest.StartT(b, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(m.Port)}})
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		err := redistest.RestoreReplication(ctx, r.Servers[0]) // awaits the sync
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	for _, durable := range []bool{false, true} {
+		b.Run(fmt.Sprintf("durable=%v", durable), func(b *testing.B) {
+			c, err := redlock.New(masters.Clients(), redlock.Options{
+				TTL:                10 * time.Second,
+				RestartGrace:       redlock.NoRestartGrace, // the nodes were started just now
+				DurableVotes:       durable,
+				AllowFailoverNodes: !durable,
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer c.Close()
+			ctx := context.Background()
+			var acquires []time.Duration
+			for b.Loop() {
+				start := time.Now()
+				l, err := c.Acquire(ctx, "bench")
+				if err != nil {
+					b.Fatal(err)
+				}
+				acquires = append(acquires, time.Since(start))
+				if err := l.Release(ctx); err != nil {
+					b.Fatal(err)
+				}
+			}
+			slices.Sort(acquires)
+			b.ReportMetric(float64(acquires[len(acquires)/2].Microseconds()), "p50-acquire-µs")
 		})
 	}
 }

@@ -33,10 +33,18 @@ var (
 	// It also matches ErrInvalidConfig.
 	ErrNotIndependent = errors.New("redlock: nodes are not independent masters")
 	// ErrFailoverNode: a node fails over by itself (a master managed by
-	// Sentinel, or a Redis Cluster whose masters have replicas) and votes
-	// are not durable: a promoted replica may lack a lock's key. Refused
-	// unless Options.AllowFailoverNodes. It also matches ErrInvalidConfig.
+	// Sentinel, a Redis Cluster whose masters have replicas, or a master
+	// with replicas) and votes are not durable: a promoted replica may lack
+	// a lock's key. Refused unless Options.DurableVotes or
+	// Options.AllowFailoverNodes. It also matches ErrInvalidConfig.
 	ErrFailoverNode = errors.New("redlock: node fails over and its votes are not durable")
+	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
+	// acquire or an extension) was written, but fewer of its master's
+	// replicas than could be promoted acknowledged it in time (WAIT came
+	// back short, timed out or failed). The vote does not count, and the
+	// key may be set on the node: the attempt releases it as it does on a
+	// node whose answer is unknown.
+	ErrVoteNotDurable = errors.New("redlock: vote not acknowledged by every replica that could be promoted")
 	// ErrNodeSittingOut: a node's vote is not counted for now: it restarted
 	// less than the restart grace ago, or its clock jumped.
 	ErrNodeSittingOut = errors.New("redlock: node is sitting out")

@@ -50,6 +50,14 @@ type node struct {
 	// its servers' dials.
 	watched sync.Map // *redis.Client -> struct{}
 
+	// replicas is the most replicas the node's master (a node that is one
+	// server, or a Sentinel's) reported connected since this client met
+	// it: how many acknowledgements a durable vote needs (durable.go).
+	// waitAOF: the master has WAITAOF and its AOF on, so votes wait for
+	// fsyncs rather than for receipt.
+	replicas atomic.Int64
+	waitAOF  atomic.Bool
+
 	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
 	raising atomic.Bool                     // a background raise of the register is under way
@@ -189,6 +197,11 @@ type shardGuard struct {
 	upSince     time.Time   // dated as nodeGuard.upSince is
 	known       bool        // met after the node (a restart, a promotion, a new master), not at first contact
 	slots       []SlotRange // the slots it serves or imports, in its own view at the probe
+	// replicas are the replicas CLUSTER NODES lists for it, connected or
+	// not (at least those connected): a durable vote on it needs that many
+	// acknowledgements. waitAOF as node.waitAOF.
+	replicas int
+	waitAOF  bool
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
@@ -338,7 +351,8 @@ type probeResult struct {
 	claims      []SlotRange   // and the slots it serves or imports
 	shards      []probeResult // a Cluster node's masters, by address
 	promoted    bool          // a master promoted from replica since it started: dated as started now
-	replicas    int           // replicas connected to the master(s)
+	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
@@ -378,6 +392,10 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		reg = c.registerCmd(ctx, pipe, raise)
 	}
 	learnScripts := loadScripts(ctx, pipe)
+	var waitAOFInfo *redis.Cmd
+	if c.opts.DurableVotes {
+		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
+	}
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
@@ -428,6 +446,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	res.nodeTime = tm.Val()
 	res.appendOnly = fields["aof_enabled"] == "1"
+	if waitAOFInfo != nil {
+		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+	}
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
@@ -516,7 +537,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.shards != nil {
 		g.shards = make([]shardGuard, len(res.shards))
 		for i, r := range res.shards {
-			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims}
+			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims, replicas: r.replicas, waitAOF: r.waitAOF}
 			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
 				sg.upSince, sg.known = o.upSince, o.known
 			} else {
@@ -531,9 +552,28 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
 			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
 	}
-	if _, isCluster := n.rdb.(*redis.ClusterClient); g.excluded == nil && isCluster && res.replicas > 0 && !c.opts.AllowFailoverNodes {
+	if res.shards == nil {
+		// A node that is one server (a standalone master, or Sentinel's):
+		// the most replicas seen since we met it, so that a replica whose
+		// link is down still counts against a durable vote. (A
+		// FailoverClient does not tell its Sentinels' addresses, so
+		// SENTINEL REPLICAS cannot be asked; a replica never seen
+		// connected is the stated limit, docs/PROTOCOL.md §11.)
+		for {
+			seen := n.replicas.Load()
+			if int64(res.replicas) <= seen || n.replicas.CompareAndSwap(seen, int64(res.replicas)) {
+				break
+			}
+		}
+		n.waitAOF.Store(res.waitAOF)
+	}
+	if replicas := max(res.replicas, int(n.replicas.Load())); g.excluded == nil && replicas > 0 && !c.opts.DurableVotes && !c.opts.AllowFailoverNodes {
+		what := fmt.Sprintf("is a master with %d replicas", replicas)
+		if _, isCluster := n.rdb.(*redis.ClusterClient); isCluster {
+			what = fmt.Sprintf("is a Redis Cluster whose masters have %d replicas", replicas)
+		}
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: fmt.Sprintf("is a Redis Cluster whose masters have %d replicas: a failover may promote a replica that lacks a lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", res.replicas),
+			Reason: what + ": a failover may promote a replica that lacks a lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that",
 			Err:    ErrFailoverNode}
 	}
 	// A node in cluster mode that serves no slot, or not the register's,

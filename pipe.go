@@ -31,6 +31,10 @@ import (
 // known to have left nothing on the node and never marks the node down.
 type pipe struct {
 	rdb redis.UniversalClient
+	// durable is the node whose votes wait for its replicas
+	// (Options.DurableVotes): every write goes through its writeDurable.
+	// nil without the option.
+	durable *node
 
 	mu      sync.Mutex
 	busy    bool        // a write is in flight, or a goroutine is about to make one
@@ -185,9 +189,19 @@ func (p *pipe) doScript(ctx context.Context, cmd redis.Cmder, s *script, args []
 
 // write1 writes one call and waits for its answer, bounded by its context.
 func (p *pipe) write1(ctx context.Context, cmd redis.Cmder) {
+	if p.durable != nil {
+		p.writeDurable(ctx, []redis.Cmder{cmd})
+		return
+	}
 	at := p.written()
 	_ = p.rdb.Process(ctx, cmd)
 	p.answered(at, cmd.Err())
+}
+
+// writeDurable is a write of a node with durable votes (durable.go).
+func (p *pipe) writeDurable(ctx context.Context, cmds []redis.Cmder) {
+	at := p.written()
+	p.answered(at, p.durable.writeDurable(ctx, cmds))
 }
 
 // written records a write going out and returns its time.
@@ -303,6 +317,10 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 func (p *pipe) writeMany(ctx context.Context, cmds []redis.Cmder) {
 	if len(cmds) == 1 {
 		p.write1(ctx, cmds[0])
+		return
+	}
+	if p.durable != nil {
+		p.writeDurable(ctx, cmds)
 		return
 	}
 	pl := p.rdb.Pipeline()

@@ -131,9 +131,10 @@ type Options struct {
 	// than silently left unencrypted. New ignores it: the go-redis clients
 	// given to New carry their own.
 	TLSConfig *tls.Config
-	// AllowFailoverNodes accepts nodes that fail over by themselves: a
-	// client of redis.NewFailoverClient (a master managed by Sentinel),
-	// and a *redis.ClusterClient whose masters have replicas. Without it
+	// AllowFailoverNodes accepts nodes that fail over by themselves, or
+	// may be made to: a client of redis.NewFailoverClient (a master
+	// managed by Sentinel), a *redis.ClusterClient whose masters have
+	// replicas, and a master with replicas. Without it (or DurableVotes)
 	// such nodes are refused with ErrFailoverNode: replication is
 	// asynchronous, so a replica promoted in a master's place may lack a
 	// lock's key, and a second client can take the lock while the first
@@ -144,6 +145,19 @@ type Options struct {
 	// its keys, and keep such failovers to fewer than a quorum's margin
 	// (see the README's deployments table).
 	AllowFailoverNodes bool
+	// DurableVotes makes votes survive a failover: after every script
+	// whose answer is a vote (acquire, extend, the fence and TTL
+	// registers' raises; releases need none), a node's vote counts only
+	// once every replica that could be promoted in its master's place
+	// acknowledged the write (WAIT, or WAITAOF where the server has it and
+	// its AOF is on, pipelined on the same connection within the node
+	// timeout). A vote that is not acknowledged in time fails with
+	// ErrVoteNotDurable. The replicas counted are those the master's
+	// deployment lists (a Cluster's CLUSTER NODES), else the most the
+	// master ever reported connected: a replica that is down makes the
+	// node's votes fail rather than count unsafely. Nodes that fail over
+	// (see AllowFailoverNodes) are accepted with it.
+	DurableVotes bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -191,12 +205,16 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("given twice (nodes %d and %d of %d)", j+1, i+1, len(nodes)), Err: ErrNotIndependent}
 		}
 		seen[name] = i
-		if isFailoverClient(rdb) && !opts.AllowFailoverNodes {
-			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key, and votes are not made durable yet; set Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
+		if isFailoverClient(rdb) && !opts.DurableVotes && !opts.AllowFailoverNodes {
+			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
 		}
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
 		ps.acquire.slotted, ps.renew.slotted = ns[i].slotted, ns[i].slotted
+		if opts.DurableVotes {
+			// Every write of the node's pipes waits for its replicas.
+			ps.acquire.durable, ps.renew.durable = ns[i], ns[i]
+		}
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)

@@ -79,6 +79,10 @@ var dockerLong = map[string]bool{
 	"restart-empty-grace": true, "restart-empty-mixed-ttl": true,
 	"semaphore-rotating-partitions": true, "semaphore-restart-empty-grace": true, "semaphore-clock-jump-guard": true,
 	"fair-restart-empty-grace": true, "fair-clock-jump-guard": true,
+	// Ten nodes and a failover timed after the TTL: 20-29s on Docker.
+	"failover-minority-not-durable": true, "failover-majority-not-durable": true,
+	"failover-minority-durable": true, "failover-majority-durable": true,
+	"semaphore-failover-majority-durable": true, "fair-failover-majority-durable": true,
 }
 
 // splitSkip tells why the scenario does not run on this backend under

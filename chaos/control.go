@@ -149,6 +149,13 @@ func (c *clientControl) isPinned(hold int) bool {
 	return c.pinned == hold
 }
 
+// pinnedHold is the pinned hold's number, 0 if none.
+func (c *clientControl) pinnedHold() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pinned
+}
+
 // unpin lets the pinned holder go, and drops an unclaimed request.
 func (c *clientControl) unpin() {
 	c.mu.Lock()

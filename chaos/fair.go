@@ -54,7 +54,7 @@ func (l fairLocker) Do(ctx context.Context, fn func(ctx context.Context, h Held)
 
 // fairFaults are the mutex scenarios whose faults the fair lock runs too.
 var fairFaults = []string{"no-faults", "partition-minority", "partition-flapping", "node-pause",
-	"restart-aof", "restart-empty-grace", "clock-jump-guard"}
+	"restart-aof", "restart-empty-grace", "clock-jump-guard", "failover-majority-durable"}
 
 // fairScenarios copies the mutex scenarios named in fairFaults onto the
 // fair lock, named "fair-<scenario>", expecting the same verdict; the

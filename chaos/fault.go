@@ -26,9 +26,9 @@ type Env struct {
 	Net     *Net
 	Rec     *Recorder
 	Log     *slog.Logger
-	// ReplLink is the index in Net of the proxy the replica replicates
-	// through (-1 if the scenario has no replica).
-	ReplLink int
+	// replicas maps a master's node index to its replica and link (none
+	// unless the scenario has replicas).
+	replicas map[int]replication
 	// ScanKeys are every key no node may keep once no client holds the
 	// lock (the lock key first; see scannedKeys), Clients the number of
 	// workload clients (for Quiesce).

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
 )
 
 // RunConfig says how to run a scenario.
@@ -49,7 +51,11 @@ func runLog(cfg RunConfig, sc Scenario, b Backend) *slog.Logger {
 // startNodes starts the scenario's nodes on b, each reached through a proxy
 // of its own; stop closes the proxies, then stops the nodes.
 func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, nw *Net, stop func() error, err error) {
-	cluster, err = b.Start(ctx, ClusterSpec{Nodes: sc.nodes(), Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
+	servers := sc.nodes()
+	if sc.Replicas {
+		servers *= 2 // n<N+i> is n<i>'s replica
+	}
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -79,11 +85,9 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	defer func() { err = errors.Join(err, stop()) }()
 
 	rec := NewRecorder()
-	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ReplLink: -1, ScanKeys: scannedKeys(sc.Scheme), Clients: sc.clients()}
-	if sc.Replica {
-		if env.ReplLink, err = replicate(ctx, cluster, nw, 1, 0); err != nil {
-			return nil, err
-		}
+	env := &Env{Cluster: cluster, Net: nw, Rec: rec, Log: log, ScanKeys: scannedKeys(sc.Scheme), Clients: sc.clients()}
+	if env.replicas, err = replicateAll(ctx, cluster, nw, sc); err != nil {
+		return nil, err
 	}
 
 	resource := directClient(cluster.Resource)
@@ -100,11 +104,13 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	}()
 	for i := range sc.clients() {
 		l, err := sc.Scheme.NewLocker(SchemeEnv{
-			Addrs:        nw.Addrs()[:sc.nodes()],
-			TTL:          sc.clientTTL(i),
-			ClockSkew:    sc.ClientSkew[i],
-			RestartGrace: sc.RestartGrace,
-			ClockGuard:   !sc.NoClockGuard,
+			Addrs:              nw.Addrs()[:sc.nodes()],
+			TTL:                sc.clientTTL(i),
+			ClockSkew:          sc.ClientSkew[i],
+			RestartGrace:       sc.RestartGrace,
+			ClockGuard:         !sc.NoClockGuard,
+			AllowFailoverNodes: sc.AllowFailoverNodes,
+			DurableVotes:       sc.DurableVotes,
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
 			},
@@ -227,6 +233,17 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 		env.clients.openGate()
 	case StepHoldBack:
 		return holdBack(ctx, env, sc.maxTTL()+5*time.Second)
+	case StepAwaitExtension:
+		// A pinned hold that ended (its extensions failed) extends no more.
+		pinned, now := env.clients.pinnedHold(), env.Rec.Now()
+		ended := func(e Event) bool {
+			return (e.At >= now && isExtensionNote(e)) || (pinned != 0 && e.Hold == pinned && e.Kind == ReleaseInvoke)
+		}
+		wctx, cancel := context.WithTimeout(ctx, sc.maxTTL())
+		defer cancel()
+		if _, err := env.Rec.WaitFor(wctx, 0, ended); err != nil {
+			return fmt.Errorf("no extension ended within %s, and the pinned hold goes on: %w", sc.maxTTL(), err)
+		}
 	case StepAlign:
 		now := time.Now()
 		next := now.Truncate(time.Second).Add(st.Wait)
@@ -245,6 +262,13 @@ func heal(ctx context.Context, env *Env, f Fault) error {
 	err := f.Heal(ctx, env)
 	env.Rec.Record(Event{Kind: FaultHeal, Client: NoClient, Fault: f.Name(), Err: errString(err)})
 	return err
+}
+
+// isExtensionNote tells whether e is the library's report that an
+// extension ended (newRedlockClient notes them).
+func isExtensionNote(e Event) bool {
+	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+redlock.EventExtended.String()) ||
+		strings.Contains(e.Detail, "library: "+redlock.EventExtendFailed.String()))
 }
 
 // pinHold waits until client (or any) acquires the lock in an attempt
@@ -366,6 +390,30 @@ func sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// replicateAll sets up the scenario's replicas: n1 follows n0 (Replica),
+// or every lock node n<i> has its own replica n<N+i> (Replicas). It returns
+// each master's replication, by master index.
+func replicateAll(ctx context.Context, c *Cluster, nw *Net, sc Scenario) (map[int]replication, error) {
+	pairs := map[int]int{} // master -> replica
+	switch {
+	case sc.Replicas:
+		for m := range sc.nodes() {
+			pairs[m] = sc.nodes() + m
+		}
+	case sc.Replica:
+		pairs[0] = 1
+	}
+	out := make(map[int]replication, len(pairs))
+	for m, r := range pairs {
+		link, err := replicate(ctx, c, nw, r, m)
+		if err != nil {
+			return nil, err
+		}
+		out[m] = replication{replica: r, link: link}
+	}
+	return out, nil
+}
+
 // replicate makes node r an asynchronous replica of node m, through a
 // proxy of the net that the Failover fault can cut. It returns the proxy's
 // index once the replica reports its link up.
@@ -377,6 +425,14 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return 0, err
+	}
+	// A replica's first sync is a full one, which the master delays 5s
+	// (repl-diskless-sync-delay) to serve more replicas with one transfer:
+	// here each master has one replica, and the setup would wait for nothing.
+	mc := directClient(c.Nodes[m])
+	defer mc.Close()
+	if err := mc.ConfigSet(ctx, "repl-diskless-sync-delay", "0").Err(); err != nil {
+		return 0, fmt.Errorf("chaos: n%d: CONFIG SET repl-diskless-sync-delay: %w", m, err)
 	}
 	rc := directClient(c.Nodes[r])
 	defer rc.Close()

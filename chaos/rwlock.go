@@ -126,6 +126,7 @@ func isShared(h Held) bool {
 var rwScenarioNames = []string{
 	"no-faults", "partition-minority", "partition-flapping", "node-pause", "restart-aof",
 	"restart-empty-grace", "restart-empty-no-grace", "clock-jump-guard",
+	"failover-majority-not-durable", "failover-majority-durable",
 }
 
 // RWScenarios are the mutex's scenarios named in rwScenarioNames, each run

@@ -9,9 +9,11 @@ import (
 )
 
 // rwShortSuite are the read-write scenarios the short suite runs: the
-// control, a flapping majority, and the one the checker must catch. The
-// others run with REDLOCK_CHAOS_RW=all, and in the soak.
-var rwShortSuite = []string{"rw-no-faults", "rw-partition-flapping", "rw-restart-empty-no-grace"}
+// control, a flapping majority, the failover of a majority, and the ones
+// the checker must catch. The others run with REDLOCK_CHAOS_RW=all, and
+// in the soak.
+var rwShortSuite = []string{"rw-no-faults", "rw-partition-flapping", "rw-restart-empty-no-grace",
+	"rw-failover-majority-not-durable", "rw-failover-majority-durable"}
 
 // TestRWScenarios runs the read-write lock's scenarios on every backend
 // REDLOCK_CHAOS_BACKEND asks for; a verdict that differs from the

@@ -76,7 +76,11 @@ func TestScenarioTable(t *testing.T) {
 			switch st.Kind {
 			case StepApply:
 				applied[st.Fault.Name()] = true
-				switch st.Fault.(type) {
+				switch f := st.Fault.(type) {
+				case ReplicationCut:
+					replicated(t, sc, f.Masters)
+				case Failover:
+					replicated(t, sc, f.Masters)
 				case ClockJump, ClockFast:
 					if !sc.needsFakeTime() {
 						t.Errorf("%s: clock fault without libfaketime", sc.Name)
@@ -98,6 +102,17 @@ func TestScenarioTable(t *testing.T) {
 	}
 	if _, err := ScenarioByName("no-such-scenario"); err == nil || !strings.Contains(err.Error(), "no-such-scenario") {
 		t.Errorf("ScenarioByName of a bad name: %v", err)
+	}
+}
+
+// replicated fails t unless every master of a replication fault has a
+// replica in sc.
+func replicated(t *testing.T, sc Scenario, masters []int) {
+	t.Helper()
+	for _, m := range masters {
+		if !sc.Replicas && !(sc.Replica && m == 0) || m >= sc.nodes() {
+			t.Errorf("%s: n%d has no replica to fail over to or cut", sc.Name, m)
+		}
 	}
 }
 

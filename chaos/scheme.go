@@ -47,6 +47,10 @@ type SchemeEnv struct {
 	// client (ignored by the baselines, which have none).
 	RestartGrace time.Duration
 	ClockGuard   bool
+	// AllowFailoverNodes and DurableVotes set the redlock client's options
+	// of those names.
+	AllowFailoverNodes bool
+	DurableVotes       bool
 	// Note records what the library reports (a node sitting out, a lost
 	// lock) into the history.
 	Note func(detail string)
@@ -144,10 +148,12 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		clients[i] = nodeClient(a, env.TLSConfig)
 	}
 	opts := redlock.Options{
-		TTL:          env.TTL,
-		RestartGrace: env.RestartGrace,
-		Clock:        skewedClock{env.ClockSkew},
-		Logger:       env.Log,
+		TTL:                env.TTL,
+		RestartGrace:       env.RestartGrace,
+		Clock:              skewedClock{env.ClockSkew},
+		Logger:             env.Log,
+		AllowFailoverNodes: env.AllowFailoverNodes,
+		DurableVotes:       env.DurableVotes,
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = redlock.NoClockGuard
@@ -163,7 +169,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 					lastFailure = kind
 					env.Note("library: attempts failing (" + kind + "), first: " + errString(e.Err))
 				}
-			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtendFailed:
+			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtended, redlock.EventExtendFailed:
 				d := "library: " + e.Kind.String()
 				if e.Node != "" {
 					d += " " + e.Node

@@ -234,6 +234,14 @@ func (l *naiveSemaphoreLocker) Close() error {
 	return nil
 }
 
+// semaphoreFailover runs a failover scenario of the mutex on the semaphore,
+// with one client more than permits.
+func semaphoreFailover(sc Scenario) Scenario {
+	sc.Scheme = RedlockSemaphoreScheme{Permits: SemaphorePermits}
+	sc.Permits, sc.Clients = SemaphorePermits, SemaphorePermits+1
+	return sc
+}
+
 // rotatingPartitions plays DESIGN §5's counterexample with partitions that
 // move: a first holder is admitted by n0-n2 and pinned; then, with n0 and
 // n1 cut off, the next holder is admitted by n2-n4 and works 2s; then,
@@ -292,6 +300,8 @@ func semaphoreScenarios() []Scenario {
 		{Name: "semaphore-clock-jump-guard", About: "a quorum node's clock jumps 2 TTL ahead; the guard sees it",
 			Scheme: sem, Expect: safe, Permits: k, Clients: k + 1, TTL: long, Hold: challengerHold,
 			Schedule: forget(ClockJump{0, 2 * long})},
+		semaphoreFailover(failoverScenario("semaphore-failover-majority-durable", "three of five masters fail over during a hold to replicas that missed its extensions; durable votes, no grace: the extensions after the cut do not count, and no slot is taken twice",
+			[]int{0, 1, 2}, nil, true, Expect{Verdict: VerdictSafe})),
 		{Name: "baseline-naive-semaphore", About: "per-node admission of two holders with a majority quorum, under the rotating partitions: three holders",
 			Scheme: NaiveSemaphoreScheme{Permits: k}, Expect: Expect{Verdict: VerdictBaseline}, Permits: k, Clients: 3,
 			TTL: long, Hold: 2 * time.Second, Schedule: rotatingPartitions()},

@@ -35,8 +35,11 @@ func nodeSets(t *testing.T) []nodeSet {
 	dead := func() string { return "redis://" + deadAddr(t) }
 	down := dead()
 
-	// A replica of the first shared node: Redis answers, but it is not independent.
-	replica := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(shared.Servers[0].Port)}})
+	// A replica: Redis answers, but it is not independent. Its master is not
+	// a shared node: a master with a replica is refused too (ErrFailoverNode),
+	// and the other sets need the shared nodes to vote.
+	replicated := redistest.StartT(t, 1, redistest.Options{})
+	replica := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(replicated.Servers[0].Port)}})
 
 	// A node that refuses to authenticate: the password is set once it runs, because
 	// redistest's readiness check does not log in.

@@ -1,0 +1,517 @@
+package redlock_test
+
+// Durable votes (Options.DurableVotes): a vote counts only once every
+// replica that could be promoted in its master's place acknowledged it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// waitRoom is the node timeout of the tests that expect a WAIT to time
+// out: a third of it goes to the WAIT, which the server answers up to
+// 1/hz (100ms) late, and a loaded machine (-race, other tests) must
+// still see the answer, not the deadline: the vote then fails as not
+// durable rather than as unanswered (both leave it uncounted).
+const waitRoom = time.Second
+
+// startReplicated starts n masters with one replica each, in sync.
+func startReplicated(t *testing.T, n int) (*redistest.Cluster, []*redistest.Server) {
+	t.Helper()
+	masters := redistest.StartT(t, n, redistest.Options{})
+	var replicas []*redistest.Server
+	for _, m := range masters.Servers {
+		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
+		replicas = append(replicas, r.Servers[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, r := range replicas {
+		if err := redistest.RestoreReplication(ctx, r); err != nil { // awaits the sync
+			t.Fatal(err)
+		}
+	}
+	return masters, replicas
+}
+
+// A master with a replica fails over as soon as someone promotes the
+// replica: refused like a Sentinel or Cluster node unless votes are durable
+// or the caller accepts failovers.
+func TestMasterWithReplicaIsRefusedUnlessVotesAreDurable(t *testing.T) {
+	masters, _ := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	refused := newClient(t, masters, redlock.Options{TTL: 2 * time.Second})
+	err := refused.Verify(ctx)
+	if !errors.Is(err, redlock.ErrFailoverNode) || !errors.Is(err, redlock.ErrInvalidConfig) ||
+		!strings.Contains(err.Error(), "master with 1 replicas") || !strings.Contains(err.Error(), "DurableVotes") {
+		t.Fatalf("masters with a replica, no option: want ErrFailoverNode naming the replica and the DurableVotes hint, got %v", err)
+	}
+	if _, err := refused.TryAcquire(ctx, "refused"); !errors.Is(err, redlock.ErrFailoverNode) {
+		t.Fatalf("acquire on refused nodes: want ErrFailoverNode, got %v", err)
+	}
+
+	for _, opts := range []redlock.Options{{TTL: 2 * time.Second, DurableVotes: true}, {TTL: 2 * time.Second, AllowFailoverNodes: true}} {
+		c := newClient(t, masters, opts)
+		if err := c.Verify(ctx); err != nil {
+			t.Fatalf("DurableVotes %v, AllowFailoverNodes %v: %v", opts.DurableVotes, opts.AllowFailoverNodes, err)
+		}
+		l, err := c.TryAcquire(ctx, "accepted")
+		if err != nil {
+			t.Fatalf("DurableVotes %v, AllowFailoverNodes %v: acquire: %v", opts.DurableVotes, opts.AllowFailoverNodes, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A write the replica never received is not a durable vote: with the
+// replication of a majority of the masters cut, the acquire fails with
+// ErrVoteNotDurable from those nodes, and leaves no key behind.
+func TestDurableVoteNeedsTheReplicasAcknowledgement(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	l, err := c.TryAcquire(ctx, "durable")
+	if err != nil {
+		t.Fatalf("replication works: %v", err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err = c.TryAcquire(ctx, "durable")
+	if !errors.Is(err, redlock.ErrVoteNotDurable) || errors.Is(err, redlock.ErrFailoverNode) {
+		t.Fatalf("replication of 2 of 3 masters cut: want the acquire to fail with ErrVoteNotDurable, got %v", err)
+	}
+	for _, a := range masters.Addrs()[:2] {
+		if !strings.Contains(err.Error(), a) {
+			t.Errorf("the error does not name the node %s whose vote was not durable: %v", a, err)
+		}
+	}
+	eventually(t, 5*time.Second, "the attempt's sweep deletes the keys of the votes that did not count", func() bool {
+		return len(keysLeft(t, masters, c, "durable")) == 0
+	})
+}
+
+// An extension is a vote too: one that a majority of the replicas did not
+// acknowledge does not count, and the lock keeps its old deadline.
+func TestDurableExtendThatIsNotAcknowledgedDoesNotCount(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	l, err := c.TryAcquire(ctx, "extended")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx); err != nil {
+		t.Fatalf("replication works: extend: %v", err)
+	}
+	deadline := l.Deadline()
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err = l.Extend(ctx)
+	if !errors.Is(err, redlock.ErrVoteNotDurable) {
+		t.Fatalf("replication of 2 of 3 masters cut: want the extension to fail with ErrVoteNotDurable, got %v", err)
+	}
+	if !l.Deadline().Equal(deadline) {
+		t.Fatalf("an extension that was not durable moved the deadline from %v to %v", deadline, l.Deadline())
+	}
+}
+
+// The renewal scheduler's extensions (batched per node) are votes too: with
+// the replication of a majority cut during an auto-extended hold, the
+// renewals do not count, and the lock is lost by its last durable deadline.
+func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 3 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	l, err := c.TryAcquire(ctx, "renewed", redlock.WithAutoExtend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release(context.Background())
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A renewal that counted was sent before the cut was complete: its
+	// deadline is at most a TTL from now.
+	bound := time.Now().Add(3 * time.Second)
+	select {
+	case <-l.Done():
+	case <-ctx.Done():
+		t.Fatal("the lock was still held 30s after replication was cut: renewals that were not durable counted")
+	}
+	if !errors.Is(l.Err(), redlock.ErrLockLost) {
+		t.Fatalf("the lock ended with %v, want ErrLockLost", l.Err())
+	}
+	if l.Deadline().After(bound) {
+		t.Fatalf("a renewal sent after replication was cut moved the deadline to %v, past %v", l.Deadline(), bound)
+	}
+}
+
+// The semaphore, the read-write lock and the fair lock vote through their
+// own scripts: each waits for the replicas as the mutex does.
+func TestDurableVotesOfEveryPrimitive(t *testing.T) {
+	masters, replicas := startReplicated(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c := newClient(t, masters, redlock.Options{TTL: 5 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	sem, err := c.Semaphore("permits", 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	try := map[string]func() (func(context.Context) error, error){
+		"semaphore": func() (func(context.Context) error, error) {
+			p, err := sem.TryAcquire(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return p.Release, nil
+		},
+		"reader": func() (func(context.Context) error, error) {
+			l, err := c.RWLock("rw").TryRLock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+		"writer": func() (func(context.Context) error, error) {
+			l, err := c.RWLock("rw").TryLock(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+		"fair": func() (func(context.Context) error, error) {
+			l, err := c.TryAcquire(ctx, "fair", redlock.WithFairness())
+			if err != nil {
+				return nil, err
+			}
+			return l.Release, nil
+		},
+	}
+	for what, acquire := range try {
+		release, err := acquire()
+		if err != nil {
+			t.Fatalf("%s, replication works: %v", what, err)
+		}
+		if err := release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for what, acquire := range try {
+		release, err := acquire()
+		if err == nil {
+			_ = release(ctx)
+		}
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Errorf("%s, replication of 2 of 3 masters cut: want ErrVoteNotDurable, got %v", what, err)
+		}
+	}
+}
+
+// startSentinels starts n Sentinel deployments of one master and one
+// replica each, in parallel.
+func startSentinels(t *testing.T, n int) []*redistest.Sentinels {
+	t.Helper()
+	ss := make([]*redistest.Sentinels, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { ss[i], errs[i] = redistest.StartSentinel(fmt.Sprintf("locks-%d", i), 1, redistest.Options{}) })
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, s := range ss {
+			if s != nil {
+				if err := s.Stop(); err != nil {
+					t.Errorf("stopping a sentinel deployment: %v", err)
+				}
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return ss
+}
+
+// failoverNodes are 3 nodes: the Sentinel deployments' masters (through
+// redis.NewFailoverClient, a client of its own each call) and plain.
+func failoverNodes(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Cluster) []redis.UniversalClient {
+	t.Helper()
+	var nodes []redis.UniversalClient
+	for _, s := range ss {
+		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: s.SentinelAddrs(), ContextTimeoutEnabled: true})
+		t.Cleanup(func() { _ = fc.Close() })
+		nodes = append(nodes, fc)
+	}
+	return append(nodes, plain.Clients()...)
+}
+
+func newFailoverClient(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Cluster, opts redlock.Options) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(failoverNodes(t, ss, plain), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// The failing case of a failover is a vote counted on a write its replica
+// never received. With the replication of a majority of the nodes cut
+// before the acquire: with durable votes the acquire fails and leaves no
+// key; without them (and without the restart grace, which would make the
+// promoted replicas sit out) it succeeds, the masters fail over to
+// replicas that lack the key, and a second client takes the lock while the
+// first holds it: unsafe by design, so the mechanism is what makes the
+// difference.
+func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) {
+	ss := startSentinels(t, 2)
+	plain := redistest.StartT(t, 1, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const name = "failover"
+	durable := newFailoverClient(t, ss, plain, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	// The client meets the masters with their replicas connected: a
+	// replica it never saw connected is not counted (PROTOCOL §11).
+	if err := durable.Verify(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if err := redistest.CutReplication(ctx, s.Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := durable.TryAcquire(ctx, name)
+	if !errors.Is(err, redlock.ErrVoteNotDurable) || !errors.Is(err, redlock.ErrNoQuorum) {
+		t.Fatalf("durable votes, replication of 2 of 3 nodes cut: want no quorum with ErrVoteNotDurable, got %v", err)
+	}
+	var masters []*redistest.Server
+	for _, s := range ss {
+		masters = append(masters, s.Master)
+	}
+	masters = append(masters, plain.Servers...)
+	key := durable.LockKey(name)
+	eventually(t, 5*time.Second, "the sweep deletes the keys of the votes that did not count", func() bool {
+		for _, m := range masters {
+			if n, err := m.Client().Exists(ctx, key).Result(); err != nil || n > 0 {
+				return false
+			}
+		}
+		return true
+	})
+
+	opts := redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowFailoverNodes: true}
+	x := newFailoverClient(t, ss, plain, opts)
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("votes that are not durable count at once: %v", err)
+	}
+	for _, s := range ss {
+		if _, err := s.Failover(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	y := newFailoverClient(t, ss, plain, opts)
+	var second *redlock.Lock
+	eventually(t, 5*time.Second, "without durable votes, a second client takes the lock once the failovers lost X's keys", func() bool {
+		second, err = y.TryAcquire(ctx, name)
+		return err == nil
+	})
+	if left := time.Until(held.Deadline()); left <= 0 {
+		t.Fatalf("X's validity ran out before the second holder (%v): the test is too slow to tell", left)
+	}
+	_ = second.Release(ctx)
+}
+
+// With durable votes and replication that works, a failover in a majority
+// of the nodes during a hold gives no second holder: every promoted
+// replica acknowledged X's key before X's vote counted.
+func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
+	ss := startSentinels(t, 2)
+	plain := redistest.StartT(t, 1, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	const name = "failover"
+	opts := redlock.Options{TTL: 20 * time.Second, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
+	x := newFailoverClient(t, ss, plain, opts)
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range ss {
+		if _, _, err := s.KillMaster(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	y := newFailoverClient(t, ss, plain, opts)
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"the holder's client", x}, {"a fresh client", y}} {
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < time.Second {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
+			}
+			// Refused by the promoted replicas, which have X's key, or
+			// for want of a quorum (durable votes: a client that saw a
+			// replica behind the node counts it even after the failover
+			// took it; or a FailoverClient still finding the new master).
+			if !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Fatalf("%s: want the lock held or no quorum, got %v", tc.who, err)
+			}
+		}
+	}
+}
+
+// On Cluster nodes a vote waits for the replicas of the master that serves
+// its slot, not for an arbitrary master's (a keyless WAIT through the
+// ClusterClient): with that master's replication cut in a majority of the
+// clusters, its locks fail as not durable while the other master's are
+// taken, calls of both masters in one batch included. Once replication
+// works again, a durable hold survives the failover of its master in that
+// majority.
+func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 1, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
+	c, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	l, err := c.Acquire(ctx, "warm-up") // the first contact probes every master
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Many acquisitions at once, on both masters' slots: their calls share
+	// the pipes' writes, each master's with its own WAIT.
+	burst := func(what string, want func(i int, err error) error) {
+		t.Helper()
+		errs := make([]error, 16)
+		var wg sync.WaitGroup
+		for i := range errs {
+			wg.Go(func() {
+				first := (i % 2) * 8192
+				l, err := c.TryAcquire(ctx, nameInSlots(c, fmt.Sprintf("%s-%d", what, i), first, first+8191))
+				if err == nil {
+					err = errors.Join(l.Release(ctx))
+				}
+				errs[i] = want(i, err)
+			})
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst("both", func(i int, err error) error { return err })
+
+	lossy := rcs[:c.Quorum()]
+	for _, rc := range lossy {
+		if err := redistest.CutReplication(ctx, rc.Shards[1].Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	burst("cut", func(i int, err error) error {
+		switch {
+		case i%2 == 0 && err != nil:
+			return fmt.Errorf("lock %d, on the master whose replication works: %w", i, err)
+		case i%2 == 1 && !errors.Is(err, redlock.ErrVoteNotDurable):
+			return fmt.Errorf("lock %d, on the master whose replication is cut in 2 of 3 clusters: want ErrVoteNotDurable, got %v", i, err)
+		}
+		return nil
+	})
+
+	for _, rc := range lossy {
+		if err := redistest.RestoreReplication(ctx, rc.Shards[1].Replicas[0]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	name := nameInSlots(c, "held", 8192, 16383)
+	held, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	errs := make([]error, len(lossy))
+	var wg sync.WaitGroup
+	for i, rc := range lossy {
+		wg.Go(func() {
+			var p *redistest.Server
+			if p, errs[i] = rc.Failover(ctx, c.KeySlot(name), false); errs[i] == nil {
+				if n, err := p.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
+					errs[i] = fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	for _, who := range []*redlock.Client{c, fresh} {
+		for range 3 {
+			left := time.Until(held.Deadline())
+			if left < time.Second {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := who.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("a second client took lock %q while X holds it for %.1fs more", name, left.Seconds())
+			}
+			if !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
+				t.Fatalf("want the lock held or no quorum, got %v", err)
+			}
+		}
+	}
+}
