@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -515,6 +516,12 @@ var acquireReleaseScripts = []*script{
 // again by EVAL when its caller gets the answer, alone.
 func batchClient(t *testing.T, nodes []redis.UniversalClient) (*Client, []*scriptRuns) {
 	t.Helper()
+	return batchClientWith(t, nodes, Options{TTL: time.Minute, NodeTimeout: 5 * time.Second, RestartGrace: NoRestartGrace})
+}
+
+// batchClientWith is batchClient with opts.
+func batchClientWith(t *testing.T, nodes []redis.UniversalClient, opts Options) (*Client, []*scriptRuns) {
+	t.Helper()
 	runs := make([]*scriptRuns, len(nodes))
 	for i, rdb := range nodes {
 		for _, s := range scripts {
@@ -525,7 +532,7 @@ func batchClient(t *testing.T, nodes []redis.UniversalClient) (*Client, []*scrip
 		runs[i] = &scriptRuns{of: acquireReleaseScripts}
 		rdb.AddHook(runs[i])
 	}
-	c, err := New(nodes, Options{TTL: time.Minute, NodeTimeout: 5 * time.Second, RestartGrace: NoRestartGrace})
+	c, err := New(nodes, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -814,6 +821,55 @@ func TestQueuedCallsOfAScriptTheNodeForgotRunAgainByEval(t *testing.T) {
 	for i, rdb := range cl.Clients() {
 		if keys, err := rdb.Keys(ctx, c.LockKey("forgot-*")).Result(); err != nil || len(keys) != 0 {
 			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
+		}
+	}
+}
+
+// With durable votes, a batched run of acquires is a vote like a lone
+// acquire: the write's WAIT covers it, and when a majority of the masters'
+// replicas stop acknowledging, every acquire of the run fails as not
+// durable.
+func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
+	masters := redistest.StartT(t, 3, redistest.Options{})
+	var replicas []*redistest.Server
+	for _, m := range masters.Servers {
+		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
+		replicas = append(replicas, r.Servers[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range replicas {
+		if err := redistest.RestoreReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
+	names := []string{"durable-0", "durable-1", "durable-2", "durable-3", "durable-4"}
+	locks, errs := acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s, replication working: %v", names[i], err)
+		}
+	}
+	for i, r := range runs {
+		if plain, batched := r.reset(); plain != 0 || batched != 1 {
+			t.Errorf("master %d: %d acquires went as %d plain and %d batched script runs, want 1 batched", i, len(names), plain, batched)
+		}
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errs = acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if !errors.Is(err, ErrVoteNotDurable) {
+			t.Errorf("%s, replication of 2 of 3 masters cut: %v, want ErrVoteNotDurable", names[i], err)
 		}
 	}
 }
