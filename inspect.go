@@ -212,6 +212,25 @@ type NodeInfo struct {
 	Promoted     bool
 	Voting       bool   // whether its vote counts now
 	SitOutReason string // why not
+	// Kind is what the node is: a standalone master, a Redis Cluster (a
+	// *redis.ClusterClient) or a master managed by Sentinel (a client of
+	// redis.NewFailoverClient).
+	Kind NodeKind
+	// Masters are the servers that hold the node's locks' keys, each with
+	// its replicas: the server itself; for a Sentinel node the master it
+	// reached (Sentinel's current one); for a Cluster node every master
+	// and its slots, or, from NodesFor, the master serving the lock's slot.
+	Masters []MasterInfo
+	// DurableVotes tells that the node's votes wait for its master's
+	// replicas to acknowledge them (Options.DurableVotes), so that a
+	// promoted replica holds every counted vote.
+	DurableVotes bool
+	// Refused is why the client refuses the node's vote for good, nil if it
+	// does not: ErrNotIndependent (a replica, a server given twice),
+	// ErrFailoverNode (it fails over and its votes are not durable),
+	// ErrSlotNotServed (a cluster-mode server that can take no lock). It
+	// is the error an acquire gets, as a *ConfigError.
+	Refused error
 	// Cluster is set when the node runs in Redis Cluster mode: it can take
 	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
 	Cluster *ClusterInfo
@@ -224,15 +243,61 @@ type NodeInfo struct {
 	CertSubject string
 }
 
+// MasterInfo is one master behind a node, as a probe found it.
+type MasterInfo struct {
+	Addr  string // host:port; for a Sentinel node, the address the master was reached at
+	RunID string
+	// Slots are the hash slots a Cluster master serves or imports (nil
+	// for a node that is not a Cluster).
+	Slots []SlotRange
+	// Promoted tells that it was a replica turned master since it started.
+	Promoted bool
+	// Replicas are the replicas connected to it now. (A Cluster replica
+	// whose link is down is not listed, but NodeInfo.Replicas counts it: it
+	// may still be promoted.)
+	Replicas []ReplicaInfo
+}
+
+// ReplicaInfo is one replica of a master, as the master's INFO
+// replication lists it.
+type ReplicaInfo struct {
+	Addr  string // as the replica announced it
+	State string // "online", or a stage of a sync ("wait_bgsave", "send_bulk")
+	// Behind is how many bytes of the replication stream it has not
+	// acknowledged: what it would lack if it were promoted now.
+	Behind int64
+	// LastAck is the time since its last acknowledgement, in the whole
+	// seconds the master counts.
+	LastAck time.Duration
+}
+
 // Nodes probes every node now and reports what the guards know of it. Each
 // node's probe is bounded by four node timeouts (a few round trips and
 // maybe a dial): a node that does not answer by then is reported with
-// context.DeadlineExceeded.
+// context.DeadlineExceeded. A Cluster node votes only if every one of its
+// masters may: NodesFor judges the votes for one lock.
 func (c *Client) Nodes(ctx context.Context) []NodeInfo {
+	return c.nodeInfos(ctx, "")
+}
+
+// NodesFor is Nodes for the lock called name: a Cluster node's Masters is
+// the master serving the lock's hash slot, and every node's vote is judged
+// for that lock, as an acquire of it would judge it.
+func (c *Client) NodesFor(ctx context.Context, name string) ([]NodeInfo, error) {
+	if _, _, err := c.params(name, nil); err != nil {
+		return nil, err
+	}
+	return c.nodeInfos(ctx, c.LockKey(name)), nil
+}
+
+// nodeInfos is Nodes, judging the votes for the lock whose key is key (""
+// for any lock).
+func (c *Client) nodeInfos(ctx context.Context, key string) []NodeInfo {
 	infos := make([]NodeInfo, len(c.nodes))
 	c.each(func(i int, n *node) {
 		info := &infos[i]
 		info.Node = n.name
+		info.Kind = nodeKind(n.rdb)
 		if n.rdb == nil {
 			info.Err = errors.New("no client")
 			return
@@ -244,6 +309,8 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			info.Err = err
 			return
 		}
+		info.Masters = c.masters(pctx, n, res, key)
+		info.DurableVotes = c.opts.DurableVotes
 		info.Role, info.RunID, info.Uptime = res.role, res.runID, res.uptime
 		info.AppendOnly, info.AppendFsync = res.appendOnly, res.appendFsync
 		info.RTT = res.timeRecv.Sub(res.timeSent)
@@ -265,13 +332,60 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 			continue
 		}
 		info.ClockSkew, _ = clockSkew(samples, have, i)
-		if err := c.ready(ctx, n, ""); err != nil {
+		if g := n.guard.Load(); g != nil {
+			info.Refused = g.excluded
+		}
+		if err := c.ready(ctx, n, key); err != nil {
 			info.SitOutReason = strings.TrimPrefix(err.Error(), ErrNodeSittingOut.Error()+": ")
 		} else {
 			info.Voting = true
 		}
 	}
 	return infos
+}
+
+// nodeKind tells what kind of node rdb is.
+func nodeKind(rdb redis.UniversalClient) NodeKind {
+	if _, ok := rdb.(*redis.ClusterClient); ok {
+		return KindCluster
+	}
+	if isFailoverClient(rdb) {
+		return KindSentinel
+	}
+	return KindMaster
+}
+
+// masters lists the masters behind n from its probe res: for a Cluster
+// node, every master, or only the one serving key's slot if key is set.
+func (c *Client) masters(ctx context.Context, n *node, res probeResult, key string) []MasterInfo {
+	if res.shards == nil {
+		m := MasterInfo{RunID: res.runID, Promoted: res.promoted, Replicas: res.links}
+		switch rdb := n.rdb.(type) {
+		case *redis.Client:
+			m.Addr = rdb.Options().Addr
+			if isFailoverClient(rdb) {
+				// Sentinel found the master at dial: the connection's
+				// address on the server's side is where it was reached.
+				if ci, err := rdb.ClientInfo(ctx).Result(); err == nil {
+					m.Addr = ci.LAddr
+				} else {
+					m.Addr = "?"
+				}
+			}
+		}
+		return []MasterInfo{m}
+	}
+	var out []MasterInfo
+	for _, r := range res.shards {
+		m := MasterInfo{Addr: r.addr, RunID: r.runID, Slots: r.claims, Promoted: r.promoted, Replicas: r.links}
+		if key != "" {
+			if !(&ClusterInfo{Slots: r.claims}).has(keySlot(key)) {
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // Verify probes every node and returns an error matching ErrNotIndependent

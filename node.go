@@ -214,6 +214,20 @@ func (sg *shardGuard) serves(slot int) bool {
 	return false
 }
 
+// slotsGained tells whether now has a slot that before has not.
+func slotsGained(before, now []SlotRange) bool {
+	for _, r := range now {
+		for slot := r.First; slot <= r.Last; {
+			i := slices.IndexFunc(before, func(b SlotRange) bool { return b.First <= slot && slot <= b.Last })
+			if i < 0 {
+				return true
+			}
+			slot = before[i].Last + 1
+		}
+	}
+	return false
+}
+
 // errSlotUnclaimed: no master of a Cluster node served the lock's slot at
 // the last probe; the node is probed again.
 var errSlotUnclaimed = fmt.Errorf("%w: no master of the cluster served the lock's hash slot at the last probe", ErrNodeSittingOut)
@@ -238,7 +252,7 @@ func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string
 		if now.Before(sh.upSince.Add(grace)) {
 			what := "started"
 			if sh.known {
-				what = "is new (restarted, promoted or met after the others)"
+				what = "is new (restarted, promoted, met after the others, or given slots it did not serve)"
 			}
 			return fmt.Errorf("%w: its master %s %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
 				ErrNodeSittingOut, sh.addr, what, grace, sh.upSince.Add(grace).Sub(now).Round(time.Millisecond))
@@ -325,14 +339,27 @@ func (h serverWatch) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // ran marks the node stale if cmd was a script and this server is not one
-// of the masters the node's guard knows.
+// of the masters the node's guard knows, or did not serve the slot of the
+// script's keys at the last probe: a slot moved to a master the guard
+// knew (a reshard) may have come without its keys.
 func (h serverWatch) ran(cmd redis.Cmder) {
 	switch cmd.Name() {
 	case "evalsha", "eval", "evalsha_ro", "eval_ro", "fcall":
 	default:
 		return
 	}
-	if g := h.n.guard.Load(); g != nil && g.shard(h.addr) == nil {
+	g := h.n.guard.Load()
+	if g == nil {
+		return
+	}
+	sh := g.shard(h.addr)
+	if sh == nil {
+		h.n.stale.Store(true)
+		return
+	}
+	// Not judged by the reply: in a ClusterClient's pipeline the hook runs
+	// before the replies are read, and a MOVED reply only costs a probe.
+	if key := scriptKey(cmd.Args()); key != "" && !sh.serves(keySlot(key)) {
 		h.n.stale.Store(true)
 	}
 }
@@ -352,6 +379,7 @@ type probeResult struct {
 	shards      []probeResult // a Cluster node's masters, by address
 	promoted    bool          // a master promoted from replica since it started: dated as started now
 	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
 	// others are the clock samples of a Cluster node's other masters.
@@ -428,6 +456,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.promoted, res.uptime = true, 0
 	}
 	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
+	res.links = replicaLinks(fields)
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -466,6 +495,36 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 		res.cluster = probeCluster(ctx, rdb, c.registerKey())
 	}
 	return res, nil
+}
+
+// replicaLinks reads the replicas a master lists in INFO replication
+// ("slave0:ip=10.0.0.2,port=6379,state=online,offset=1234,lag=0"), with how
+// far each is behind the master's replication offset.
+func replicaLinks(fields map[string]string) []ReplicaInfo {
+	n, _ := strconv.Atoi(fields["connected_slaves"])
+	master, _ := strconv.ParseInt(fields["master_repl_offset"], 10, 64)
+	var out []ReplicaInfo
+	for i := range n {
+		line, ok := fields["slave"+strconv.Itoa(i)]
+		if !ok {
+			continue
+		}
+		kv := make(map[string]string)
+		for _, part := range strings.Split(line, ",") {
+			if k, v, ok := strings.Cut(part, "="); ok {
+				kv[k] = v
+			}
+		}
+		r := ReplicaInfo{Addr: net.JoinHostPort(kv["ip"], kv["port"]), State: kv["state"]}
+		if off, err := strconv.ParseInt(kv["offset"], 10, 64); err == nil {
+			r.Behind = max(master-off, 0)
+		}
+		if secs, err := strconv.ParseInt(kv["lag"], 10, 64); err == nil {
+			r.LastAck = time.Duration(secs) * time.Second
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 func parseInfo(s string) map[string]string {
@@ -540,6 +599,14 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims, replicas: r.replicas, waitAOF: r.waitAOF}
 			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
 				sg.upSince, sg.known = o.upSince, o.known
+				if slotsGained(o.slots, r.claims) {
+					// A master that took slots since the last probe (a
+					// reshard) may have taken them without their keys:
+					// for those slots it is a new server. Nothing on the
+					// server dates the move; it is dated at this reply,
+					// the latest it can have been.
+					sg.upSince, sg.known = r.recv, true
+				}
 			} else {
 				// A master we had not met under this run_id, on a node we
 				// knew, started after the node last answered us.
@@ -829,7 +896,8 @@ func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 // unseen: every master is probed directly instead, and the node is one
 // server for the guards whose identity is every master's address and
 // run_id. A new master for any slot (a restart, a failover, a slot moved
-// to a master not seen before) is then a new server: the node sits out the
+// to a master not seen before, or to a known master that did not serve it:
+// slotsGained) is then a new server: the node sits out the
 // grace, for every lock. That is stricter than a guard per slot's master,
 // which would let the node keep voting for the locks of the other slots:
 // it costs availability, never safety.

@@ -161,3 +161,26 @@ func TestReplicasInView(t *testing.T) {
 		t.Fatalf("replicasInView = %d, want 2 (the connected and the failed replica of m1)", got)
 	}
 }
+
+// A master gains slots when it serves (or imports) one it did not at the
+// previous probe, however the ranges are cut; losing slots is no gain.
+func TestSlotsGained(t *testing.T) {
+	r := func(first, last int) SlotRange { return SlotRange{first, last} }
+	for _, tc := range []struct {
+		before, now []SlotRange
+		want        bool
+	}{
+		{[]SlotRange{r(0, 8191)}, []SlotRange{r(0, 8191)}, false},
+		{[]SlotRange{r(0, 8191)}, []SlotRange{r(0, 4095), r(4096, 8191)}, false},
+		{[]SlotRange{r(0, 4095), r(4096, 8191)}, []SlotRange{r(0, 8191)}, false},
+		{[]SlotRange{r(0, 8191)}, []SlotRange{r(0, 100)}, false},
+		{[]SlotRange{r(0, 8191)}, nil, false},
+		{[]SlotRange{r(8192, 16383)}, []SlotRange{r(4772, 4772), r(8192, 16383)}, true},
+		{[]SlotRange{r(0, 100), r(102, 200)}, []SlotRange{r(0, 200)}, true},
+		{nil, []SlotRange{r(5, 5)}, true},
+	} {
+		if got := slotsGained(tc.before, tc.now); got != tc.want {
+			t.Errorf("slotsGained(%v, %v) = %v, want %v", tc.before, tc.now, got, tc.want)
+		}
+	}
+}

@@ -255,11 +255,13 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// NewFromURLs builds a client from node URLs (see ParseURL). It owns the
-// go-redis clients it creates: Close closes them. Their connections are
-// dialled once, not retried, and go-redis does not retry commands unless a
-// URL sets max_retries: a node that refuses connections is reported at once,
-// and the client's own Acquire loop does the retrying.
+// NewFromURLs builds a client from node URLs of any kind (see
+// ParseNodeURL): standalone masters, Redis Clusters, Sentinel-managed
+// masters. It owns the go-redis clients it creates: Close closes them.
+// Their connections are dialled once, not retried, and go-redis does not
+// retry commands unless a URL sets max_retries: a node that refuses
+// connections is reported at once, and the client's own Acquire loop does
+// the retrying. (A Cluster node still follows MOVED and ASK redirects.)
 func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	var clients []redis.UniversalClient
 	closeAll := func() {
@@ -268,22 +270,12 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 	}
 	for _, u := range urls {
-		o, err := parseURL(u, opts.TLSConfig)
+		n, err := parseNodeURL(u, opts.TLSConfig)
 		if err != nil {
 			closeAll()
 			return nil, err
 		}
-		// Per-node timeouts are context deadlines: make go-redis honour them.
-		o.ContextTimeoutEnabled = true
-		// A refused connection is an answer: report it at once. go-redis would
-		// dial 5 times, 100ms apart, and retry the command 3 times more on top,
-		// which turned 3 stopped nodes of 5 into seconds of waiting. The client
-		// has its own retry loop (Acquire) with jitter and a wake-up on release.
-		o.DialerRetries = 1
-		if !hasQuery(u, "max_retries") {
-			o.MaxRetries = -1 // -1, not 0: 0 means go-redis' default of 3
-		}
-		clients = append(clients, redis.NewClient(o))
+		clients = append(clients, n.client(hasQuery(u, "max_retries")))
 	}
 	c, err := New(clients, opts)
 	if err != nil {

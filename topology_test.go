@@ -467,13 +467,18 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 }
 
 // Resharding the lock's slot during a hold (MIGRATE moves the keys with
-// it) loses nothing: the holder extends on the master the slot moved to,
-// and another client is refused the lock there.
+// it), in one of three clusters, loses nothing: the key is on the master
+// the slot moved to, the holder extends, and another client is refused
+// the lock. The master that took the slot is new to it: it sits out the
+// grace for it, for the holder too, as it must had the keys not come along
+// (TestClusterNodeSlotMovedEmptyGivesNoSecondHolder). A reshard of the
+// lock's slot in a quorum of the nodes during a hold therefore costs the
+// holder its extensions until the grace is over.
 func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
 	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	opts := redlock.Options{TTL: 5 * time.Second} // room for three slot moves within the validity
+	opts := redlock.Options{TTL: 5 * time.Second} // room for a slot move within the validity
 	x, err := redlock.New(clusterClients(t, rcs), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -493,19 +498,107 @@ func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
 	if _, err := other.Acquire(ctx, nameInSlots(x, "warm", 8192, 16383)); err != nil { // the other client's grace too
 		t.Fatal(err)
 	}
-	for _, rc := range rcs {
-		if err := rc.MoveSlot(ctx, x.KeySlot(name), rc.Shards[1].Master); err != nil {
-			t.Fatal(err)
-		}
-		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-			t.Fatalf("the lock's key did not move with its slot (%d, %v)", n, err)
-		}
+	rc := rcs[0]
+	if err := rc.MoveSlot(ctx, x.KeySlot(name), rc.Shards[1].Master); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+		t.Fatalf("the lock's key did not move with its slot (%d, %v)", n, err)
 	}
 	if err := held.Extend(ctx); err != nil {
-		t.Fatalf("extend after the lock's slot moved: %v", err)
+		t.Fatalf("extend after the lock's slot moved in one cluster: %v", err)
 	}
-	if _, err := other.TryAcquire(ctx, name); !errors.Is(err, redlock.ErrLocked) {
+	_, err = other.TryAcquire(ctx, name)
+	if !errors.Is(err, redlock.ErrLocked) {
 		t.Fatalf("another client after the slot moved: %v, want ErrLocked", err)
+	}
+	if info := other.Nodes(ctx)[0]; info.Err != nil || info.Voting || !strings.Contains(info.SitOutReason, rc.Shards[1].Master.Addr) {
+		t.Fatalf("the cluster whose slot moved, to the other client: %+v, want the master %s that took the slot sitting out", info, rc.Shards[1].Master.Addr)
+	}
+}
+
+// A slot moved during a hold WITHOUT its keys (an operator's CLUSTER
+// SETSLOT, a migration fixed by hand) to a master the clients already knew,
+// in the clusters of a quorum of the nodes: a client that used the nodes
+// before must not take the lock while X holds it. The master is not new
+// (same address, same run_id, a long uptime), but it is new to the lock's
+// slot: the guard must see it serving the slot and make it sit out the
+// grace for it. (A client that meets the nodes only after the move cannot
+// tell: nothing on the server dates when a master took a slot; see
+// docs/PROTOCOL.md section 11.)
+func TestClusterNodeSlotMovedEmptyGivesNoSecondHolder(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 5 * time.Second}
+	x, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	before, err := redlock.New(clusterClients(t, rcs), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer before.Close()
+	name := nameInSlots(x, "job", 0, 8191) // the first master's
+	// The fresh masters sit out the grace first: wait for it, the other
+	// client on both masters (its guard saw the layout before the move).
+	for _, warm := range []string{nameInSlots(x, "warm", 0, 8191), nameInSlots(x, "warm", 8192, 16383)} {
+		l, err := before.Acquire(ctx, warm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held, err := x.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	// The slot moves in a quorum of the clusters that hold X's key. (The
+	// decision may come before a node's answer: a key still on its way
+	// would follow the slot to its new master.)
+	var lossy []*redistest.RedisCluster
+	eventually(t, 5*time.Second, "X's key on a quorum of the clusters", func() bool {
+		lossy = lossy[:0]
+		for _, rc := range rcs {
+			if n, err := rc.Shards[0].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err == nil && n == 1 {
+				lossy = append(lossy, rc)
+			}
+		}
+		return len(lossy) >= x.Quorum()
+	})
+	lossy = lossy[:x.Quorum()]
+	errs := make([]error, len(lossy))
+	var wg sync.WaitGroup
+	for i, rc := range lossy {
+		wg.Go(func() { errs[i] = rc.MoveSlotEmpty(ctx, x.KeySlot(name), rc.Shards[1].Master) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range lossy {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("the lock's key moved with its slot (%d, %v): the move lost nothing", n, err)
+		}
+	}
+	for range 3 {
+		left := time.Until(held.Deadline())
+		if left < 500*time.Millisecond {
+			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+		}
+		l, err := before.TryAcquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatalf("a client that used the nodes before took lock %q while X holds it for %.1fs more", name, left.Seconds())
+		}
+		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
+			t.Fatalf("want no quorum, the masters new to the lock's slot sitting out, got %v", err)
+		}
 	}
 }
 

@@ -3,7 +3,9 @@ package redlock
 import (
 	"crypto/tls"
 	"fmt"
+	"net"
 	"net/url"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -11,9 +13,46 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ParseURL parses a node URL: redis://[user[:password]@]host:port[/db] or
+// NodeKind is what a node is: one server, or a deployment of servers that
+// the client finds the lock's master in.
+type NodeKind string
+
+const (
+	// KindMaster is a standalone master (a redis:// or rediss:// URL, a
+	// *redis.Client).
+	KindMaster NodeKind = "master"
+	// KindCluster is a Redis Cluster (a redis+cluster:// URL, a
+	// *redis.ClusterClient): the master that serves the lock's hash slot
+	// holds its keys.
+	KindCluster NodeKind = "cluster"
+	// KindSentinel is a master managed by Sentinel (a redis+sentinel:// URL,
+	// a client of redis.NewFailoverClient): the master Sentinel names holds
+	// the keys.
+	KindSentinel NodeKind = "sentinel"
+)
+
+// NodeURL is a parsed node URL: Kind tells which of Master, Cluster and
+// Sentinel is set.
+type NodeURL struct {
+	Kind     NodeKind
+	Master   *redis.Options
+	Cluster  *redis.ClusterOptions
+	Sentinel *redis.FailoverOptions
+}
+
+// sentinelPort is the port a redis+sentinel:// URL's host gets when it
+// names none: Sentinel's own default, not the server's 6379 (go-redis'
+// ParseFailoverURL would dial 6379, most likely the master itself).
+const sentinelPort = "26379"
+
+// The URL parameter that names the master a Sentinel URL is about, as in
+// go-redis' ParseFailoverURL.
+const urlMasterName = "master_name"
+
+// ParseURL parses a standalone node URL: redis://[user[:password]@]host:port[/db] or
 // rediss://... for TLS, with go-redis' query options (dial_timeout=1s,
-// ...). Its errors never contain the password.
+// ...). Its errors never contain the password. For Cluster and Sentinel
+// nodes, see ParseNodeURL.
 //
 // A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
 // cacert (a bundle of the CA certificates that sign the node's certificate;
@@ -24,66 +63,192 @@ import (
 // does not match its certificate or an expired certificate is a
 // *ConfigError naming the file. See LoadTLSConfig.
 func ParseURL(raw string) (*redis.Options, error) {
-	return parseURL(raw, nil)
+	n, err := parseNodeURL(raw, nil)
+	if err != nil {
+		return nil, err
+	}
+	if n.Kind != KindMaster {
+		return nil, configErr("node URL", RedactURL(raw), fmt.Sprintf("is a %s node: parse it with ParseNodeURL", n.Kind))
+	}
+	return n.Master, nil
 }
 
-// parseURL is ParseURL with base, if not nil, as the TLS configuration of a
-// rediss:// URL, its TLS parameters applied to a copy of it.
-func parseURL(raw string, base *tls.Config) (*redis.Options, error) {
+// ParseNodeURL parses a node URL of any kind. The forms follow go-redis'
+// ParseURL, ParseClusterURL and ParseFailoverURL, with the scheme telling
+// the kind (every form also takes rediss for TLS, and the TLS parameters of
+// ParseURL):
+//
+//   - redis://[user[:password]@]host:port[/db]: a standalone master.
+//   - redis+cluster://[user[:password]@]host:port?addr=host2:port2&addr=...:
+//     a Redis Cluster, from one or more seed addresses (any of its servers);
+//     go-redis finds the others and the master of each slot. No db.
+//   - redis+sentinel://[user[:password]@]host:port[/db]?master_name=NAME&addr=host2:port2&...:
+//     the master that the Sentinels at host:port and the addr parameters
+//     know as NAME. The URL's credentials are the Sentinels' (as in
+//     go-redis); the master's go in the username and password parameters.
+//     The host's port defaults to Sentinel's 26379.
+//
+// A bad value is a *ConfigError that names it: no host, a port outside 1
+// to 65535, an addr without a port, no master_name, a parameter go-redis
+// does not know. No error contains a password.
+func ParseNodeURL(raw string) (*NodeURL, error) {
+	return parseNodeURL(raw, nil)
+}
+
+// parseNodeURL is ParseNodeURL with base, if not nil, as the TLS
+// configuration of a rediss URL, its TLS parameters applied to a copy of it.
+func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 	shown := RedactURL(raw)
+	bad := func(reason string) error { return configErr("node URL", shown, reason) }
 	if strings.TrimSpace(raw) == "" {
 		return nil, configErr("node URL", `""`, "is empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return nil, configErr("node URL", shown, "is not a valid URL")
+		return nil, bad("is not a valid URL")
 	}
-	if u.Scheme != "redis" && u.Scheme != "rediss" {
-		return nil, configErr("node URL", shown, "must start with redis:// or rediss:// (TLS)")
+	scheme, kind, known := strings.Cut(u.Scheme, "+")
+	if scheme != "redis" && scheme != "rediss" || known && kind != string(KindCluster) && kind != string(KindSentinel) {
+		return nil, bad("must start with redis://, redis+cluster:// or redis+sentinel:// (rediss for TLS)")
+	}
+	n := &NodeURL{Kind: KindMaster}
+	if known {
+		n.Kind = NodeKind(kind)
 	}
 	if u.Hostname() == "" {
-		return nil, configErr("node URL", shown, "has no host")
+		return nil, bad("has no host")
 	}
-	if p := u.Port(); p != "" {
-		// go-redis accepts any digits here and the dial fails much later, as a node
-		// error instead of a configuration error naming the value.
-		if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
-			return nil, configErr("node URL", shown, fmt.Sprintf("has port %s: want 1 to 65535", p))
+	// go-redis accepts any digits as a port and the dial fails much later, as
+	// a node error instead of a configuration error naming the value.
+	if err := checkPort(u.Port()); err != nil {
+		return nil, bad(err.Error())
+	}
+	if n.Kind != KindMaster {
+		for _, addr := range u.Query()["addr"] {
+			host, port, err := net.SplitHostPort(addr)
+			switch {
+			case err != nil || host == "" || port == "":
+				return nil, bad(fmt.Sprintf("has addr=%s: want host:port", addr))
+			case checkPort(port) != nil:
+				return nil, bad(fmt.Sprintf("has addr=%s: %v", addr, checkPort(port)))
+			}
 		}
+	}
+	if n.Kind == KindSentinel {
+		if strings.TrimSpace(u.Query().Get(urlMasterName)) == "" {
+			return nil, bad("has no master_name: a Sentinel URL names the master (redis+sentinel://host:26379?master_name=mymaster)")
+		}
+		if u.Port() == "" {
+			u.Host = net.JoinHostPort(u.Hostname(), sentinelPort)
+		}
+	}
+	if n.Kind == KindCluster && strings.Trim(u.Path, "/") != "" {
+		return nil, bad("has a database number: a Redis Cluster has only database 0")
 	}
 	files, hasTLSFiles := tlsFilesOf(u)
-	if hasTLSFiles && u.Scheme != "rediss" {
-		return nil, configErr("node URL", shown, "names TLS files (cacert, cert, key, sni) but is not a rediss:// (TLS) URL")
+	if hasTLSFiles && scheme != "rediss" {
+		return nil, bad("names TLS files (cacert, cert, key, sni) but is not a rediss:// (TLS) URL")
 	}
-	if base != nil && u.Scheme != "rediss" {
-		return nil, configErr("node URL", shown, "is a plain redis:// URL, but TLS settings are given (Options.TLSConfig, or the CLI's --cacert, --cert, --key, --sni): use rediss://")
+	if base != nil && scheme != "rediss" {
+		return nil, bad("is a plain redis:// URL, but TLS settings are given (Options.TLSConfig, or the CLI's --cacert, --cert, --key, --sni): use rediss://")
 	}
-	opts, err := redis.ParseURL(u.String())
+	// go-redis' parsers take the plain schemes.
+	u.Scheme = scheme
+	var cfg **tls.Config
+	switch n.Kind {
+	case KindMaster:
+		n.Master, err = redis.ParseURL(u.String())
+		if err == nil {
+			cfg = &n.Master.TLSConfig
+		}
+	case KindCluster:
+		n.Cluster, err = redis.ParseClusterURL(u.String())
+		if err == nil {
+			cfg = &n.Cluster.TLSConfig
+		}
+	case KindSentinel:
+		n.Sentinel, err = redis.ParseFailoverURL(u.String())
+		if err == nil {
+			cfg = &n.Sentinel.TLSConfig
+		}
+	}
 	if err != nil {
-		reason := err.Error()
-		if pw, ok := u.User.Password(); ok && pw != "" {
-			reason = strings.ReplaceAll(reason, pw, "xxxxx")
-		}
-		if name := u.User.Username(); name != "" {
-			reason = strings.ReplaceAll(reason, name, "xxxxx") // may be a password (see RedactURL)
-		}
-		return nil, configErr("node URL", shown, strings.TrimPrefix(reason, "redis: "))
+		return nil, bad(strings.TrimPrefix(hideCredentials(err.Error(), u), "redis: "))
 	}
 	if base != nil {
 		// go-redis set the server name to the URL's host, and skip_verify.
-		cfg := base.Clone()
-		if cfg.ServerName == "" {
-			cfg.ServerName = opts.TLSConfig.ServerName
+		c := base.Clone()
+		if c.ServerName == "" {
+			c.ServerName = (*cfg).ServerName
 		}
-		cfg.InsecureSkipVerify = cfg.InsecureSkipVerify || opts.TLSConfig.InsecureSkipVerify
-		opts.TLSConfig = cfg
+		c.InsecureSkipVerify = c.InsecureSkipVerify || (*cfg).InsecureSkipVerify
+		*cfg = c
 	}
 	if hasTLSFiles {
-		if opts.TLSConfig, err = files.apply(opts.TLSConfig, time.Now()); err != nil {
+		if *cfg, err = files.apply(*cfg, time.Now()); err != nil {
 			return nil, err
 		}
 	}
-	return opts, nil
+	return n, nil
+}
+
+// checkPort checks a URL's port, "" (the default) or 1 to 65535.
+func checkPort(p string) error {
+	if p == "" {
+		return nil
+	}
+	if n, err := strconv.Atoi(p); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("has port %s: want 1 to 65535", p)
+	}
+	return nil
+}
+
+// hideCredentials takes out of a go-redis error every credential of u.
+func hideCredentials(reason string, u *url.URL) string {
+	secrets := []string{u.User.Username()} // may be a password (see RedactURL)
+	if pw, ok := u.User.Password(); ok {
+		secrets = append(secrets, pw)
+	}
+	secrets = append(secrets, u.Query()["password"]...)
+	for _, s := range secrets {
+		if s != "" {
+			reason = strings.ReplaceAll(reason, s, "xxxxx")
+		}
+	}
+	return reason
+}
+
+// client builds the go-redis client of the node, with the settings every
+// node of NewFromURLs gets (see there). The caller owns it.
+func (n *NodeURL) client(maxRetriesSet bool) redis.UniversalClient {
+	// A refused connection is an answer: report it at once. go-redis would
+	// dial 5 times, 100ms apart, and retry the command 3 times more on top,
+	// which turned 3 stopped nodes of 5 into seconds of waiting. The client
+	// has its own retry loop (Acquire) with jitter and a wake-up on release.
+	// -1, not 0, for no retries: 0 means go-redis' default of 3. (A Cluster
+	// client still follows MOVED and ASK: MaxRedirects.) Per-node timeouts
+	// are context deadlines: make go-redis honour them.
+	maxRetries := func(v *int) {
+		if !maxRetriesSet {
+			*v = -1
+		}
+	}
+	switch n.Kind {
+	case KindCluster:
+		o := *n.Cluster
+		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+		maxRetries(&o.MaxRetries)
+		return redis.NewClusterClient(&o)
+	case KindSentinel:
+		o := *n.Sentinel
+		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+		maxRetries(&o.MaxRetries)
+		return redis.NewFailoverClient(&o)
+	}
+	o := *n.Master
+	o.ContextTimeoutEnabled, o.DialerRetries = true, 1
+	maxRetries(&o.MaxRetries)
+	return redis.NewClient(&o)
 }
 
 // RedactURL hides the credentials of a node URL, for logs and errors: all of
@@ -107,7 +272,11 @@ func RedactURL(raw string) string {
 		prefix, rest = raw[:i+3], raw[i+3:]
 	}
 	if at := strings.LastIndex(rest, "@"); at >= 0 {
-		return prefix + "xxxxx@" + rest[at+1:]
+		rest = "xxxxx@" + rest[at+1:]
 	}
-	return raw
+	return prefix + queryPassword.ReplaceAllString(rest, "${1}xxxxx")
 }
+
+// queryPassword finds the value of a password parameter (password=, and
+// go-redis' sentinel_password=) in a URL that does not parse.
+var queryPassword = regexp.MustCompile(`((?:^|[?&])[a-z_]*password=)[^&#]*`)

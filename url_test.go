@@ -86,6 +86,20 @@ func FuzzParseURL(f *testing.F) {
 		if r := redlock.RedactURL(withPw); strings.Contains(r, secret) {
 			t.Fatalf("password in %q", r)
 		}
+		// The Cluster and Sentinel forms, with the password in the user info
+		// and, for Sentinel, the master's in the query.
+		for _, raw := range []string{
+			"redis+cluster://user:" + secret + "@" + rest,
+			"rediss+sentinel://user:" + secret + "@" + rest,
+			"redis+sentinel://h:1?master_name=m&password=" + secret + "&" + rest,
+		} {
+			if _, err := redlock.ParseNodeURL(raw); err != nil && strings.Contains(err.Error(), secret) {
+				t.Fatalf("password in error: %v", err)
+			}
+			if r := redlock.RedactURL(raw); strings.Contains(r, secret) {
+				t.Fatalf("password in %q", r)
+			}
+		}
 	})
 }
 

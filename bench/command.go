@@ -37,6 +37,8 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	markdown := flags.Bool("markdown", false, "print the table as Markdown")
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
 	quiet := flags.Bool("quiet", false, "no progress line per run on stderr")
+	shards := flags.String("shards", "", "run the capacity comparison instead of the matrix: masters per Cluster node, comma-separated, 0 for standalone masters (e.g. 0,1,2,3)")
+	shardNodes := flags.Int("shard-nodes", 3, "nodes of each layout in the --shards comparison")
 	cpuProfile := flags.String("cpuprofile", "", "write a CPU profile of the whole run to this file (held-locks has no go test benchmark to profile)")
 	if err := flagset.Parse(flags, name, args, stdout); err != nil {
 		return err
@@ -54,6 +56,26 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			return err
 		}
 		return printTable(stdout, res, *markdown)
+	}
+
+	if *shards != "" {
+		sc := ShardsConfig{Nodes: *shardNodes, Workers: 16, Names: 1024, Duration: *duration, Repeats: *repeats}
+		for _, field := range splitList(*shards) {
+			n, err := strconv.Atoi(field)
+			if err != nil || n < 0 {
+				return fmt.Errorf("--shards: %q is not a number of masters (0 for standalone)", field)
+			}
+			sc.Shards = append(sc.Shards, n)
+		}
+		if !*quiet {
+			sc.Progress = stderr
+		}
+		rows, err := RunShards(ctx, sc)
+		if err != nil {
+			return err
+		}
+		WriteShardsTable(stdout, rows)
+		return nil
 	}
 
 	cfg := Config{

@@ -5,6 +5,7 @@
 #   make bench BENCH_FLAGS='--sizes 5 --workloads uncontended-1'
 #   make bench BENCH_FLAGS='--sizes 5 --workloads uncontended-1,uncontended-16,uncontended-64,uncontended-256'
 #   make bench BENCH_FLAGS='--sizes 5 --workloads held-locks'    (--held-locks 1000,10000 --held-for 10s)
+#   make bench BENCH_FLAGS='--shards 0,1,2,3 --shard-nodes 3'   nodes that are Redis Clusters of S masters
 #   make bench-go                  go test benchmarks with -benchmem
 #   make bench-profile             CPU and allocation profiles of the hot path
 

@@ -42,6 +42,9 @@ type ClusterSpec struct {
 	Persistence bool // appendonly yes, appendfsync always
 	FakeTime    bool // run the lock nodes under libfaketime so clock faults can move their clocks
 	TLS         bool // the lock nodes serve TLS only and require client certificates (the resource stays plain)
+	// ClusterMasters > 0 makes each lock node a Redis Cluster of that many
+	// masters (no replicas, no persistence), in Cluster.ClusterNodes.
+	ClusterMasters int
 }
 
 // Cluster is N lock nodes plus one resource server (the fenced resource
@@ -56,8 +59,11 @@ type Cluster struct {
 	HostIP string
 	// TLS is the client configuration for the lock nodes when they serve
 	// TLS (ClusterSpec.TLS), nil otherwise.
-	TLS  *tls.Config
-	stop func() error
+	TLS *tls.Config
+	// ClusterNodes are the lock nodes when each is a Redis Cluster
+	// (ClusterSpec.ClusterMasters); Nodes is empty then.
+	ClusterNodes []ClusterNode
+	stop         func() error
 }
 
 // Stop stops every server the cluster started and removes its files.

@@ -107,6 +107,9 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	if spec.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
 	}
+	if spec.ClusterMasters > 0 {
+		return nil, errDockerClusterNodes
+	}
 	if spec.FakeTime && !b.faketime {
 		return nil, fmt.Errorf("%w: clock faults need libfaketime in the image; install the faketime package (make deps) and rebuild", ErrBackendUnavailable)
 	}

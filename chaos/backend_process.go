@@ -36,6 +36,9 @@ func (*ProcessBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, e
 	if spec.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
 	}
+	if spec.ClusterMasters > 0 {
+		return startProcessClusterNodes(spec)
+	}
 	opts := redistest.Options{Persistence: spec.Persistence, FakeTime: spec.FakeTime}
 	var clientTLS *tls.Config
 	tlsDir := ""

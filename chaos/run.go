@@ -55,7 +55,7 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	if sc.Replicas {
 		servers *= 2 // n<N+i> is n<i>'s replica
 	}
-	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS})
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -104,7 +104,8 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	}()
 	for i := range sc.clients() {
 		l, err := sc.Scheme.NewLocker(SchemeEnv{
-			Addrs:              nw.Addrs()[:sc.nodes()],
+			Addrs:              lockNodeAddrs(cluster, nw, sc.nodes()),
+			ClusterSeeds:       cluster.clusterSeeds(),
 			TTL:                sc.clientTTL(i),
 			ClockSkew:          sc.ClientSkew[i],
 			RestartGrace:       sc.RestartGrace,
@@ -140,7 +141,11 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		}
 	}
 	w.lockers = nil
-	finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
+	if cluster.ClusterNodes != nil {
+		finalStateOfClusterNodes(ctx, rec, resource, cluster.ClusterNodes, env.ScanKeys)
+	} else {
+		finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
+	}
 
 	run = &Run{Scenario: sc, Backend: b.Name(), Elapsed: time.Since(started), History: rec.History()}
 	opts := CheckOptions{RecoveryBound: sc.RecoveryBound(), Permits: sc.Permits}
@@ -312,8 +317,8 @@ func quiesce(ctx context.Context, env *Env, within time.Duration) error {
 	}
 	parked := time.Now()
 	deadline = parked.Add(within)
-	for _, n := range env.Cluster.Nodes {
-		c := directClient(n)
+	for _, n := range scanNodes(env.Cluster) {
+		c := n.open()
 		err := func() error {
 			defer c.Close()
 			for reported := false; ; {
@@ -323,11 +328,11 @@ func quiesce(ctx context.Context, env *Env, within time.Duration) error {
 				}
 				if err == nil && !reported && time.Since(parked) > orphanAfter {
 					reported = true
-					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.Name(),
+					env.Rec.Record(Event{Kind: KeyScan, Client: NoClient, Node: n.name,
 						Detail: fmt.Sprintf("%s, %s after every client parked", found, orphanAfter)})
 				}
 				if time.Now().After(deadline) {
-					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.Name(), within, err)
+					return fmt.Errorf("quiesce: lock key still on %s after %s (err %v)", n.name, within, err)
 				}
 				if err := sleep(ctx, 10*time.Millisecond); err != nil {
 					return err
@@ -456,7 +461,7 @@ func replicate(ctx context.Context, c *Cluster, nw *Net, r, m int) (int, error) 
 
 // keysOn describes the keys of keys that node c holds ("" if none): each
 // one's value (or type, for a set) and PTTL.
-func keysOn(ctx context.Context, c *redis.Client, keys []string) (string, error) {
+func keysOn(ctx context.Context, c redis.Cmdable, keys []string) (string, error) {
 	var found []string
 	for _, key := range keys {
 		typ, err := c.Type(ctx, key).Result()

@@ -224,6 +224,9 @@ type Scenario struct {
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
+	// ClusterMasters > 0: each node is a Redis Cluster of that many
+	// masters, reached through a ClusterClient (see cluster.go).
+	ClusterMasters int
 
 	Schedule []Step
 }
@@ -257,7 +260,7 @@ func (s Scenario) RecoveryBound() time.Duration { return s.grace() + 2*s.maxTTL(
 func (s Scenario) needsFakeTime() bool {
 	for _, st := range s.Schedule {
 		switch st.Fault.(type) {
-		case ClockJump, ClockFast:
+		case ClockJump, ClockFast, ShardClockJump:
 			return true
 		}
 	}
@@ -388,6 +391,7 @@ func Scenarios() []Scenario {
 				Wait(1500 * time.Millisecond), Unpin(), Heal(Failover{[]int{0}}), Heal(ReplicationCut{[]int{0}})}},
 	}
 	table = append(table, failoverScenarios()...)
+	table = append(table, clusterScenarios()...)
 	table = append(table, tlsScenarios(table)...)
 	table = append(table, fairScenarios(table)...)
 	return append(table, semaphoreScenarios()...)

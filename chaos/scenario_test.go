@@ -76,12 +76,15 @@ func TestScenarioTable(t *testing.T) {
 			switch st.Kind {
 			case StepApply:
 				applied[st.Fault.Name()] = true
+				if _, onCluster := st.Fault.(clusterFault); onCluster != (sc.ClusterMasters > 0) {
+					t.Errorf("%s: %s is applied on a scenario with ClusterMasters %d: Cluster faults act on Cluster nodes only, and Cluster nodes take no other fault", sc.Name, st.Fault.Name(), sc.ClusterMasters)
+				}
 				switch f := st.Fault.(type) {
 				case ReplicationCut:
 					replicated(t, sc, f.Masters)
 				case Failover:
 					replicated(t, sc, f.Masters)
-				case ClockJump, ClockFast:
+				case ClockJump, ClockFast, ShardClockJump:
 					if !sc.needsFakeTime() {
 						t.Errorf("%s: clock fault without libfaketime", sc.Name)
 					}

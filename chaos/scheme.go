@@ -58,6 +58,9 @@ type SchemeEnv struct {
 	// TLSConfig, if set, is the client configuration for the nodes (the
 	// proxies pass TLS through untouched).
 	TLSConfig *tls.Config
+	// ClusterSeeds, when set, makes each node a Redis Cluster reached
+	// through a ClusterClient over these seeds (Addrs is empty then).
+	ClusterSeeds [][]string
 }
 
 // Scheme is a lock algorithm under test: the redlock library, or one of
@@ -143,9 +146,9 @@ func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 // newRedlockClient builds a client of the library over the node proxies,
 // reporting what it observes into the history.
 func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, error) {
-	clients := make([]redis.UniversalClient, len(env.Addrs))
-	for i, a := range env.Addrs {
-		clients[i] = nodeClient(a, env.TLSConfig)
+	clients, err := env.nodeClients()
+	if err != nil {
+		return nil, nil, err
 	}
 	opts := redlock.Options{
 		TTL:                env.TTL,

@@ -18,14 +18,43 @@
  *   client that pauses for any time (past its validity too).
  *   Faults, each switched on by a -D flag: one node crash+restart (CRASH),
  *   with or without persistence (PERSIST); one forward clock jump of a node
- *   (JUMP).  Guards, selected by -D flags: restart grace NOGRACE | OWN |
- *   FLEET_SCRIPT | FLEET_PRE, clock guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS.
+ *   (JUMP); one failover of node 0 (FAILOVER, below).  Guards, selected by
+ *   -D flags: restart grace NOGRACE | OWN | FLEET_SCRIPT | FLEET_PRE, clock
+ *   guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS; durable votes (DURABLE).
  *   The extension counts only if its quorum answered before the current
  *   deadline (LATE_EXTEND: the old rule, any answer while the new validity
  *   is positive); NOFENCE: the repair ignores F, as extend.lua does with
  *   fencing off; EXTEND_A: only client A (the longer TTL) extends, which
  *   keeps TMAX 4 within 1 GB (B's TTL of 2 ticks leaves no room for an
  *   extension across a gap: that needs a TTL of 4 ticks or more).
+ *
+ * The failover (FAILOVER)
+ *   Node 0 is a master with one replica; the other nodes have none (the
+ *   nodes are symmetric, so node 0 stands for any).  The replica holds a copy
+ *   of the master's key and F, with the key's absolute expiry (Redis
+ *   replicates PEXPIREAT, and the replica's clock is the master's here: a
+ *   promoted replica's own clock is the clock guard's business).  A
+ *   "replicate" step, enabled at any moment, copies the master's state to
+ *   the replica.  So the replica holds the master's state of some earlier
+ *   moment, which is exactly a prefix of the master's write stream (every
+ *   prefix is such a state: the step may fire right after any write and not
+ *   again).  The failover, at most once and at any time t <= CRASH_BY,
+ *   promotes the replica: node 0's state becomes the replica's, losing the
+ *   writes it had not received; node 0 has no replica from then on (its old
+ *   master is gone), so a later vote needs no acknowledgement.  R is not
+ *   copied, and the promotion empties it (the worst case): with one fault,
+ *   node 0's R is read only for the grace of another restarted node, and
+ *   there is none.
+ *   DURABLE: a vote of node 0 counts only once its replica holds the write
+ *   (WAIT 1 pipelined after the script): the reply is read in a step of its
+ *   own, any time after the script ran, and counts only if a replicate step
+ *   came in between (else it is WAIT's timeout: the vote does not count,
+ *   the key may be set, the release sweeps it).  Every write script waits:
+ *   acquire, raise and extend (a refusal is read at once: it is a no either
+ *   way).  A release does not wait: see LEFT_BEHIND.  Without DURABLE the promoted master is, for
+ *   the guards, a node restarted at the moment of the promotion (upat, the
+ *   earliest moment a client can first see it: dating it at a later first
+ *   sight only makes it sit out longer); the grace flags apply to it.
  *
  * Abstractions, and why they keep the property
  *   - Time is a global counter 0..TMAX that ticks by one; node clocks run at
@@ -116,6 +145,17 @@ byte upat[NN];      /* time of the last restart */
 bool restarted[NN];
 bool crashed;       /* the one crash has happened */
 bool jumped;        /* the one jump has happened */
+#ifdef FAILOVER
+/* node 0's replica: a copy of the master's state at some earlier moment */
+byte rowner;
+byte rkexp;
+byte rF;
+bool hasReplica = 1;  /* until the failover promoted it */
+byte revOwner;        /* the key the promotion put back on node 0, */
+byte revExp;          /* with its expiry (see LEFT_BEHIND) */
+bool acked[2] = 1;    /* 0: client c's write to node 0 is not yet on the replica */
+#define rlive (rowner != 0 && now + off[0] < rkexp)
+#endif
 
 /* ---- clients ---- */
 bool held[2];       /* decided won, token fixed */
@@ -149,10 +189,27 @@ inline expire(n) {
 
 /* time; keys expire eagerly at each tick so that equal situations are equal
    states (a reader sees the same as with Redis' lazy expiry) */
+#ifdef FAILOVER
+/* The replica matters only through a promotion: past the last moment of
+   one (CRASH_BY) it is forgotten at the tick, so that equal situations are
+   equal states.  With durable votes node 0's later votes then count without
+   waiting (no promotion can lose them any more), and a WAIT still in flight
+   times out (its vote does not count). */
+#define REPLICA_GONE (now > CRASH_BY)
+/* the replica reads keys by the same absolute expiry (eagerly, as the masters) */
+#define EXPIRE_REPLICA \
+  if \
+  :: REPLICA_GONE || (rowner != 0 && !rlive) -> rowner = 0; rkexp = 0; if :: REPLICA_GONE -> rF = 0 :: else -> skip fi \
+  :: else -> skip \
+  fi
+#else
+#define EXPIRE_REPLICA skip
+#endif
+
 active proctype ticker() {
   byte n;
   do
-  :: atomic { now < TMAX && finished < 2 -> now++; for (n : 0 .. NN-1) { expire(n) }; n = 0 }
+  :: atomic { now < TMAX && finished < 2 -> now++; for (n : 0 .. NN-1) { expire(n) }; n = 0; EXPIRE_REPLICA }
   :: atomic { now >= TMAX || finished == 2 -> break }
   od
 }
@@ -174,8 +231,35 @@ active proctype faults() {
 #ifdef JUMP
   :: atomic { select(n : 0 .. NN-1); jumped = 1; off[n] = JMP }
 #endif
+#ifdef FAILOVER
+  /* the replica is promoted: node 0 keeps only what the replica held */
+  :: atomic {
+       now <= CRASH_BY;
+       owner[0] = rowner; kexp[0] = rkexp; F[0] = rF; R[0] = 0;
+       revOwner = rowner; revExp = rkexp;
+       rowner = 0; rkexp = 0; rF = 0; hasReplica = 0;
+       restarted[0] = 1; upat[0] = now    /* a new server for the guards */
+     }
+#endif
   fi
 }
+
+#ifdef FAILOVER
+/* asynchronous replication: the replica catches up with the master at any
+   moment (so it holds a prefix of the writes), and acknowledges every write
+   made so far to the WAITs in flight */
+active proctype replication() {
+  do
+  :: atomic {
+       hasReplica && !REPLICA_GONE && (!acked[0] || !acked[1] ||
+                      !(rowner == owner[0] && rkexp == kexp[0] && rF == F[0])) ->
+       rowner = owner[0]; rkexp = kexp[0]; rF = F[0];
+       acked[0] = 1; acked[1] = 1
+     }
+  :: atomic { !hasReplica || finished == 2 || REPLICA_GONE -> break }
+  od
+}
+#endif
 
 /* the fenced resource: accept a write only with a token >= the highest */
 inline resource(c) {
@@ -287,8 +371,32 @@ inline grant() {
 /* what can happen between this client and node k: its request runs there
    and the reply is read (one step), or its release runs there */
 #define NODE_STEPS(k) \
-     atomic { pend[k] != 0 -> deliver(k); readReply(k) } \
+     atomic { pend[k] != 0 -> deliver(k); AWAIT_OR_READ(k) } \
   :: atomic { relpend[k] -> expire(k); if :: owner[k] == me -> owner[k] = 0; kexp[k] = 0 :: else -> skip fi; relpend[k] = 0 }
+
+/* DURABLE: a yes of node 0 while it has a replica is read only with WAIT's
+   answer, a step of its own (WAIT_READ) */
+#if defined(FAILOVER) && defined(DURABLE)
+#define AWAIT_OR_READ(k) \
+  if \
+  :: k == 0 && hasReplica && !REPLICA_GONE && rep[k] == 1 -> acked[c] = 0; waiting = 1; rval0 = rval; rval = 0 \
+  :: else -> readReply(k) \
+  fi
+#define WAIT_READ :: atomic { waiting -> rval = rval0; rval0 = 0; readReply(0) }
+#else
+#define AWAIT_OR_READ(k) readReply(k)
+#define WAIT_READ
+#endif
+
+/* A release is not awaited by WAIT (nor need it be): a promotion may bring
+   back a key its owner had released, or one whose vote did not count and
+   which the sweep had deleted.  That key keeps its absolute expiry, so it
+   lasts at most its TTL; it is the one key the end state may still hold. */
+#ifdef FAILOVER
+#define LEFT_BEHIND(j) (j == 0 && owner[0] == revOwner && kexp[0] == revExp)
+#else
+#define LEFT_BEHIND(j) 0
+#endif
 
 #define BUSY(k) (pend[k] != 0 || rep[k] != 0 || relpend[k] || relOwed[k])
 #if NN > 3
@@ -301,6 +409,10 @@ inline grant() {
 inline readReply(i) {
   ok = (rep[i] == 1);
   guards(i);
+#if defined(FAILOVER) && defined(DURABLE)
+  /* WAIT's answer: the vote counts only if the replica acknowledged it */
+  if :: i == 0 && waiting -> ok = ok && acked[c]; acked[c] = 1; waiting = 0 :: else -> skip fi;
+#endif
   if
   :: phase == 0 ->
      if
@@ -326,6 +438,10 @@ proctype client(byte c; byte ttl; byte skew) {
   byte phase;       /* 0 acquire, 1 raise, 2 extend, 3 hold, 4 release */
   byte yes, no, maxf, p, t0, token, ext, i, j, g;
   bool ok, wrote;
+#if defined(FAILOVER) && defined(DURABLE)
+  bool waiting;     /* node 0's yes waits for WAIT's answer */
+  byte rval0;       /* and its fence register value, read with it */
+#endif
 
   for (i : 0 .. NN-1) { hist[i] = INF }
   i = 0;
@@ -345,6 +461,7 @@ proctype client(byte c; byte ttl; byte skew) {
   :: NODE_STEPS(0)
   :: NODE_STEPS(1)
   :: NODE_STEPS(2)
+  WAIT_READ
 #if NN > 3
   :: NODE_STEPS(3)
   :: NODE_STEPS(4)
@@ -405,7 +522,7 @@ proctype client(byte c; byte ttl; byte skew) {
        finished++;
        if
        :: finished == 2 ->   /* every client stopped: no key left behind */
-          for (j : 0 .. NN-1) { expire(j); assert(owner[j] == 0) }
+          for (j : 0 .. NN-1) { expire(j); assert(owner[j] == 0 || LEFT_BEHIND(j)) }
        :: else -> skip
        fi;
        held[c] = 0; dl[c] = 0; tok[c] = 0;

@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # SET: all (default), quick (all but LONG, for make test) or long (only LONG,
 # make model-long; CI runs both). LONG are the rows of over a minute.
 SET=${SET:-all}
-LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace"
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -37,6 +37,10 @@ configs=(
 "unsafe-clock-own-history|held[0]/lastGranted|redlock.pml|full|-DJUMP -DCLOCK_OWN"
 "unsafe-release-unordered|owner|redlock.pml|full|-DUNORDERED"
 "unsafe-extend-late|grantedSince|redlock.pml|full|-DEXTEND -DEXTEND_A -DNOFENCE -DLATE_EXTEND -DTTL_A=4 -DTMAX=4"
+"failover-durable|ok|redlock.pml|full|-DFAILOVER -DDURABLE -DNOGRACE -DTMAX=2"
+"failover-durable-long|ok|redlock.pml|full|-DFAILOVER -DDURABLE -DNOGRACE -DTMAX=3 -DCRASH_BY=2"
+"failover-not-durable-grace|ok|redlock.pml|full|-DFAILOVER -DFLEET_PRE -DTMAX=4 -DCRASH_BY=0"
+"unsafe-failover-not-durable-no-grace|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DNOGRACE"
 "fair-handoff|ok|fair.pml|full|-DTMAX=3 -DWR=1"
 "fair-cleanup|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE"
 "unsafe-fair-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DDATE_GRANT"

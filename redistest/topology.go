@@ -454,6 +454,45 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot int, to *Server) erro
 	return rc.awaitMaster(ctx, slot, to)
 }
 
+// MoveSlotEmpty gives slot to the master to without its keys: to claims
+// it (SETSLOT IMPORTING, then SETSLOT NODE to itself, which bumps its
+// config epoch without asking the others), and the master that served it
+// learns from the gossip that a newer epoch owns the slot and deletes its
+// keys there. This is a reshard gone wrong (an operator's CLUSTER SETSLOT,
+// a failed migration fixed by hand): the slot's keys are lost. It waits
+// until every server agrees that to serves slot and the old master holds
+// no key of it.
+func (rc *RedisCluster) MoveSlotEmpty(ctx context.Context, slot int, to *Server) error {
+	from, err := rc.MasterFor(ctx, slot)
+	if err != nil {
+		return err
+	}
+	if from == to {
+		return fmt.Errorf("redistest: MoveSlotEmpty: %s already serves slot %d", to.Addr, slot)
+	}
+	fromID, err := from.ID(ctx)
+	if err != nil {
+		return err
+	}
+	toID, err := to.ID(ctx)
+	if err != nil {
+		return err
+	}
+	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
+	}
+	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
+		return fmt.Errorf("redistest: SETSLOT NODE on %s: %w", to.Addr, err)
+	}
+	if err := rc.awaitMaster(ctx, slot, to); err != nil {
+		return err
+	}
+	return await(ctx, fmt.Sprintf("%s dropping its keys of slot %d", from.Addr, slot), func(ctx context.Context) (bool, error) {
+		n, err := from.Client().ClusterCountKeysInSlot(ctx, slot).Result()
+		return err == nil && n == 0, err
+	})
+}
+
 // CutReplication breaks the link of replica to its master and keeps it
 // broken: the replica is given a wrong masterauth, so its reconnections
 // are refused, and its master connection is killed. Writes to the master

@@ -76,6 +76,41 @@ func TestRedisClusterFaults(t *testing.T) {
 	}
 }
 
+// A slot moved without its keys: the new master serves it with no key, and
+// the old master dropped its keys of the slot (it learned of the newer
+// owner by gossip); a key of another slot on the old master stays.
+func TestRedisClusterMoveSlotEmpty(t *testing.T) {
+	ctx := ctxT(t, 60*time.Second)
+	rc := StartRedisClusterT(t, 2, 0, Options{})
+	cc := rc.ClusterClient()
+	defer cc.Close()
+	const key, kept = "{b}k", "{c}kept" // slots 3300 and 7365: the first master's
+	slot := int(cc.ClusterKeySlot(ctx, key).Val())
+	for _, k := range []string{key, kept} {
+		if err := cc.Set(ctx, k, "v", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	from, to := rc.Shards[0].Master, rc.Shards[1].Master
+	if err := rc.MoveSlotEmpty(ctx, slot, to); err != nil {
+		t.Fatal(err)
+	}
+	if m, err := rc.MasterFor(ctx, slot); err != nil || m != to {
+		t.Fatalf("after MoveSlotEmpty: slot %d served by %v (%v), want %s", slot, m, err, to.Addr)
+	}
+	for _, s := range []*Server{from, to} {
+		if n, err := s.Client().ClusterCountKeysInSlot(ctx, slot).Result(); err != nil || n != 0 {
+			t.Fatalf("%s holds %d keys of the moved slot (%v), want none", s.Addr, n, err)
+		}
+	}
+	if v, err := cc.Get(ctx, kept).Result(); err != nil || v != "v" {
+		t.Fatalf("the key of the slot that stayed: %q %v", v, err)
+	}
+	if err := rc.MoveSlotEmpty(ctx, slot, to); err == nil {
+		t.Fatal("MoveSlotEmpty to the slot's own master: want an error")
+	}
+}
+
 // A master with two replicas and three Sentinels: a forced failover and a
 // killed master both promote a replica that the Sentinels then name.
 func TestSentinelFaults(t *testing.T) {

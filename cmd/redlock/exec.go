@@ -316,7 +316,7 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *re
 				// slot also matches ErrInvalidConfig, but it is found on the nodes, not in
 				// the command line: 69 below, like a node down.
 				abandon()
-				return heldLock{}, nil, withExitCode(exitUsage, r.err)
+				return heldLock{}, nil, withExitCode(exitUsage, failoverHint(r.err))
 			default:
 				abandon()
 				how := "in one attempt (--wait 0)"

@@ -146,14 +146,21 @@ type nodeFlags struct {
 	keyPrefix   string
 	nodeTimeout time.Duration
 	verbose     bool
-	log         *slog.Logger // the -v logger, made on first use
+	// allowFailover accepts nodes that fail over by themselves (Sentinel
+	// masters, Cluster masters with replicas): Options.AllowFailoverNodes.
+	allowFailover bool
+	// durableVotes makes every vote wait for the master's replicas: Options.DurableVotes.
+	durableVotes bool
+	log          *slog.Logger // the -v logger, made on first use
 }
 
 func (nf *nodeFlags) register(fs *flag.FlagSet) {
-	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent Redis masters, redis://[user:pass@]host:port[/db] or rediss:// (default $REDLOCK_NODES)")
+	fs.StringVar(&nf.nodes, "nodes", "", "comma-separated `URLs` of the independent nodes: a master redis://[user:pass@]host:port[/db], a Redis Cluster redis+cluster://host:port?addr=host2:port2, a Sentinel master redis+sentinel://host:26379?master_name=NAME&addr=host2:26379; rediss for TLS (default $REDLOCK_NODES)")
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
+	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a failover keeps every counted vote; accepts nodes with replicas")
+	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, masters with replicas) without durable votes: a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
 	nf.tls.register(fs)
 }
 
@@ -174,7 +181,7 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 		}
 	}
 	for i, raw := range urls {
-		if _, err := redlock.ParseURL(raw); err != nil {
+		if _, err := redlock.ParseNodeURL(raw); err != nil {
 			return nil, withExitCode(exitUsage, fmt.Errorf("%s: node %d of %d (%s): %w", source, i+1, len(urls), redlock.RedactURL(raw), err))
 		}
 	}
@@ -185,7 +192,8 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 // the client's own log, its events (each attempt's outcome with every node's error) and
 // go-redis' log lines go to stderr through one slog logger.
 func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
-	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix}
+	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix,
+		AllowFailoverNodes: nf.allowFailover, DurableVotes: nf.durableVotes}
 	if nf.verbose {
 		opts.Logger = nf.logger(a)
 		opts.Observer = eventLog{opts.Logger}
@@ -265,7 +273,7 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	}
 	c, err := redlock.NewFromURLs(urls, opts)
 	if err != nil {
-		return nil, withExitCode(exitUsage, err)
+		return nil, withExitCode(exitUsage, failoverHint(err))
 	}
 	if len(urls) < 3 {
 		// Legal (tests, a single-node setup on purpose) but worth a word: with 1 or 2
@@ -273,6 +281,32 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 		fmt.Fprintf(a.stderr, "redlock: warning: with %s, no node may fail (the quorum is all of them); use 3 or 5 independent masters\n", plural(len(urls), "node"))
 	}
 	return c, nil
+}
+
+// failoverHint adds the CLI's name of the opt-in to the library's refusal of a node that
+// fails over, which names the option.
+func failoverHint(err error) error {
+	if errors.Is(err, redlock.ErrFailoverNode) {
+		return fmt.Errorf("%w (the CLI's --durable-votes or --allow-failover-nodes)", err)
+	}
+	return err
+}
+
+// connectForView is connect for the commands that only read (nodes, status): when the
+// library refuses a node that fails over (ErrFailoverNode, a Sentinel master), they still
+// show the nodes, through a client that accepts such nodes, and report the refusal, which
+// exec would meet, in refused.
+func (nf *nodeFlags) connectForView(a *app, opts redlock.Options) (c *redlock.Client, refused, err error) {
+	c, err = nf.connect(a, opts)
+	if !errors.Is(err, redlock.ErrFailoverNode) {
+		return c, nil, err
+	}
+	opts.AllowFailoverNodes = true
+	c, retryErr := nf.connect(a, opts)
+	if retryErr != nil {
+		return nil, nil, retryErr
+	}
+	return c, err, nil
 }
 
 // graceFlag is --restart-grace: a duration, or "off" to count restarted nodes at once.

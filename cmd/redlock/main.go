@@ -115,8 +115,9 @@ Commands:
 	}
 	fmt.Fprint(w, `
 Nodes are given with --nodes or the REDLOCK_NODES environment variable: a comma-separated
-list of redis://[user:password@]host:port[/db] URLs (rediss:// for TLS), one per independent
-master. Prefer REDLOCK_NODES when URLs carry passwords: command lines are visible to other users.
+list of URLs (rediss for TLS), one per independent node: a master
+redis://[user:password@]host:port[/db], a Redis Cluster redis+cluster://host:port?addr=host2:port2,
+or a master managed by Sentinel redis+sentinel://host:26379?master_name=NAME&addr=host2:26379. Prefer REDLOCK_NODES when URLs carry passwords: command lines are visible to other users.
 TLS nodes with a private CA or client certificates: --cacert, --cert, --key and --sni as in
 redis-cli, or REDLOCK_CACERT, REDLOCK_CERT, REDLOCK_KEY and REDLOCK_SNI.
 

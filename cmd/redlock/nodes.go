@@ -30,6 +30,14 @@ all). Without NAME, such a node is shown with the slots it serves.
 Exits 1 if any node could not be probed, the set is not independent, or fewer than a quorum
 of nodes vote.
 
+A second table shows what each node is (master, cluster, sentinel), the master that holds
+the keys (with NAME, a Cluster's master serving that lock's slot; for a Sentinel node the
+master Sentinel names now), its replicas with how many bytes of the replication stream each
+has not acknowledged and how long ago it last did, and whether the node's votes survive a
+failover. Nodes that fail over by themselves (Sentinel masters, Cluster masters with
+replicas, masters with replicas) are refused unless --durable-votes or --allow-failover-nodes
+is given; nodes shows them anyway.
+
 A node without appendfsync always loses its keys and fence register when it crashes; the
 restart grace (on by default, one lock TTL) keeps it out until every lock it knew about has
 expired. Turning the grace off on such nodes is unsafe, and this command says so.`,
@@ -37,6 +45,7 @@ expired. Turning the grace off on such nodes is unsafe, and this command says so
 redlock nodes
 redlock nodes --ttl 30s          # the TTL your jobs use: the restart grace follows it
 redlock nodes nightly-report     # also judge cluster-mode nodes for this lock's hash slot
+redlock nodes --nodes 'redis+cluster://10.0.1.1:6379?addr=10.0.1.2:6379,redis+sentinel://10.0.2.1:26379?master_name=locks,redis://10.0.3.1:6379' job
 REDLOCK_NODES=rediss://:secret@a:6380,rediss://:secret@b:6380,rediss://:secret@c:6380 redlock nodes`,
 }
 
@@ -69,7 +78,7 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	}
 	opts := nf.options(a, *ttl)
 	opts.RestartGrace = grace.d
-	client, err := nf.connect(a, opts)
+	client, refused, err := nf.connectForView(a, opts)
 	if err != nil {
 		return err
 	}
@@ -77,7 +86,13 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
-	infos := client.Nodes(ctx)
+	// With NAME, votes are judged for that lock and a Cluster node shows its slot's master.
+	var infos []redlock.NodeInfo
+	if name == "" {
+		infos = client.Nodes(ctx)
+	} else if infos, err = client.NodesFor(ctx, name); err != nil {
+		return withExitCode(exitUsage, err)
+	}
 	for _, n := range infos {
 		nf.logNodeError(a, n.Node, n.Err)
 	}
@@ -87,6 +102,8 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	}
 	rows := judgeNodes(infos, slot)
 	printNodes(a.stdout, rows)
+	fmt.Fprintln(a.stdout)
+	printDeployments(a.stdout, infos, name, refused != nil)
 	fmt.Fprintln(a.stdout)
 	for _, warning := range persistenceWarnings(infos, grace.d, *ttl) {
 		fmt.Fprintln(a.stdout, warning)
@@ -106,6 +123,11 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(a.stdout, "independent: %s\n", v.independent)
 	if v.slots != "" {
 		fmt.Fprintf(a.stdout, "cluster slots: %s\n", v.slots)
+	}
+	if refused != nil {
+		// The library refuses the set at New: exec stops there, whatever the probe says.
+		v.locks = fmt.Sprintf("no: %v: exec exits %d", failoverHint(refused), exitUsage)
+		v.problems = append(v.problems, failoverHint(refused))
 	}
 	fmt.Fprintf(a.stdout, "locks: %s\n", v.locks)
 	if len(v.problems) > 0 {
@@ -381,6 +403,70 @@ func printNodes(w io.Writer, rows []nodeRow) {
 			formatDuration(n.RTT), tlsState(n), r.independent, r.votes)
 	}
 	tw.Flush()
+}
+
+// printDeployments shows what each node is and who holds its keys: the master serving the
+// lock's slot (a Cluster node, with a NAME), the master Sentinel names, their replicas and how
+// far behind each is, and whether the node's votes survive a failover. refusedAtNew tells that
+// the library refused the set for a node that fails over (a Sentinel master), so these nodes
+// are shown through a client that accepts them.
+func printDeployments(w io.Writer, infos []redlock.NodeInfo, name string, refusedAtNew bool) {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	master := "MASTER"
+	if name != "" {
+		master = "MASTER_OF_LOCK"
+	}
+	fmt.Fprintf(tw, "NODE\tKIND\t%s\tREPLICAS (bytes behind, last ack)\tDURABLE_VOTES\n", master)
+	for _, n := range infos {
+		if n.Err != nil {
+			fmt.Fprintf(tw, "%s\t%s\t-\t-\t-\n", n.Node, n.Kind)
+			continue
+		}
+		var masters, replicas []string
+		listed := 0
+		for _, m := range n.Masters {
+			addr := m.Addr
+			if len(m.Slots) > 0 {
+				ranges := make([]string, len(m.Slots))
+				for i, r := range m.Slots {
+					ranges[i] = r.String()
+				}
+				addr += " slots " + strings.Join(ranges, ",")
+			}
+			if m.Promoted {
+				addr += " (promoted)"
+			}
+			masters = append(masters, addr)
+			for _, r := range m.Replicas {
+				listed++
+				replicas = append(replicas, fmt.Sprintf("%s %s %dB %s", r.Addr, r.State, r.Behind, formatDuration(r.LastAck)))
+			}
+		}
+		if name == "" && n.Kind == redlock.KindCluster && n.Replicas > listed {
+			// CLUSTER NODES lists replicas whose link is down: they may still be promoted.
+			replicas = append(replicas, fmt.Sprintf("%d not connected", n.Replicas-listed))
+		}
+		if len(replicas) == 0 {
+			replicas = []string{"none"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", n.Node, n.Kind, strings.Join(masters, "; "), strings.Join(replicas, "; "), durableVotes(n, refusedAtNew))
+	}
+	tw.Flush()
+}
+
+// durableVotes says whether a node's votes survive a failover, from what the library says:
+// its refusal (Refused, or at New for a Sentinel node) and whether votes wait for replicas.
+func durableVotes(n redlock.NodeInfo, refusedAtNew bool) string {
+	replicas := n.Replicas > 0 || n.Kind == redlock.KindSentinel
+	switch {
+	case errors.Is(n.Refused, redlock.ErrFailoverNode), n.Kind == redlock.KindSentinel && refusedAtNew:
+		return fmt.Sprintf("no: refused, exec exits %d (--durable-votes makes votes wait for the replicas; --allow-failover-nodes accepts them as they are)", exitUsage)
+	case !replicas:
+		return "n/a: no replica to fail over to"
+	case n.DurableVotes:
+		return "yes: every vote waits for the master's replicas (WAIT)"
+	}
+	return "no: accepted (--allow-failover-nodes): a failover during a hold loses this node's vote"
 }
 
 // tlsState shows a node's TLS version and when its certificate expires.

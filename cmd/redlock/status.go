@@ -59,11 +59,14 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	if *permits < 0 || *permits > redlock.MaxPermits {
 		return usagef("--permits must be from 0 to %d, got %d", redlock.MaxPermits, *permits)
 	}
-	client, err := nf.connect(a, nf.options(a, 0))
+	client, refused, err := nf.connectForView(a, nf.options(a, 0))
 	if err != nil {
 		return err
 	}
 	defer client.Close()
+	if refused != nil {
+		fmt.Fprintf(a.stderr, "redlock status: warning: %v: exec refuses these nodes; shown anyway\n", failoverHint(refused))
+	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 
@@ -88,7 +91,16 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	}
 	// The verdict counts keys per node: a replica or one server listed twice would count
 	// one server's key twice. exec refuses such a set; status says so, as nodes does.
-	notIndependent := notIndependentNodes(judgeNodes(client.Nodes(ctx), client.KeySlot(name)))
+	infos, err := client.NodesFor(ctx, name)
+	if err != nil {
+		return err
+	}
+	for _, n := range infos {
+		if errors.Is(n.Refused, redlock.ErrFailoverNode) {
+			fmt.Fprintf(a.stderr, "redlock status: warning: %v: exec refuses this node\n", failoverHint(n.Refused))
+		}
+	}
+	notIndependent := notIndependentNodes(judgeNodes(infos, client.KeySlot(name)))
 	printStatus(a.stdout, client, st, notIndependent)
 	qs, _ := client.Queue(ctx, name) // per-node errors are in the entries
 	for _, q := range qs {
