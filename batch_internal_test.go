@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -20,11 +21,13 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// scriptRuns counts the extend commands a client sends, by whether they
-// run a batched form, and the writes that carry them. A call the server did not know the script of (it
+// scriptRuns counts the extend commands a client sends (or those of the
+// scripts in of), by whether they run a batched form, and the writes that
+// carry them. A call the server did not know the script of (it
 // runs again by EVAL) is not counted: the scripts' SHAs are learned once
 // per process, and a test's fresh servers do not know them.
 type scriptRuns struct {
+	of                     []*script // nil: the extend scripts
 	mu                     sync.Mutex
 	plain, batched, writes int
 }
@@ -51,7 +54,11 @@ func (w *scriptRuns) count(err error, cmds ...redis.Cmder) {
 			continue
 		}
 		code, _ := args[1].(string)
-		switch extendForm(code) {
+		of := w.of
+		if of == nil {
+			of = extendScripts
+		}
+		switch scriptForm(code, of) {
 		case "batched":
 			w.batched++
 		case "plain":
@@ -60,11 +67,14 @@ func (w *scriptRuns) count(err error, cmds ...redis.Cmder) {
 	}
 }
 
-// extendForm tells whether code (a script's source or SHA) is one of the
-// extend scripts, "plain", or its batched form, "batched"; "" if neither:
-// the other scripts (the TTL register's refresh, a background release)
-// run when they fall due and are not counted.
-func extendForm(code string) string {
+// extendScripts are the scripts scriptRuns counts by default: the other
+// scripts (the TTL register's refresh, a background release) run when they
+// fall due.
+var extendScripts = []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript, fairExtendScript}
+
+// scriptForm tells whether code (a script's source or SHA) is one of ss,
+// "plain", or its batched form, "batched"; "" if neither.
+func scriptForm(code string, ss []*script) string {
 	is := func(s *script) bool {
 		if code == s.src {
 			return true
@@ -72,7 +82,7 @@ func extendForm(code string) string {
 		sha := s.sha.Load()
 		return sha != nil && *sha == code
 	}
-	for _, s := range []*script{extendScript, semaphoreExtendScript, rwReadExtendScript, rwWriteExtendScript, fairExtendScript} {
+	for _, s := range ss {
 		switch {
 		case is(s):
 			return "plain"
@@ -487,6 +497,379 @@ func TestBatchedExtendNamesTheCommandAnACLRefused(t *testing.T) {
 	for i, err := range append(alone, batched...) {
 		if err == nil || !strings.Contains(err.Error(), "NOPERM the ACL refused the lock script the command 'pexpire'") {
 			t.Errorf("extend %d: %v, want the ACL's refusal of 'pexpire' named", i, err)
+		}
+	}
+}
+
+// The acquire and release scripts of every primitive, counted by the tests
+// of the pipe's grouping.
+var acquireReleaseScripts = []*script{
+	acquireScript, releaseScript,
+	semaphoreAcquireScript, semaphoreReleaseScript,
+	rwReadAcquireScript, rwReadReleaseScript, rwWriteAcquireScript, rwWriteReleaseScript,
+	fairQueueScript,
+}
+
+// batchClient is a client of nodes whose acquire and release commands
+// are counted, with a node timeout that a test's held pipe does not reach.
+// The nodes know every script: a call the node answers NOSCRIPT runs
+// again by EVAL when its caller gets the answer, alone.
+func batchClient(t *testing.T, nodes []redis.UniversalClient) (*Client, []*scriptRuns) {
+	t.Helper()
+	return batchClientWith(t, nodes, Options{TTL: time.Minute, NodeTimeout: 5 * time.Second, RestartGrace: NoRestartGrace})
+}
+
+// batchClientWith is batchClient with opts.
+func batchClientWith(t *testing.T, nodes []redis.UniversalClient, opts Options) (*Client, []*scriptRuns) {
+	t.Helper()
+	runs := make([]*scriptRuns, len(nodes))
+	for i, rdb := range nodes {
+		for _, s := range scripts {
+			if err := rdb.ScriptLoad(context.Background(), s.src).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		runs[i] = &scriptRuns{of: acquireReleaseScripts}
+		rdb.AddHook(runs[i])
+	}
+	c, err := New(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c, runs
+}
+
+// holdPipes makes every node's acquire pipe busy, as a write in flight
+// does: the calls made meanwhile queue, until free ends that write and
+// they go out together.
+func holdPipes(t *testing.T, c *Client) (free func()) {
+	t.Helper()
+	var ps []*pipe
+	for _, n := range c.nodes {
+		p := n.pipes.acquire
+		p.mu.Lock()
+		busy := p.busy
+		p.busy = true
+		p.mu.Unlock()
+		if busy {
+			t.Fatal("a pipe is busy with no call made")
+		}
+		ps = append(ps, p)
+	}
+	var once sync.Once
+	free = func() {
+		once.Do(func() {
+			for _, p := range ps {
+				p.idle()
+			}
+		})
+	}
+	t.Cleanup(free)
+	return free
+}
+
+// waitQueued waits until every node's acquire pipe holds n calls.
+func waitQueued(t *testing.T, c *Client, n int) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("%d calls queued on every node", n), func() bool {
+		for _, node := range c.nodes {
+			if node.pipes.acquire.queued() < n {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// acquireBurst acquires names on c, all queued while a write is in flight,
+// so they go out in one write.
+func acquireBurst(t *testing.T, c *Client, names ...string) ([]*Lock, []error) {
+	t.Helper()
+	free := holdPipes(t, c)
+	locks := make([]*Lock, len(names))
+	errs := make([]error, len(names))
+	var wg sync.WaitGroup
+	for i, name := range names {
+		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(context.Background(), name) })
+	}
+	waitQueued(t, c, len(names))
+	free()
+	wg.Wait()
+	waitWritten(t, c)
+	return locks, errs
+}
+
+// waitWritten waits until every node's acquire pipe is idle: the calls a
+// quorum did not wait for are answered too.
+func waitWritten(t *testing.T, c *Client) {
+	t.Helper()
+	waitFor(t, "every node's calls answered", func() bool {
+		for _, n := range c.nodes {
+			p := n.pipes.acquire
+			p.mu.Lock()
+			busy := p.busy
+			p.mu.Unlock()
+			if busy {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// A burst of acquires on distinct keys, queued while a write is in flight,
+// is one batched script run on each node, and so is the burst of their
+// releases.
+func TestQueuedAcquiresAndReleasesGoAsOneRunPerNode(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c, runs := batchClient(t, cl.Clients())
+	ctx := context.Background()
+	const burst = 20
+	names := make([]string, burst)
+	for i := range names {
+		names[i] = fmt.Sprint("burst-", i)
+	}
+	locks, errs := acquireBurst(t, c, names...)
+	for i, r := range runs {
+		if plain, batched := r.reset(); plain != 0 || batched != 1 {
+			t.Errorf("node %d: %d acquires went as %d plain and %d batched script runs, want 1 batched", i, burst, plain, batched)
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+	}
+
+	free := holdPipes(t, c)
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = l.Release(ctx) })
+	}
+	waitQueued(t, c, burst)
+	free()
+	wg.Wait()
+	waitWritten(t, c)
+	for i, r := range runs {
+		if plain, batched := r.reset(); plain != 0 || batched != 1 {
+			t.Errorf("node %d: %d releases went as %d plain and %d batched script runs, want 1 batched", i, burst, plain, batched)
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("release of %s: %v", names[i], err)
+		}
+	}
+	for i, rdb := range cl.Clients() {
+		if keys, err := rdb.Keys(ctx, c.LockKey("burst-*")).Result(); err != nil || len(keys) != 0 {
+			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
+		}
+	}
+}
+
+// A key of the wrong type on every node fails, in a burst of acquires that
+// go as one batched run, its own lock only.
+func TestQueuedAcquireOfAWrongTypeKeyFailsAlone(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c, runs := batchClient(t, cl.Clients())
+	ctx := context.Background()
+	names := []string{"wt-0", "wt-1", "wt-bad", "wt-3", "wt-4"}
+	for _, rdb := range cl.Clients() {
+		if err := rdb.RPush(ctx, c.LockKey("wt-bad"), "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errs := acquireBurst(t, c, names...)
+	for i, r := range runs {
+		if _, batched := r.reset(); batched != 1 {
+			t.Errorf("node %d: %d batched script runs for a burst of %d acquires, want 1", i, batched, len(names))
+		}
+	}
+	for i, err := range errs {
+		var qe *QuorumError
+		switch {
+		case names[i] == "wt-bad":
+			if !errors.As(err, &qe) || qe.Won != 0 || !strings.Contains(err.Error(), "WRONGTYPE") {
+				t.Errorf("the lock on a list: %v, want a quorum error of WRONGTYPE from every node", err)
+			}
+		case err != nil:
+			t.Errorf("%s: %v", names[i], err)
+		}
+	}
+}
+
+// Grouping keeps the order of the calls on one key: an acquire of another
+// key, a release of a held lock's key and a new acquire of that key, queued
+// in that order, run in that order, so the new acquire finds the key free;
+// an acquire of a third key queued after them joins the new acquire's run.
+func TestGroupingKeepsTheOrderOfAKeysCalls(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	c, runs := batchClient(t, cl.Clients())
+	ctx := context.Background()
+	held, err := c.TryAcquire(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	runs[0].reset()
+
+	free := holdPipes(t, c)
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	steps := []func() error{
+		func() error { _, err := c.TryAcquire(ctx, "a"); return err },
+		func() error { return held.Release(ctx) },
+		func() error { _, err := c.TryAcquire(ctx, "k"); return err },
+		func() error { _, err := c.TryAcquire(ctx, "b"); return err },
+	}
+	for i, step := range steps {
+		wg.Go(func() { errs[i] = step() })
+		waitQueued(t, c, i+1)
+	}
+
+	free()
+	wg.Wait()
+	waitWritten(t, c)
+	for i, what := range []string{"acquire of a", "release of k", "new acquire of k", "acquire of b"} {
+		if errs[i] != nil {
+			t.Errorf("%s: %v", what, errs[i])
+		}
+	}
+	if plain, batched := runs[0].reset(); plain != 2 || batched != 1 {
+		t.Errorf("the 4 calls went as %d plain and %d batched script runs, want 2 plain (a's acquire, the release) and 1 batched (k's and b's acquires)", plain, batched)
+	}
+}
+
+// On a Cluster node queued acquires are grouped by hash slot: two slots of
+// three names each go as two batched runs, a name alone in its slot as its
+// plain script.
+func TestQueuedAcquiresOnAClusterGoBySlot(t *testing.T) {
+	rc := redistest.StartRedisClusterT(t, 3, 0, redistest.Options{})
+	cc := rc.ClusterClient()
+	t.Cleanup(func() { _ = cc.Close() })
+	c, runs := batchClient(t, []redis.UniversalClient{cc})
+	bySlot := map[int][]string{}
+	var slots []int
+	for i := 0; len(slots) < 2; i++ {
+		name := fmt.Sprintf("slot-%d", i)
+		s := c.KeySlot(name)
+		bySlot[s] = append(bySlot[s], name)
+		if len(bySlot[s]) == 3 {
+			slots = append(slots, s)
+		}
+	}
+	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("lone-%d", i)
+		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
+			names = append(names, name)
+			break
+		}
+	}
+	_, errs := acquireBurst(t, c, names...)
+	if plain, batched := runs[0].reset(); plain != 1 || batched != 2 {
+		t.Errorf("%d acquires in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(names), plain, batched)
+	}
+	for i, name := range names {
+		if errs[i] != nil {
+			t.Errorf("%s (slot %d): %v", name, c.KeySlot(name), errs[i])
+		}
+	}
+}
+
+// A node that forgot the scripts (a restart, SCRIPT FLUSH) answers a
+// batched run NOSCRIPT as a whole: each call of the run then runs again by
+// EVAL, as a lone call would, and every lock is acquired and released.
+func TestQueuedCallsOfAScriptTheNodeForgotRunAgainByEval(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c, _ := batchClient(t, cl.Clients())
+	ctx := context.Background()
+	for _, rdb := range cl.Clients() {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	names := make([]string, 10)
+	for i := range names {
+		names[i] = fmt.Sprint("forgot-", i)
+	}
+	locks, errs := acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s: %v", names[i], err)
+		}
+	}
+	for _, rdb := range cl.Clients() {
+		if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free := holdPipes(t, c)
+	var wg sync.WaitGroup
+	for i, l := range locks {
+		wg.Go(func() { errs[i] = l.Release(ctx) })
+	}
+	waitQueued(t, c, len(locks))
+	free()
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("release of %s: %v", names[i], err)
+		}
+	}
+	waitWritten(t, c)
+	for i, rdb := range cl.Clients() {
+		if keys, err := rdb.Keys(ctx, c.LockKey("forgot-*")).Result(); err != nil || len(keys) != 0 {
+			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
+		}
+	}
+}
+
+// With durable votes, a batched run of acquires is a vote like a lone
+// acquire: the write's WAIT covers it, and when a majority of the masters'
+// replicas stop acknowledging, every acquire of the run fails as not
+// durable.
+func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
+	masters := redistest.StartT(t, 3, redistest.Options{})
+	var replicas []*redistest.Server
+	for _, m := range masters.Servers {
+		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
+		replicas = append(replicas, r.Servers[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range replicas {
+		if err := redistest.RestoreReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
+	names := []string{"durable-0", "durable-1", "durable-2", "durable-3", "durable-4"}
+	locks, errs := acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("%s, replication working: %v", names[i], err)
+		}
+	}
+	for i, r := range runs {
+		if plain, batched := r.reset(); plain != 0 || batched != 1 {
+			t.Errorf("master %d: %d acquires went as %d plain and %d batched script runs, want 1 batched", i, len(names), plain, batched)
+		}
+	}
+	for _, l := range locks {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, r := range replicas[:2] {
+		if err := redistest.CutReplication(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, errs = acquireBurst(t, c, names...)
+	for i, err := range errs {
+		if !errors.Is(err, ErrVoteNotDurable) {
+			t.Errorf("%s, replication of 2 of 3 masters cut: %v, want ErrVoteNotDurable", names[i], err)
 		}
 	}
 }

@@ -41,6 +41,11 @@ type pipe struct {
 	queue   []*pipeCall // calls waiting for the next write
 	spare   []*pipeCall // storage for the next batch
 	drainer bool        // a goroutine writes the queued calls
+	group   grouper     // the drainer's: groups a batch's calls into batched runs
+
+	// slotted tells whether the keys of one command must share a hash
+	// slot (a Cluster node); nil for never.
+	slotted func() bool
 
 	// writtenAt is when the write in flight went out (nanoseconds since
 	// writeEpoch), 0 while none is in flight: how long the node has left
@@ -63,7 +68,11 @@ const maxBatch = 256
 type pipeCall struct {
 	ctx    context.Context
 	cmd    redis.Cmder
-	weight int           // the calls cmd carries: 1, or a batched run's locks
+	weight int // the calls cmd carries: 1, or a batched run's locks
+	// script is the script cmd calls with args, which a write may group
+	// with other calls of it (see grouper); nil for a command not to group.
+	script *script
+	args   []any
 	state  atomic.Int32  // callQueued, callWritten or callAbandoned
 	done   chan struct{} // one token once the answer is in cmd
 }
@@ -126,7 +135,7 @@ func (ps *nodePipes) lastAnswered() int64 {
 // node does not know the script yet (a fresh or restarted node).
 func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) {
 	cmd := redis.NewIntSliceCmd(ctx, args...)
-	if err := p.do(ctx, cmd); err != nil {
+	if err := p.doScript(ctx, cmd, s, args); err != nil {
 		return nil, err
 	}
 	if err := cmd.Err(); err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
@@ -134,7 +143,7 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 		copy(eval, args)
 		eval[0], eval[1] = "eval", s.srcArg
 		cmd = redis.NewIntSliceCmd(ctx, eval...)
-		if err := p.do(ctx, cmd); err != nil {
+		if err := p.doScript(ctx, cmd, s, eval); err != nil {
 			return nil, err
 		}
 	}
@@ -145,6 +154,12 @@ func (p *pipe) run(ctx context.Context, s *script, args []any) ([]int64, error) 
 // still queued then fails with errNotSent; one already written with ctx's
 // error (its fate on the node is unknown). Otherwise the error is in cmd.
 func (p *pipe) do(ctx context.Context, cmd redis.Cmder) error {
+	return p.doScript(ctx, cmd, nil, nil)
+}
+
+// doScript is do for cmd, a call of s with args (built by s.args), which
+// a write may group with other calls of s; s nil for none.
+func (p *pipe) doScript(ctx context.Context, cmd redis.Cmder, s *script, args []any) error {
 	p.mu.Lock()
 	if !p.busy {
 		// Idle: write it ourselves, at once.
@@ -155,13 +170,13 @@ func (p *pipe) do(ctx context.Context, cmd redis.Cmder) error {
 		return nil
 	}
 	c := pipeCalls.Get().(*pipeCall)
-	c.ctx, c.cmd, c.weight = ctx, cmd, 1
+	c.ctx, c.cmd, c.weight, c.script, c.args = ctx, cmd, 1, s, args
 	c.state.Store(callQueued)
 	p.queue = append(p.queue, c)
 	p.mu.Unlock()
 	select {
 	case <-c.done:
-		c.ctx, c.cmd = nil, nil
+		c.ctx, c.cmd, c.script, c.args = nil, nil, nil, nil
 		pipeCalls.Put(c)
 		return nil
 	case <-ctx.Done():
@@ -261,7 +276,7 @@ func (p *pipe) take() []*pipeCall {
 
 // writeBatch writes the calls of batch that are still wanted, as one
 // pipeline bounded by the latest of their deadlines, and tells each its
-// answer.
+// answer. The calls of one script go as batched runs (see grouper).
 func (p *pipe) writeBatch(batch []*pipeCall) {
 	live := batch[:0] // filtered in place
 	var deadline time.Time
@@ -289,11 +304,8 @@ func (p *pipe) writeBatch(batch []*pipeCall) {
 			ctx, cancel = context.WithDeadline(ctx, deadline)
 			defer cancel()
 		}
-		cmds := make([]redis.Cmder, len(live))
-		for i, c := range live {
-			cmds[i] = c.cmd
-		}
-		p.writeMany(ctx, cmds)
+		p.writeMany(ctx, p.group.commands(ctx, live, p.slotted != nil && p.slotted()))
+		p.group.answer()
 	}
 	for _, c := range live {
 		c.done <- struct{}{} // the last touch of c: its caller may recycle it at once
@@ -342,20 +354,12 @@ func (p *pipe) runCmds(ctx context.Context, scripts []*script, args [][]any, cmd
 		eval := make([]any, len(args[i]))
 		copy(eval, args[i])
 		eval[0], eval[1] = "eval", scripts[i].srcArg
-		evals[j] = sameCmd(ctx, cmds[i], eval)
+		evals[j] = redis.NewIntSliceCmd(ctx, eval...)
 	}
 	p.doMany(ctx, evals, func(j int) int { return weight(retry[j]) }, retryErrs)
 	for j, i := range retry {
 		cmds[i], errs[i] = evals[j], retryErrs[j]
 	}
-}
-
-// sameCmd is a command of cmd's type with args.
-func sameCmd(ctx context.Context, cmd redis.Cmder, args []any) redis.Cmder {
-	if _, ok := cmd.(*redis.SliceCmd); ok {
-		return redis.NewSliceCmd(ctx, args...)
-	}
-	return redis.NewIntSliceCmd(ctx, args...)
 }
 
 // doMany is do for several commands, queued together: written at once in
@@ -379,7 +383,7 @@ func (p *pipe) doMany(ctx context.Context, cmds []redis.Cmder, weight func(i int
 	calls := make([]*pipeCall, len(cmds))
 	for i, cmd := range cmds {
 		c := pipeCalls.Get().(*pipeCall)
-		c.ctx, c.cmd, c.weight = ctx, cmd, weight(i)
+		c.ctx, c.cmd, c.weight, c.script, c.args = ctx, cmd, weight(i), nil, nil
 		c.state.Store(callQueued)
 		calls[i] = c
 	}

@@ -3,7 +3,6 @@ package redlock
 import (
 	"container/heap"
 	"context"
-	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -290,13 +289,6 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 	return start, decided, errs
 }
 
-// batchBound bounds the locks of one batched script run, so that no run
-// keeps the node from its other clients for long: on a local Redis 7.0, 100
-// extends ran in at most 1.4ms (mutexes) and 1.8ms (readers, permits) by
-// SLOWLOG, and the cost per lock stopped falling at about 50 a run (see
-// docs/BENCHMARKS.md).
-const batchBound = 100
-
 // runBatched runs the script calls args[i] of scripts[i] on n, all in one
 // write where n has a pipe, and gives each call's reply and error. The calls
 // of one script (and, on a Cluster node, of one hash slot) go as runs of its
@@ -365,7 +357,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 			for j, i := range chunk {
 				group[j] = args[i]
 			}
-			cmds = append(cmds, command{g.s.batched, g.s, g.s.batchArgs(group), chunk})
+			cmds = append(cmds, command{g.s.batched, g.s, g.s.batchArgs(group, false), chunk})
 		}
 	}
 	// Each pipe's commands in one write (renewal scripts all go on one).
@@ -385,11 +377,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 		rerrs := make([]error, len(mine))
 		for j, c := range mine {
 			runs[j], cargs[j] = c.s, c.args
-			if len(c.calls) == 1 {
-				rcmds[j] = redis.NewIntSliceCmd(ctx, c.args...)
-			} else {
-				rcmds[j] = redis.NewSliceCmd(ctx, c.args...)
-			}
+			rcmds[j] = redis.NewIntSliceCmd(ctx, c.args...)
 		}
 		p.runCmds(ctx, runs, cargs, rcmds, func(j int) int { return len(mine[j].calls) }, rerrs)
 		for j, c := range mine {
@@ -400,48 +388,10 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 				}
 				continue
 			}
-			splitBatch(c.of, rcmds[j].(*redis.SliceCmd), rerrs[j], c.calls, vals, errs)
+			splitBatch(c.of, rcmds[j].(*redis.IntSliceCmd), rerrs[j], c.calls, vals, errs)
 		}
 	}
 	return vals, errs
-}
-
-// splitBatch gives each of calls its answer from the reply of a batched
-// run of s: err, or the run's error, when the run was not answered as a
-// whole; else each call's own reply or error.
-func splitBatch(s *script, cmd *redis.SliceCmd, err error, calls []int, vals [][]int64, errs []error) {
-	if err == nil {
-		err = s.explain(cmd.Err())
-	}
-	replies := cmd.Val()
-	if err == nil && len(replies) != len(calls) {
-		err = fmt.Errorf("redlock: unexpected batched script reply of %d answers for %d calls", len(replies), len(calls))
-	}
-	for j, i := range calls {
-		if err != nil {
-			errs[i] = err
-			continue
-		}
-		switch r := replies[j].(type) {
-		case []any:
-			v := make([]int64, len(r))
-			for x, e := range r {
-				n, ok := e.(int64)
-				if !ok {
-					errs[i] = fmt.Errorf("redlock: unexpected script reply %v", r)
-					break
-				}
-				v[x] = n
-			}
-			if errs[i] == nil {
-				vals[i] = v
-			}
-		case error:
-			errs[i] = s.explain(r)
-		default:
-			errs[i] = fmt.Errorf("redlock: unexpected script reply %v", r)
-		}
-	}
 }
 
 // renewalHeap orders renewals by due time.

@@ -141,8 +141,12 @@ func newRenewalScript(src string) *script {
 //
 // KEYS are every lock's keys in turn; ARGV[1] is the number of locks, then
 // for each lock its number of keys, its number of arguments and its
-// arguments (see batchArgs). The reply has one element per lock: the
-// script's reply, or an error reply.
+// arguments (see batchArgs). The reply is one flat array of integers, so
+// that the client reads a whole run into one []int64 (go-redis boxes every
+// element of a nested reply, several allocations a lock): for each lock in
+// turn, the length of its script's reply and that reply's integers, or,
+// when its call failed, minus the length of the error's message and the
+// message's bytes (see batchAnswers).
 func batchSrc(src string) string {
 	return "local call, last, now = redis.call, nil, nil " +
 		"local redis = setmetatable({call = function(c, ...) last = c " +
@@ -150,7 +154,7 @@ func batchSrc(src string) string {
 		"return call(c, ...) end}, {__index = redis}) " +
 		"local function one(KEYS, ARGV) " + src + `
 end
-local out, keys, argv, nk0, na0 = {}, {}, {}, 0, 0
+local out, n, keys, argv, nk0, na0 = {}, 0, {}, {}, 0, 0
 local k, p = 1, 2
 for j = 1, tonumber(ARGV[1]) do
   local nk, na = tonumber(ARGV[p]), tonumber(ARGV[p + 1])
@@ -180,11 +184,23 @@ for j = 1, tonumber(ARGV[1]) do
     if last then
       r = r .. "` + batchCallMarker + `" .. string.lower(last) .. "')"
     end
-    r = {err = r}
-  elseif r == nil then
-    r = false
+    n = n + 1
+    out[n] = -#r
+    for x = 1, #r do
+      out[n + x] = string.byte(r, x)
+    end
+    n = n + #r
+  else
+    if type(r) ~= 'table' then
+      r = {}
+    end
+    n = n + 1
+    out[n] = #r
+    for x = 1, #r do
+      out[n + x] = r[x]
+    end
+    n = n + #r
   end
-  out[j] = r
 end
 return out
 `
@@ -196,8 +212,10 @@ const batchCallMarker = " (in the script's call of '"
 
 // batchArgs builds the command of the batched form of s for calls, each a
 // command built by s.args: the calls' keys in turn, then the header and
-// every call's arguments (see batchSrc).
-func (s *script) batchArgs(calls [][]any) []any {
+// every call's arguments (see batchSrc). eval sends the batched form's
+// source: the calls came back NOSCRIPT from a node that did not know the
+// script (a batched run's SHA may be known to the client and not the node).
+func (s *script) batchArgs(calls [][]any, eval bool) []any {
 	nkeys, nargs := 0, 0
 	for _, c := range calls {
 		k := c[2].(int)
@@ -206,6 +224,9 @@ func (s *script) batchArgs(calls [][]any) []any {
 	}
 	args := make([]any, 0, 3+nkeys+1+2*len(calls)+nargs)
 	cmd, code := s.batched.head()
+	if eval {
+		cmd, code = "eval", s.batched.srcArg
+	}
 	args = append(args, cmd, code, nkeys)
 	for _, c := range calls {
 		args = append(args, c[3:3+c[2].(int)]...)
