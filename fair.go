@@ -8,14 +8,11 @@ package redlock
 // gives its key only to the live head of its queue: on a release, when the
 // key is free, or when a grant nobody claimed yet belongs to someone other
 // than the head. A grant is not yet a lock: the grantee does not know when
-// a node set its key, so it claims it (extends it, pins the grant, so it
-// stops moving, and raises the fence register to a proposal of the round)
-// and dates its validity from the start of the round whose claims made a
-// quorum. A wait call that finds the key ours claims it at once, so an
-// uncontended acquire, or a waiter at the head when the key frees, holds
-// the lock after one wait round; grants made between its rounds (a
-// release's hand-off) are claimed by a claim round. The holder's extends
-// pin too (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
+// a node set its key, so once grants from a quorum arrived it runs one
+// claim round (an extend that also pins the grants, so they stop moving,
+// and raises the fence register to a proposal of that round) and dates its
+// validity from that round's start. The holder's extends pin too
+// (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
 // comes, as for the mutex, from the lock key on a quorum; a node that lost
 // its queue only serves waiters out of order.
 
@@ -57,13 +54,6 @@ const (
 const (
 	fairOpArg    = 9
 	fairQuietArg = 18
-)
-
-// Replies of the fair queue script's wait and claim (lua/fair_queue.lua).
-const (
-	fairNotOurs     = 0 // the key is not ours here; the value is its PTTL
-	fairClaimed     = 1 // this call claimed the key; the value is the fence register before
-	fairPinnedEarly = 2 // wait only: ours, pinned by a round this late call came before
 )
 
 // fairEntryTTL is how long a waiter's queue entry lives without a refresh:
@@ -122,18 +112,15 @@ type fairWait struct {
 	c      *Client
 	a      *attempt
 	ticket int64
-	// args is a fair-queue command of ours: ARGV[5] (wait: failed; claim:
-	// round), the proposal and, for a wait, the round's number.
-	args func(op string, arg5, proposal, round int64) []any
+	args   func(op string, round, proposal int64) []any // a fair-queue command of ours
 
-	// Rounds, waits and claims alike, are numbered from 1. A round pins the
-	// grants it claims with its number; a wait call carries the number of
-	// the last round that fell short, and un-pins only pins up to that
-	// number. A wait that reaches a node late, after a round that won,
-	// leaves that round's pin alone. Only the Acquire call's goroutine
-	// touches them.
-	rounds int64 // rounds started
-	failed int64 // the last round that fell short; 0 none
+	// Claim rounds are numbered from 1. A claim pins the grants it finds
+	// with its number; a wait call carries the number of the last claim
+	// round that fell short, and un-pins only pins up to that number. A
+	// wait that reaches a node late, after a claim that won, leaves that
+	// claim's pin alone. Only the Acquire call's goroutine touches them.
+	claims int64 // claim rounds started
+	failed int64 // the last claim round that fell short; 0 none
 
 	// Per node, closed when the last call sent there is done: each call
 	// waits for the one before on its node (the guards before a call may
@@ -167,11 +154,11 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	channel := c.releaseChannel(name)
-	f.args = func(op string, arg5, proposal, round int64) []any {
-		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), arg5, proposal,
-			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0", round)
+	f.args = func(op string, round, proposal int64) []any {
+		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), round, proposal,
+			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0")
 	}
-	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0, 0), fairKind, keys
+	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0), fairKind, keys
 	return f
 }
 
@@ -239,27 +226,19 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 	defer timer.Stop()
 	for {
 		if round {
-			// Join the queue, or refresh our entry, and claim the key
-			// where it is ours; it also undoes the claims of a round
-			// that fell short of a quorum.
-			l, err := f.round(ctx, lc, "wait")
-			if err == nil {
-				return l, nil
-			}
-			last, round = err, false
+			// Join the queue, or refresh our entry; it also undoes the
+			// claims of a claim round that fell short of a quorum.
+			last = f.waitRound(ctx)
+			round = false
 		}
 		if mayClaim && f.granted() {
-			l, err := f.round(ctx, lc, "claim")
+			l, err := f.claim(ctx, lc)
 			if err == nil {
 				return l, nil
 			}
 			last = err
 			if wait && ctx.Err() == nil {
-				// Give the grants back before waiting (or hold the
-				// lock, if they are still ours on a quorum).
-				if l, err := f.round(ctx, lc, "wait"); err == nil {
-					return l, nil
-				}
+				f.waitRound(ctx) // give the grants back before waiting
 			}
 			// A claim that keeps failing (a node counted as granted sits
 			// out) must not spin: the next one waits for the timer.
@@ -309,6 +288,40 @@ func (f *fairWait) holderPTTL() time.Duration {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return time.Duration(f.minPTTL) * time.Millisecond
+}
+
+// waitRound registers (or refreshes) our queue entry on every node and
+// learns which nodes granted us the key. It returns why we do not hold
+// grants from a quorum, or nil.
+func (f *fairWait) waitRound(ctx context.Context) error {
+	c, a := f.c, f.a
+	f.mu.Lock()
+	f.minPTTL = -1
+	f.mu.Unlock()
+	turns := f.nextTurns()
+	args := f.args("wait", f.failed, 0)
+	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		vals, err := f.call(ctx, n, args, turns[n.index])
+		if err != nil {
+			return false, err
+		}
+		yes := vals[0] == 1
+		f.set(n.index, yes)
+		if !yes && vals[1] > 0 {
+			f.mu.Lock()
+			if f.minPTTL < 0 || vals[1] < f.minPTTL {
+				f.minPTTL = vals[1]
+			}
+			f.mu.Unlock()
+		}
+		return yes, nil
+	})
+	var qe *QuorumError
+	if errors.As(err, &qe) && (qe.Errors == nil || len(qe.Errors.Errors) <= len(c.nodes)-c.quorum()) {
+		// Refusals, not failures, kept us short: the lock is held.
+		return &LockedError{Name: a.name, Remaining: f.holderPTTL()}
+	}
+	return err
 }
 
 // turn is one call's place in the order of a waiter's calls to a node.
@@ -375,33 +388,24 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	return vals, nil
 }
 
-// round is one round of calls to every node: a wait (register or refresh
-// our queue entry, and claim the key where it is ours) or a claim (claim
-// the key where it is ours; leave the queue elsewhere). A claim extends
-// the key to the TTL where it is ours, pins the grant (no longer movable)
-// and raises the fence register to the round's proposal. With claims from
-// a quorum the round holds the lock: validity counts from the round's
-// start, before any of those extensions (docs/PROTOCOL.md §8), and the
-// token comes from the fence values the claims read, as the acquire's does
-// from the values its SETs read (fast path, or the slow path's raise). The
-// proposal is taken when the round starts, not when the Acquire call
-// began: a plain holder that came and went meanwhile on nodes this round
-// does not reach had a lower one (DESIGN §2's time-based line of defence).
-// A round that does not hold the lock returns why.
-func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock, err error) {
+// claim turns grants into the lock: one round that extends the key to the
+// TTL where it is ours, pins the grant (no longer movable) and raises the
+// fence register to the round's proposal. Validity counts from the round's
+// start, before any of those extensions; the token comes from the fence
+// values the claims read, as the acquire's does from the values its SETs
+// read (fast path, or the slow path's raise). The proposal is taken when
+// the round starts, not when the Acquire call began: a plain holder that
+// came and went meanwhile on nodes this round does not reach had a lower
+// one (DESIGN §2's time-based line of defence).
+func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
 	c, a := f.c, f.a
 	var (
 		mu        sync.Mutex
 		maxBefore int64
-		// A wait round that holds the lock takes us out of the queues
-		// where its calls answered without claiming (see leaveQueue):
-		// those that answered before it held, and those after.
-		unclaimed = make([]bool, len(c.nodes))
-		held      bool
 	)
 	start := c.clock.Now()
-	f.rounds++
-	round := f.rounds
+	f.claims++
+	round := f.claims
 	defer func() {
 		if err != nil {
 			f.failed = round // the next wait gives this round's pins back
@@ -411,64 +415,25 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 	if !c.opts.DisableFencing {
 		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
 	}
-	var args, leaveArgs []any
-	if op == "claim" {
-		args = f.args(op, round, proposal, round)
-	} else {
-		args = f.args(op, f.failed, proposal, round)
-		leaveArgs = f.args("claim", round, proposal, round)
-		f.mu.Lock()
-		f.minPTTL = -1
-		f.mu.Unlock()
-	}
+	args := f.args("claim", round, proposal)
 	turns := f.nextTurns()
 	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
-		if vals[0] != fairClaimed && leaveArgs != nil {
-			mu.Lock()
-			late := held
-			unclaimed[n.index] = !late
-			mu.Unlock()
-			if late {
-				f.leaveQueue(n, leaveArgs)
-			}
-		}
-		switch vals[0] {
-		case fairClaimed:
-			f.set(n.index, true)
-			mu.Lock()
-			maxBefore = max(maxBefore, vals[1])
-			mu.Unlock()
-			return true, nil
-		case fairPinnedEarly:
-			// Ours, but this call did not claim it: a claim round may.
-			f.set(n.index, true)
+		if vals[0] != 1 {
+			f.set(n.index, false)
 			return false, nil
 		}
-		f.set(n.index, false)
-		if vals[1] > 0 {
-			f.mu.Lock()
-			if f.minPTTL < 0 || vals[1] < f.minPTTL {
-				f.minPTTL = vals[1]
-			}
-			f.mu.Unlock()
-		}
-		return false, nil
+		mu.Lock()
+		maxBefore = max(maxBefore, vals[1])
+		mu.Unlock()
+		return true, nil
 	})
 	if err != nil {
-		var qe *QuorumError
-		if op == "wait" && errors.As(err, &qe) && (qe.Errors == nil || len(qe.Errors.Errors) <= len(c.nodes)-c.quorum()) {
-			// Refusals, not failures, kept us short: the lock is held.
-			return nil, &LockedError{Name: a.name, Remaining: f.holderPTTL()}
-		}
-		if op == "claim" {
-			c.emit(Event{Kind: EventAcquireFailed, Name: a.name, Elapsed: c.clock.Now().Sub(start), Err: err})
-			return nil, fmt.Errorf("redlock: acquire %q: claiming the hand-off: %w", a.name, err)
-		}
-		return nil, err
+		c.emit(Event{Kind: EventAcquireFailed, Name: a.name, Elapsed: c.clock.Now().Sub(start), Err: err})
+		return nil, fmt.Errorf("redlock: acquire %q: claiming the hand-off: %w", a.name, err)
 	}
 	// Claims that answer after the quorum may raise maxBefore further:
 	// a token above a superset of the quorum's values is still safe.
@@ -494,44 +459,12 @@ func (f *fairWait) round(ctx context.Context, lc lockConfig, op string) (_ *Lock
 		return nil, fmt.Errorf("%w: claiming %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
 	}
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
-	if leaveArgs != nil {
-		mu.Lock()
-		held = true
-		for i, n := range c.nodes {
-			if unclaimed[i] {
-				f.leaveQueue(n, leaveArgs)
-			}
-		}
-		mu.Unlock()
-	}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
 		c.renewals.add(l)
 	}
 	return l, nil
 }
-
-// leaveQueue follows a wait round that holds the lock, in the background,
-// on a node where the round's call answered without claiming the key: it
-// registered us in the queue there, and a holder waits no more (left
-// queued, it would be the head its node gives a free key to until it
-// releases). A claim of the same round takes us out, or claims the key if
-// it became ours there meanwhile. (A claim round reaches every node and
-// does this itself.) The node's call answered, so this one is next on it;
-// our release there waits for it.
-func (f *fairWait) leaveQueue(n *node, args []any) {
-	c := f.c
-	c.bg.add()
-	go func() {
-		defer c.bg.done()
-		ctx, cancel := context.WithTimeout(context.Background(), f.a.nodeTimeout)
-		defer cancel()
-		_, _ = f.call(ctx, n, args, turn{prev: answered, done: make(chan struct{})})
-	}()
-}
-
-// answered is the turn of a call that already ended.
-var answered = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 
 // leave cleans up after a fair Acquire that gave up: on every node, in
 // order after our calls there and with a context of its own, our entry

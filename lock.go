@@ -381,16 +381,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	if c.opts.Observer != nil {
 		nodes, start = new([]NodeResult), c.clock.Now()
 	}
+	deleted, errs := a.release(nodes)
 	announced := a.value
 	if a.kind.wakeAll {
 		announced = wakeAllMark + announced // as the script published it
 	}
-	// Our own waiters are woken as soon as the key is free on a quorum, not
-	// after the slowest node answered; a second notify of the same release
-	// wakes nobody.
-	wake := func() { c.waiters.notify(a.topic, announced, true) }
-	deleted, errs := a.release(nodes, wake)
-	wake()
+	c.waiters.notify(a.topic, announced, true)
 	var err error
 	switch {
 	case prior != nil:

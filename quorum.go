@@ -369,10 +369,8 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // cancelled caller must not leave keys behind.
 //
 // With nodes not nil, every node's result is appended to *nodes, for
-// Event.Nodes. atQuorum, if not nil, runs once as soon as a quorum of nodes
-// deleted the key, before the release waits for the slower nodes: the lock
-// is free on a quorum from then on.
-func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
+// Event.Nodes.
+func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
 	a.releaseMu.Lock()
 	defer a.releaseMu.Unlock()
 	var start time.Time
@@ -431,9 +429,6 @@ func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, er
 	count := func(ok bool, err error) {
 		if ok {
 			deleted++
-			if deleted == a.c.quorum() && atQuorum != nil {
-				atQuorum()
-			}
 		}
 		if err != nil {
 			errs = multierror.Append(errs, err)
@@ -492,7 +487,7 @@ func (a *attempt) releaseInBackground() {
 	a.c.bg.add()
 	go func() {
 		defer a.c.bg.done()
-		a.release(nil, nil)
+		a.release(nil)
 	}()
 }
 

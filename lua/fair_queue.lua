@@ -13,20 +13,15 @@
 -- it; see lua/fair_extend.lua), all in one slot.
 -- ARGV[1] op: wait | claim | release
 -- ARGV[2] owner value, ARGV[3] ticket, ARGV[4] TTL in ms,
--- ARGV[5] wait: the caller's last round that fell short (0: none);
---         claim: this round's number (1, 2, ...),
--- ARGV[6] wait, claim: the round's fencing proposal (0: fencing off),
+-- ARGV[5] wait: the caller's last claim round that fell short (0: none);
+--         claim: this claim round's number (1, 2, ...),
+-- ARGV[6] claim: the round's fencing proposal (0: fencing off),
 -- ARGV[7] fence register lifetime in ms (0: for ever), ARGV[8] queue entry
 -- lifetime in ms, ARGV[9] the lock's channel, ARGV[10] "1": a release that
--- frees the key stays quiet (a cleanup), ARGV[11] wait: this round's number.
--- Rounds of one waiter are numbered 1, 2, ... in the order they start,
--- waits and claims alike: a wait that finds the key ours claims it too.
+-- frees the key stays quiet (a cleanup).
 -- Returns {status, value, sec, usec}:
---   wait:    status 1 the key is ours here and this call claimed it (as a
---            claim does, with the round's number), value the fence
---            register before; 2 the key is ours, pinned by a round the
---            caller has not seen fail (this call arrived late, after it),
---            unchanged; 0 not ours, value the holder's PTTL (-2: no key)
+--   wait:    status 1 the key is ours here (granted), 0 not; value the
+--            holder's PTTL (-2: no key)
 --   claim:   status 1 claimed (key extended to the TTL, grant pinned, fence
 --            register raised to the proposal), value the fence register
 --            before; 0 not ours, value the PTTL
@@ -92,41 +87,6 @@ local function settle()
   end
 end
 
--- Claim the key, ours here, for round: extend it to our TTL, pin the grant
--- with the round's number, unless a later round (whose call overtook a late
--- one of ours) or the holder's extend pinned it already, and leave the
--- queue; then the acquire's fencing step (lua/acquire.lua), now that the
--- key is ours for good: read the register, raise it to the proposal.
-local function claim(round)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  local pin = tonumber(redis.call('HGET', grant, 'claimed'))
-  if pin and pin < round then
-    redis.call('HSET', grant, 'claimed', round)
-  end
-  redis.call('PEXPIRE', grant, ARGV[4])
-  forget(me)
-  if ARGV[6] == '0' then
-    return {1, 0, sec, usec}
-  end
-  local stored = redis.call('GET', KEYS[2])
-  local fence = tonumber(stored or '0')
-  -- Values stay strings: a Lua number may be written back in exponent form.
-  local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
-  if not higher then
-    raised = stored
-  end
-  if ARGV[7] ~= '0' then
-    redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
-  elseif higher then
-    redis.call('SET', KEYS[2], raised)
-  end
-  return {1, fence, sec, usec}
-end
-
-local function ours()
-  return redis.call('GET', KEYS[1]) == me and redis.call('HGET', grant, 'owner') == me
-end
-
 local holder = redis.call('GET', KEYS[1])
 if op == 'wait' then
   if holder == me then
@@ -138,7 +98,7 @@ if op == 'wait' then
         -- its extend: this wait was sent before that claim, and reached
         -- us late (a call that timed out on the client). The claim
         -- stands, and the holder registers no more.
-        return {2, redis.call('PTTL', KEYS[1]), sec, usec}
+        return {1, redis.call('PTTL', KEYS[1]), sec, usec}
       end
       -- Still waiting, so this pin belongs to a claim round that fell
       -- short of a quorum: the grant becomes movable again.
@@ -155,17 +115,41 @@ if op == 'wait' then
     redis.call('PEXPIRE', k, keep)
   end
   settle()
-  if ours() then
-    -- The key's TTL starts again in this call, so the caller may date its
-    -- validity from the call's send (docs/PROTOCOL.md §8).
-    return claim(tonumber(ARGV[11]))
+  if redis.call('GET', KEYS[1]) == me then
+    return {1, redis.call('PTTL', KEYS[1]), sec, usec}
   end
   return {0, redis.call('PTTL', KEYS[1]), sec, usec}
 end
 
 if op == 'claim' then
-  if ours() then
-    return claim(tonumber(ARGV[5]))
+  if holder == me and redis.call('HGET', grant, 'owner') == me then
+    redis.call('PEXPIRE', KEYS[1], ARGV[4])
+    -- Pinned by this round, unless a later round (whose claim overtook a
+    -- late one of ours) or the holder's extend pinned it already.
+    local pin = tonumber(redis.call('HGET', grant, 'claimed'))
+    if pin and pin < tonumber(ARGV[5]) then
+      redis.call('HSET', grant, 'claimed', ARGV[5])
+    end
+    redis.call('PEXPIRE', grant, ARGV[4])
+    forget(me)
+    -- The acquire's fencing step (lua/acquire.lua), now that the key is
+    -- ours for good: read the register, raise it to the proposal.
+    if ARGV[6] == '0' then
+      return {1, 0, sec, usec}
+    end
+    local stored = redis.call('GET', KEYS[2])
+    local fence = tonumber(stored or '0')
+    -- Values stay strings: a Lua number may be written back in exponent form.
+    local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
+    if not higher then
+      raised = stored
+    end
+    if ARGV[7] ~= '0' then
+      redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
+    elseif higher then
+      redis.call('SET', KEYS[2], raised)
+    end
+    return {1, fence, sec, usec}
   end
   -- Not ours here. We leave this queue either way: if the claim round won
   -- elsewhere we hold the lock and wait no more; if it fell short, the

@@ -135,18 +135,6 @@
 #define XR 1
 #endif
 #define HELD 255     /* pinned by the holder's extend (or a repair): no wait undoes it */
-/* the number a round pins with: with WAITCLAIM waits and claims share the
-   count (rn), as they do in fair.go; without it only claims are numbered */
-#ifdef WAITCLAIM
-#define PIN rn
-#else
-#define PIN claims
-#endif
-#ifdef WAITCLAIM
-#define WC_KIND (kind == WAIT)   /* a wait round is a claim round */
-#else
-#define WC_KIND false
-#endif
 
 /* request kinds */
 #define WAIT 1
@@ -196,7 +184,7 @@ byte lastCall[NN*NC];/* node time of c's last call on node i */
    pinned (replies are read in the step that delivers them, and nothing of
    ours un-pins them before the decision); an extend's are recorded in ybits. */
 #ifndef NORELIED
-#define RELY_CLAIM for (j : 0 .. NN-1) { if :: owner[j] == me && gcl[j] == PIN -> relied[j] = 1 :: else -> skip fi }; j = 0
+#define RELY_CLAIM for (j : 0 .. NN-1) { if :: owner[j] == me && gcl[j] == claims -> relied[j] = 1 :: else -> skip fi }; j = 0
 #define RELY(bits) for (j : 0 .. NN-1) { if :: (bits >> j) & 1 && owner[j] == me -> relied[j] = 1 :: else -> skip fi }; j = 0
 #else
 #define RELY_CLAIM skip   /* the check left out to keep the search small */
@@ -276,30 +264,14 @@ inline settle(n) {
   h = 0
 }
 
-/* the claim of node i's key, ours, by round r (fair_queue.lua claim):
-   restart its TTL, pin it with r unless newer, read and raise F, leave the
-   queue */
-inline claimHere(i, r) {
-#ifndef WC_NOTTL
-  kexp[i] = nclk(i) + ttl;
-#endif
-  if :: gcl[i] != HELD && gcl[i] < r -> gcl[i] = r :: else -> skip fi;
-#ifndef NOFENCE
-  rval = F[i]; if :: prop > F[i] -> F[i] = prop :: else -> skip fi;
-#endif
-  forget(i, c)
-}
-
-/* the wait script on node i for client c, carrying wf, the last round of c
-   that fell short, and (WAITCLAIM) its round's number wr; rw := 1 if the
-   key is ours after it (with WAITCLAIM: claimed by this call), 3 ours by a
-   newer pin (a late call, with WAITCLAIM: not counted), else 2 */
-inline waitScript(i, wf, wr) {
+/* the wait script on node i for client c, carrying wf, the last claim round
+   of c that fell short; rw := 1 if the key is ours after it, else 2 */
+inline waitScript(i, wf) {
   if
 #ifdef UNPIN_ANY
   :: owner[i] == me -> gcl[i] = 0; rw = 0
 #else
-  :: owner[i] == me && gcl[i] != 0 && (gcl[i] == HELD || gcl[i] > wf) -> rw = 3  /* late: a newer pin stands */
+  :: owner[i] == me && gcl[i] != 0 && (gcl[i] == HELD || gcl[i] > wf) -> rw = 1  /* late: a newer pin stands */
   :: owner[i] == me && gcl[i] != 0 && gcl[i] != HELD && gcl[i] <= wf -> gcl[i] = 0; rw = 0
 #endif
   :: else -> rw = 0
@@ -308,14 +280,7 @@ inline waitScript(i, wf, wr) {
   :: rw == 0 ->
      inq[E(i, c)] = 1; eexp[E(i, c)] = nclk(i) + wttl[c];
      settle(i);
-     if
-#ifdef WAITCLAIM
-     :: owner[i] == me -> claimHere(i, wr); rw = 1
-#else
-     :: owner[i] == me -> rw = 1
-#endif
-     :: else -> rw = 2
-     fi
+     if :: owner[i] == me -> rw = 1 :: else -> rw = 2 fi
   :: else -> skip
   fi
 }
@@ -328,14 +293,14 @@ inline deliver(i) {
 #endif
   kind = pend[i];
   if
-  :: pend[i] == WAIT -> waitScript(i, failedR, PIN); rep[i] = rw; rw = 0
+  :: pend[i] == WAIT -> waitScript(i, failedR); rep[i] = rw; rw = 0
   :: pend[i] == CLAIM ->
      if
      :: owner[i] == me ->
 #ifndef DATE_GRANT
         kexp[i] = nclk(i) + ttl;
 #endif
-        if :: gcl[i] != HELD && gcl[i] < PIN -> gcl[i] = PIN :: else -> skip fi;
+        if :: gcl[i] != HELD && gcl[i] < claims -> gcl[i] = claims :: else -> skip fi;
 #ifndef NOFENCE
         rval = F[i]; if :: prop > F[i] -> F[i] = prop :: else -> skip fi;
 #endif
@@ -378,7 +343,7 @@ inline relScript(i) {
 /* the client reads node i's reply */
 inline readReply(i) {
   if
-  :: phase == 1 && (kind == CLAIM || WC_KIND) ->
+  :: phase == 1 && kind == CLAIM ->
      if
      :: rep[i] == 1 -> yes++; if :: rval > maxb -> maxb = rval :: else -> skip fi
      :: else -> no++
@@ -395,16 +360,8 @@ inline readReply(i) {
 #define NODE_STEPS(k) \
      atomic { pend[k] != 0 && BEFORE(k) -> deliver(k); readReply(k) } \
   :: atomic { relpend[k] -> relScript(k); relpend[k] = 0 } \
-  :: atomic { latew[k] != 0 -> expireKey(k); expireQueue(k); waitScript(k, latew[k] - 1, LATE_R(k)); rw = 0; rval = 0; latew[k] = 0; \
+  :: atomic { latew[k] != 0 -> expireKey(k); expireQueue(k); waitScript(k, latew[k] - 1); rw = 0; latew[k] = 0; \
               if :: relOwed[k] && pend[k] == 0 -> relOwed[k] = 0; relScript(k) :: else -> skip fi }
-
-#if defined(WAITCLAIM) && defined(LATE)
-#define LATE_R(k) latr[k]
-#define LATE_SET(k) latr[k] = rn
-#else
-#define LATE_R(k) 0
-#define LATE_SET(k) skip
-#endif
 
 /* a client's requests of one round reach the nodes in node order (see the header) */
 #define BEFORE(k) ((k) == 0 || pend[0] == 0 && ((k) == 1 || pend[1] == 0))
@@ -425,7 +382,7 @@ inline sendAll(kind) {
     if
     :: !BUSY(j) -> pend[j] = kind
 #ifdef LATE
-    :: !BUSY(j) && latew[j] == 0 && kind == WAIT && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; LATE_SET(j); no++
+    :: !BUSY(j) && latew[j] == 0 && kind == WAIT && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; no++
 #endif
 #ifdef SKIP
     :: !BUSY(j) && kind == CLAIM -> no++
@@ -453,30 +410,11 @@ inline startRelease(ph) {
   j = 0
 }
 
-/* with WAITCLAIM a wait round is a claim round (phase 1): numbered, dated
-   from its start (or, unsafe WC_DATE_REPLY, from its decision), with its
-   own proposal */
-inline waitRound() {
-#ifdef WAITCLAIM
-  rn++; phase = 1; maxb = 0; t0 = now;
-#ifndef NOFENCE
-  prop = now + skew + 1;
-#else
-  prop = 1;
-#endif
-#endif
-  sendAll(WAIT)
-}
-
 /* a failed claim: wait again if allowed (gives the grants back), else give up */
 inline claimFailed() {
   if
-  :: rounds < WR && ALLIDLE -> failedR = PIN; rounds++; phase = 0; waitRound()
-#ifdef WAITCLAIM
-  :: else -> failedR = PIN; phase = 0   /* wait for a grant, claim, or give up */
-#else
+  :: rounds < WR && ALLIDLE -> failedR = claims; rounds++; phase = 0; sendAll(WAIT)
   :: else -> startRelease(5)
-#endif
   fi
 }
 
@@ -487,16 +425,10 @@ proctype client(byte c; byte ttl; byte skew) {
   bool relpend[NN], relOwed[NN];
   byte phase;       /* 0 wait, 1 claim, 2 raise, 3 hold, 4 release, 5 cleanup, 7 extend */
   byte yes, no, maxb, t0, token, rounds, claims, failedR, prop, j, x, h, rw, ybits, exts, lateLeft;
-#ifdef WAITCLAIM
-  byte rn;          /* rounds started, waits and claims: the pin numbers */
-#ifdef LATE
-  byte latr[NN];    /* the round of a wait call left in flight */
-#endif
-#endif
 
   atomic {
     wttl[c] = ttl; ticket[c] = (now + skew) * NC + c; lateLeft = 1;
-    rounds = 1; waitRound()
+    rounds = 1; sendAll(WAIT)
   }
 
   do
@@ -504,13 +436,10 @@ proctype client(byte c; byte ttl; byte skew) {
   :: NODE_STEPS(1)
   :: NODE_STEPS(2)
   /* waiting: refresh, claim, give up, die */
-  :: atomic { phase == 0 && rounds < WR && ALLIDLE -> rounds++; waitRound() }
+  :: atomic { phase == 0 && rounds < WR && ALLIDLE -> rounds++; sendAll(WAIT) }
   :: atomic {
        phase == 0 && claims < CR && ALLIDLE ->
        claims++; phase = 1; maxb = 0;
-#ifdef WAITCLAIM
-       rn++;
-#endif
 #ifdef DATE_GRANT
        select(t0 : glast[c] .. now);  /* unsafe: from when the last notice arrived */
 #else
@@ -534,9 +463,6 @@ proctype client(byte c; byte ttl; byte skew) {
   /* claim and raise decisions */
   :: atomic {
        phase == 1 && yes >= QQ ->
-#ifdef WC_DATE_REPLY
-       t0 = now;   /* unsafe: dated from the replies, not the send */
-#endif
        if
        :: now >= t0 + ttl - 1 -> claimFailed()                  /* validity <= 0 */
        :: else ->
@@ -597,12 +523,6 @@ proctype client(byte c; byte ttl; byte skew) {
        phase = 0; yes = 0; no = 0; maxb = 0; t0 = 0; token = 0;
        rounds = 0; claims = 0; failedR = 0; prop = 0; j = 0; x = 0; rw = 0;
        ybits = 0; exts = 0; lateLeft = 0;
-#ifdef WAITCLAIM
-       rn = 0;
-#ifdef LATE
-       for (j : 0 .. NN-1) { latr[j] = 0 }; j = 0;
-#endif
-#endif
        break
      }
   od
