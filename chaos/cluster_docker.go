@@ -12,9 +12,11 @@ package chaos
 // is the container's libfaketime file.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -195,16 +197,8 @@ func (m *dockerClusterMaster) exitedOnTakenPort(ctx context.Context) bool {
 		return false
 	}
 	defer logs.Close()
-	var b strings.Builder
-	buf := make([]byte, 4096)
-	for {
-		k, err := logs.Read(buf)
-		b.Write(buf[:k])
-		if err != nil {
-			break
-		}
-	}
-	return strings.Contains(b.String(), "Address already in use")
+	out, _ := io.ReadAll(logs) // what was read before an error is enough to tell
+	return bytes.Contains(out, []byte("Address already in use"))
 }
 
 // dockerClusterMaster is one master container of a Cluster lock node.
@@ -313,12 +307,23 @@ func (n *dockerClusterNode) awaitHealthy(ctx context.Context) error {
 			if err != nil {
 				return false, err
 			}
-			if !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_slots_ok:"+strconv.Itoa(hashSlots)) {
-				return false, fmt.Errorf("%s: %s", m.name, strings.Join(strings.Fields(info)[:3], " "))
+			state, slotsOK := infoField(info, "cluster_state"), infoField(info, "cluster_slots_ok")
+			if state != "ok" || slotsOK != strconv.Itoa(hashSlots) {
+				return false, fmt.Errorf("%s: cluster_state %q, cluster_slots_ok %q", m.name, state, slotsOK)
 			}
 		}
 		return true, nil
 	})
+}
+
+// infoField is the value of field in an INFO-style reply, or "".
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			return v
+		}
+	}
+	return ""
 }
 
 // slotOf asks a master for key's slot.
