@@ -68,9 +68,9 @@ func TestScenarios(t *testing.T) {
 // seconds that make test leaves out go in a target of their own (make
 // chaos-long, which CI runs after make test). Those are the Docker runs of
 // the dockerLong scenarios (make test runs them on processes), and the
-// scenarios whose nodes are Redis Clusters (13-28 seconds each on
-// processes), on both backends. "later": make test, which skips them loudly; "only":
-// those runs alone; unset: every backend runs every scenario.
+// scenarios whose nodes are Redis Clusters (13-28 seconds each), on both
+// backends. "later": make test, which skips them loudly; "only": those
+// runs alone; unset: every backend runs every scenario.
 const SplitEnv = "REDLOCK_CHAOS_LONG"
 
 // dockerLong are the scenarios whose schedule waits out a TTL-long grace or

@@ -149,6 +149,15 @@ func finalStateOfClusterNodes(ctx context.Context, rec *Recorder, resource *redi
 	}
 }
 
+// checkClusterSpec refuses what Cluster lock nodes are not started with,
+// on either backend.
+func checkClusterSpec(spec ClusterSpec) error {
+	if spec.TLS || spec.Persistence {
+		return fmt.Errorf("chaos: Cluster lock nodes are started without TLS and without persistence (asked: TLS %v, persistence %v)", spec.TLS, spec.Persistence)
+	}
+	return nil
+}
+
 // startProcessClusterNodes starts spec.Nodes Redis Clusters of
 // spec.ClusterMasters masters each, in parallel, plus the resource server.
 func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {

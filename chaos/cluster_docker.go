@@ -40,15 +40,6 @@ const (
 	hashSlots = 16384
 )
 
-// checkClusterSpec refuses what Cluster lock nodes are not started with,
-// on either backend.
-func checkClusterSpec(spec ClusterSpec) error {
-	if spec.TLS || spec.Persistence {
-		return fmt.Errorf("chaos: Cluster lock nodes are started without TLS and without persistence (asked: TLS %v, persistence %v)", spec.TLS, spec.Persistence)
-	}
-	return nil
-}
-
 // startClusterNodes starts spec.Nodes Redis Clusters of
 // spec.ClusterMasters master containers each, plus the resource server
 // (on the bridge, as for plain nodes), all in parallel.
