@@ -24,7 +24,7 @@ fmt-check:
 # spent waiting on servers, and 2 cores are enough for both): the log of
 # the library's run is printed when both are done. The long chaos scenarios
 # run on processes here and on Docker in chaos-long (chaos/make.mk), with the
-# scenarios on Redis Cluster nodes.
+# scenarios on Redis Cluster nodes (both backends).
 test: deps fmt-check vet
 	@rootlog=$$(mktemp -t redlock-test.XXXXXX); \
 		($(GO) test -race -count=1 -timeout 30m ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \

@@ -107,11 +107,11 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	if spec.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
 	}
-	if spec.ClusterMasters > 0 {
-		return nil, errDockerClusterNodes
-	}
 	if spec.FakeTime && !b.faketime {
 		return nil, fmt.Errorf("%w: clock faults need libfaketime in the image; install the faketime package (make deps) and rebuild", ErrBackendUnavailable)
+	}
+	if spec.ClusterMasters > 0 {
+		return b.startClusterNodes(ctx, spec)
 	}
 	tmp, err := os.MkdirTemp("", "redlock-chaos-docker-")
 	if err != nil {
@@ -218,20 +218,11 @@ func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir strin
 			"--tls-ca-cert-file", inImage(files.CAFile), "--tls-auth-clients", "yes")
 	}
 	if fake {
-		if err := os.MkdirAll(dir, 0o755); err != nil {
+		bind, err := n.fakeClock(dir, env)
+		if err != nil {
 			return nil, err
 		}
-		n.clockDir = dir
-		if err := n.writeClock(0); err != nil {
-			return nil, err
-		}
-		binds = append(binds, dir+":/faketime")
-		env["LD_PRELOAD"] = libfaketimePath + ":" + libcPath
-		env["FAKETIME_TIMESTAMP_FILE"] = "/faketime/clock"
-		env["FAKETIME_NO_CACHE"] = "1"
-		// Only the wall clock moves, as on a real machine; a monotonic
-		// clock moved by a fault would stall Redis' own timers.
-		env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+		binds = append(binds, bind)
 	}
 	hostPort := network.MustParsePort("6379/tcp")
 	ctr, err := testcontainers.Run(ctx, b.image,
@@ -343,6 +334,26 @@ func (n *dockerNode) Resume(ctx context.Context) error {
 		return fmt.Errorf("chaos: unpause %s: %w", n.name, err)
 	}
 	return nil
+}
+
+// fakeClock sets the node up to run under libfaketime reading its clock
+// from dir: it writes the clock at real time, adds the environment to env
+// and returns the bind of dir into the container.
+func (n *dockerNode) fakeClock(dir string, env map[string]string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	n.clockDir = dir
+	if err := n.writeClock(0); err != nil {
+		return "", err
+	}
+	env["LD_PRELOAD"] = libfaketimePath + ":" + libcPath
+	env["FAKETIME_TIMESTAMP_FILE"] = "/faketime/clock"
+	env["FAKETIME_NO_CACHE"] = "1"
+	// Only the wall clock moves, as on a real machine; a monotonic
+	// clock moved by a fault would stall Redis' own timers.
+	env["FAKETIME_DONT_FAKE_MONOTONIC"] = "1"
+	return dir + ":/faketime", nil
 }
 
 func (n *dockerNode) SetClockOffset(_ context.Context, d time.Duration) error {

@@ -41,9 +41,6 @@ func TestScenarios(t *testing.T) {
 					if why := splitSkip(b.Name(), sc); why != "" {
 						t.Skip(why)
 					}
-					if why := clusterSkip(b.Name(), sc); why != "" {
-						t.Skip(why)
-					}
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 					defer cancel()
 					run, err := RunScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
@@ -71,9 +68,9 @@ func TestScenarios(t *testing.T) {
 // seconds that make test leaves out go in a target of their own (make
 // chaos-long, which CI runs after make test). Those are the Docker runs of
 // the dockerLong scenarios (make test runs them on processes), and the
-// scenarios whose nodes are Redis Clusters (13-28 seconds each, processes
-// only: clusterSkip). "later": make test, which skips them loudly; "only":
-// those runs alone; unset: every backend runs every scenario.
+// scenarios whose nodes are Redis Clusters (13-28 seconds each), on both
+// backends. "later": make test, which skips them loudly; "only": those
+// runs alone; unset: every backend runs every scenario.
 const SplitEnv = "REDLOCK_CHAOS_LONG"
 
 // dockerLong are the scenarios whose schedule waits out a TTL-long grace or
@@ -92,7 +89,7 @@ var dockerLong = map[string]bool{
 // longRun tells whether the scenario's run on this backend is one of the
 // long split's.
 func longRun(backend string, sc Scenario) bool {
-	return (backend == "docker" && dockerLong[sc.Name]) || (backend == "process" && sc.ClusterMasters > 0)
+	return (backend == "docker" && dockerLong[sc.Name]) || sc.ClusterMasters > 0
 }
 
 // splitSkip tells why the scenario does not run on this backend under

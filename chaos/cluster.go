@@ -149,25 +149,20 @@ func finalStateOfClusterNodes(ctx context.Context, rec *Recorder, resource *redi
 	}
 }
 
-// clusterSkip tells why a scenario does not run on this backend, or "".
-func clusterSkip(backend string, sc Scenario) string {
-	if sc.ClusterMasters > 0 && backend == "docker" {
-		return "SKIPPED ON DOCKER: " + errDockerClusterNodes.Error() + "; the process backend runs it"
+// checkClusterSpec refuses what Cluster lock nodes are not started with,
+// on either backend.
+func checkClusterSpec(spec ClusterSpec) error {
+	if spec.TLS || spec.Persistence {
+		return fmt.Errorf("chaos: Cluster lock nodes are started without TLS and without persistence (asked: TLS %v, persistence %v)", spec.TLS, spec.Persistence)
 	}
-	return ""
+	return nil
 }
-
-// errDockerClusterNodes is why the Docker backend starts no Cluster lock
-// nodes.
-var errDockerClusterNodes = fmt.Errorf("%w: Cluster lock nodes are not built on the Docker backend "+
-	"(each master would need a container announcing an address and cluster-bus port that both the other masters "+
-	"and this process reach: cluster-announce-ip/port/bus-port on published ports)", ErrBackendUnavailable)
 
 // startProcessClusterNodes starts spec.Nodes Redis Clusters of
 // spec.ClusterMasters masters each, in parallel, plus the resource server.
 func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {
-	if spec.TLS || spec.Persistence {
-		return nil, fmt.Errorf("chaos: Cluster lock nodes are started without TLS and without persistence (asked: TLS %v, persistence %v)", spec.TLS, spec.Persistence)
+	if err := checkClusterSpec(spec); err != nil {
+		return nil, err
 	}
 	rcs := make([]*redistest.RedisCluster, spec.Nodes)
 	errs := make([]error, spec.Nodes+1)
@@ -425,8 +420,7 @@ func (ShardClockJump) Heal(context.Context, *Env) error { return nil }
 // goes for 1.5s while the holder still holds. In a majority of the
 // clusters that is a quorum that does not know the lock unless the guards,
 // which follow the lock's master, keep those nodes out; the controls
-// without the guard show that the fault does bite. Processes only for now
-// (clusterSkip).
+// without the guard show that the fault does bite.
 func clusterScenarios() []Scenario {
 	// The holder's validity must outlast a master's restart (the cluster
 	// refuses writes for 2s after a start) and the challenger's turn.

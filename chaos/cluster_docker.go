@@ -1,0 +1,528 @@
+package chaos
+
+// Cluster lock nodes on the Docker backend: each master is a container of
+// the node image on the host's network, listening on 127.0.0.1 and a free
+// port, with its cluster bus on another free port. The masters and this
+// process then reach every master at the address it announces (MOVED,
+// CLUSTER SLOTS), as with the process backend's servers; a bridge network
+// would need announced addresses both sides reach. The faults act as on
+// processes: a restart kills the container and starts it again (its
+// writable layer keeps nodes.conf, no persistence keeps the keys), a slot
+// moves with the same CLUSTER SETSLOT steps as redistest's, and the clock
+// is the container's libfaketime file.
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/redis/go-redis/v9"
+	"github.com/testcontainers/testcontainers-go"
+)
+
+const (
+	// clusterNodeTimeout is the masters' cluster-node-timeout, as
+	// redistest.NodeTimeout on processes.
+	clusterNodeTimeout = time.Second
+	// clusterSettleTimeout bounds every wait for a cluster to agree.
+	clusterSettleTimeout = 20 * time.Second
+	// hashSlots is the number of hash slots of Redis Cluster.
+	hashSlots = 16384
+)
+
+// startClusterNodes starts spec.Nodes Redis Clusters of
+// spec.ClusterMasters master containers each, plus the resource server
+// (on the bridge, as for plain nodes), all in parallel.
+func (b *DockerBackend) startClusterNodes(ctx context.Context, spec ClusterSpec) (*Cluster, error) {
+	if err := checkClusterSpec(spec); err != nil {
+		return nil, err
+	}
+	tmp, err := os.MkdirTemp("", "redlock-chaos-docker-cluster-")
+	if err != nil {
+		return nil, err
+	}
+	nodes := make([]*dockerClusterNode, spec.Nodes)
+	var res *dockerNode
+	errs := make([]error, spec.Nodes+1)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		n := &dockerClusterNode{name: fmt.Sprintf("n%d", i), masters: make([]*dockerClusterMaster, spec.ClusterMasters)}
+		nodes[i] = n
+		wg.Go(func() { errs[i] = b.startClusterNode(ctx, n, filepath.Join(tmp, n.name), spec.FakeTime) })
+	}
+	wg.Go(func() {
+		res, errs[spec.Nodes] = b.startNode(ctx, "res", filepath.Join(tmp, "res"), false, false, nil, nil)
+	})
+	wg.Wait()
+	stop := func() error {
+		var errs []error
+		for _, n := range nodes {
+			for _, m := range n.masters {
+				if m != nil {
+					errs = append(errs, m.stop())
+				}
+			}
+		}
+		if res != nil {
+			errs = append(errs, res.terminate())
+		}
+		errs = append(errs, os.RemoveAll(tmp))
+		return errors.Join(errs...)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, errors.Join(err, stop())
+	}
+	c := &Cluster{Backend: b.Name(), HostIP: "127.0.0.1", Resource: res, stop: stop}
+	for _, n := range nodes {
+		c.ClusterNodes = append(c.ClusterNodes, n)
+	}
+	return c, nil
+}
+
+// startClusterNode starts n's masters and forms the cluster: the slots
+// shared evenly, every master meeting the first, the cluster ok
+// everywhere.
+func (b *DockerBackend) startClusterNode(ctx context.Context, n *dockerClusterNode, dir string, fake bool) error {
+	errs := make([]error, len(n.masters))
+	var wg sync.WaitGroup
+	for i := range n.masters {
+		name := fmt.Sprintf("%s-m%d", n.name, i)
+		wg.Go(func() { n.masters[i], errs[i] = b.startClusterMaster(ctx, name, filepath.Join(dir, name), fake) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	return n.form(ctx)
+}
+
+// startClusterMaster starts one master container on the host's network,
+// trying other ports when one was taken meanwhile.
+func (b *DockerBackend) startClusterMaster(ctx context.Context, name, dir string, fake bool) (*dockerClusterMaster, error) {
+	for attempt := 1; ; attempt++ {
+		m, err := b.startClusterMasterOnFreePorts(ctx, name, dir, fake)
+		if err == nil {
+			return m, nil
+		}
+		taken := m != nil && m.ctr != nil && m.exitedOnTakenPort(ctx)
+		if m != nil {
+			err = errors.Join(err, m.stop())
+		}
+		if attempt == portAttempts || !taken {
+			return nil, err
+		}
+	}
+}
+
+func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name, dir string, fake bool) (*dockerClusterMaster, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	busPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	m := &dockerClusterMaster{
+		dockerNode: &dockerNode{backend: b, name: name, addr: addr},
+		port:       port,
+		busPort:    busPort,
+		rdb:        redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second}),
+	}
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", "/data"}, redisArgs(false)...)
+	args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no",
+		"--cluster-port", strconv.Itoa(busPort), "--cluster-announce-ip", "127.0.0.1",
+		"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())))
+	env := map[string]string{}
+	var binds []string
+	if fake {
+		bind, err := m.fakeClock(dir, env)
+		if err != nil {
+			return m, err
+		}
+		binds = append(binds, bind)
+	}
+	ctr, err := testcontainers.Run(ctx, b.image,
+		testcontainers.WithCmd(args...),
+		testcontainers.WithEnv(env),
+		testcontainers.WithLabels(containerLabels()),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.NetworkMode = "host"
+			hc.Binds = append(hc.Binds, binds...)
+		}),
+	)
+	m.ctr = ctr
+	if ctr != nil {
+		track(b.cli.Client, ctr.GetContainerID())
+	}
+	if err != nil {
+		return m, fmt.Errorf("chaos: start container %s: %w", name, err)
+	}
+	if err := waitPing(ctx, m.addr, nil, 20*time.Second); err != nil {
+		return m, err
+	}
+	return m, nil
+}
+
+// exitedOnTakenPort tells whether the master's container stopped because
+// one of its ports was taken before redis-server bound it (on the host's
+// network Docker binds nothing: redis-server says so and exits).
+func (m *dockerClusterMaster) exitedOnTakenPort(ctx context.Context) bool {
+	inspect, err := m.ctr.Inspect(ctx)
+	if err != nil || inspect.State == nil || inspect.State.Running {
+		return false
+	}
+	logs, err := m.ctr.Logs(ctx)
+	if err != nil {
+		return false
+	}
+	defer logs.Close()
+	out, _ := io.ReadAll(logs) // what was read before an error is enough to tell
+	return bytes.Contains(out, []byte("Address already in use"))
+}
+
+// dockerClusterMaster is one master container of a Cluster lock node.
+type dockerClusterMaster struct {
+	*dockerNode
+	port, busPort int
+	rdb           *redis.Client // for setup and faults, as directClient
+}
+
+// stop removes the container and closes the client.
+func (m *dockerClusterMaster) stop() error {
+	return errors.Join(m.terminate(), m.rdb.Close())
+}
+
+// dockerClusterNode is a Redis Cluster of master containers.
+type dockerClusterNode struct {
+	name    string
+	masters []*dockerClusterMaster
+
+	mu     sync.Mutex
+	clocks map[*dockerClusterMaster]time.Duration // each master's clock offset so far
+}
+
+func (n *dockerClusterNode) Name() string { return n.name }
+
+func (n *dockerClusterNode) Seeds() []string {
+	seeds := make([]string, len(n.masters))
+	for i, m := range n.masters {
+		seeds[i] = m.addr
+	}
+	return seeds
+}
+
+// do runs one command on a master.
+func (m *dockerClusterMaster) do(ctx context.Context, args ...any) *redis.Cmd {
+	return m.rdb.Do(ctx, args...)
+}
+
+// form gives master i the i-th share of the slots with config epoch i+1
+// (distinct epochs: no collision to settle), makes every other master
+// meet the first on its bus port, and waits until every master knows
+// every other and the cluster is ok.
+func (n *dockerClusterNode) form(ctx context.Context) error {
+	k := len(n.masters)
+	for i, m := range n.masters {
+		first, last := i*hashSlots/k, (i+1)*hashSlots/k-1
+		if err := m.do(ctx, "cluster", "set-config-epoch", i+1).Err(); err != nil {
+			return fmt.Errorf("chaos: %s: CLUSTER SET-CONFIG-EPOCH: %w", m.name, err)
+		}
+		if err := m.do(ctx, "cluster", "addslotsrange", first, last).Err(); err != nil {
+			return fmt.Errorf("chaos: %s: CLUSTER ADDSLOTSRANGE %d %d: %w", m.name, first, last, err)
+		}
+	}
+	seed := n.masters[0]
+	for _, m := range n.masters[1:] {
+		if err := m.do(ctx, "cluster", "meet", "127.0.0.1", seed.port, seed.busPort).Err(); err != nil {
+			return fmt.Errorf("chaos: %s: CLUSTER MEET %s: %w", m.name, seed.addr, err)
+		}
+	}
+	if err := n.await(ctx, "every master knows every other", func(ctx context.Context) (bool, error) {
+		for _, m := range n.masters {
+			nodes, err := m.do(ctx, "cluster", "nodes").Text()
+			if err != nil {
+				return false, err
+			}
+			if strings.Count(strings.TrimSpace(nodes), "\n")+1 != k || strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	return n.awaitHealthy(ctx)
+}
+
+// await polls cond until it holds, ctx is done or clusterSettleTimeout
+// passes: cluster state changes in the servers' cron and gossip, which
+// tell nobody.
+func (n *dockerClusterNode) await(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, clusterSettleTimeout)
+	defer cancel()
+	var last error
+	for {
+		ok, err := cond(ctx)
+		if ok {
+			return nil
+		}
+		if err != nil {
+			last = err
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("chaos: %s: %s: not within %v (last error: %v)", n.name, what, clusterSettleTimeout, last)
+		case <-time.After(25 * time.Millisecond):
+		}
+	}
+}
+
+// awaitHealthy waits until every master is in cluster state ok with every
+// slot assigned.
+func (n *dockerClusterNode) awaitHealthy(ctx context.Context) error {
+	return n.await(ctx, "cluster healthy", func(ctx context.Context) (bool, error) {
+		for _, m := range n.masters {
+			info, err := m.do(ctx, "cluster", "info").Text()
+			if err != nil {
+				return false, err
+			}
+			state, slotsOK := infoField(info, "cluster_state"), infoField(info, "cluster_slots_ok")
+			if state != "ok" || slotsOK != strconv.Itoa(hashSlots) {
+				return false, fmt.Errorf("%s: cluster_state %q, cluster_slots_ok %q", m.name, state, slotsOK)
+			}
+		}
+		return true, nil
+	})
+}
+
+// infoField is the value of field in an INFO-style reply, or "".
+func infoField(info, field string) string {
+	for _, line := range strings.Split(info, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok && k == field {
+			return v
+		}
+	}
+	return ""
+}
+
+// slotOf asks a master for key's slot.
+func (n *dockerClusterNode) slotOf(ctx context.Context, key string) (int, error) {
+	var last error
+	for _, m := range n.masters {
+		slot, err := m.do(ctx, "cluster", "keyslot", key).Int()
+		if err == nil {
+			return slot, nil
+		}
+		last = err
+	}
+	return 0, fmt.Errorf("chaos: %s: no master tells the slot of %q: %v", n.name, key, last)
+}
+
+// servingAddr is the address that serves slot in m's CLUSTER SLOTS, or "".
+func (m *dockerClusterMaster) servingAddr(ctx context.Context, slot int) (string, error) {
+	slots, err := m.rdb.ClusterSlots(ctx).Result()
+	if err != nil {
+		return "", err
+	}
+	for _, r := range slots {
+		if int(r.Start) <= slot && slot <= int(r.End) && len(r.Nodes) > 0 {
+			return r.Nodes[0].Addr, nil
+		}
+	}
+	return "", nil
+}
+
+// masterFor is the master that serves slot now, as the first master that
+// answers sees it.
+func (n *dockerClusterNode) masterFor(ctx context.Context, slot int) (*dockerClusterMaster, error) {
+	var last error
+	for _, m := range n.masters {
+		addr, err := m.servingAddr(ctx, slot)
+		if err != nil {
+			last = err
+			continue
+		}
+		for _, s := range n.masters {
+			if s.addr == addr {
+				return s, nil
+			}
+		}
+		last = fmt.Errorf("%s: slot %d served by %q, not a master of the node", m.name, slot, addr)
+	}
+	return nil, fmt.Errorf("chaos: %s: no master tells who serves slot %d: %v", n.name, slot, last)
+}
+
+// awaitMaster waits until want says it is a master and every master
+// agrees that want serves slot.
+func (n *dockerClusterNode) awaitMaster(ctx context.Context, slot int, want *dockerClusterMaster) error {
+	return n.await(ctx, fmt.Sprintf("%s serving slot %d", want.addr, slot), func(ctx context.Context) (bool, error) {
+		role, err := want.do(ctx, "role").Slice()
+		if err != nil || len(role) == 0 || role[0] != "master" {
+			return false, err
+		}
+		for _, m := range n.masters {
+			addr, err := m.servingAddr(ctx, slot)
+			if err != nil || addr != want.addr {
+				return false, err
+			}
+		}
+		return true, nil
+	})
+}
+
+func (n *dockerClusterNode) RestartMasterOf(ctx context.Context, key string) (string, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	m, err := n.masterFor(ctx, slot)
+	if err != nil {
+		return "", err
+	}
+	// The container's writable layer keeps /data/nodes.conf; nothing else
+	// is written there without persistence: the master comes back as the
+	// same cluster node, empty.
+	if err := m.Kill(ctx); err != nil {
+		return "", err
+	}
+	if err := m.Restart(ctx); err != nil {
+		return "", err
+	}
+	if err := n.awaitMaster(ctx, slot, m); err != nil {
+		return "", err
+	}
+	return m.addr, n.awaitHealthy(ctx)
+}
+
+func (n *dockerClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys bool) (string, string, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	from, err := n.masterFor(ctx, slot)
+	if err != nil {
+		return "", "", err
+	}
+	var to *dockerClusterMaster
+	for _, m := range n.masters {
+		if m != from {
+			to = m
+			break
+		}
+	}
+	if to == nil {
+		return "", "", fmt.Errorf("chaos: %s: a cluster of %d master(s) has no other master to move slot %d to", n.name, len(n.masters), slot)
+	}
+	move := n.moveSlot
+	if !withKeys {
+		move = n.moveSlotEmpty
+	}
+	if err := move(ctx, slot, from, to); err != nil {
+		return "", "", fmt.Errorf("chaos: %s: %w", n.name, err)
+	}
+	return from.addr, to.addr, nil
+}
+
+// moveSlot migrates slot with its keys, as redis-cli --cluster reshard
+// does (redistest.RedisCluster.MoveSlot on processes).
+func (n *dockerClusterNode) moveSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
+	fromID, toID, err := ids(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
+	}
+	if err := from.do(ctx, "cluster", "setslot", slot, "migrating", toID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT MIGRATING on %s: %w", from.addr, err)
+	}
+	for {
+		keys, err := from.do(ctx, "cluster", "getkeysinslot", slot, 100).Slice()
+		if err != nil {
+			return err
+		}
+		if len(keys) == 0 {
+			break
+		}
+		args := append([]any{"migrate", "127.0.0.1", to.port, "", 0, 5000, "keys"}, keys...)
+		if err := from.do(ctx, args...).Err(); err != nil {
+			return fmt.Errorf("MIGRATE from %s: %w", from.addr, err)
+		}
+	}
+	for _, m := range []*dockerClusterMaster{to, from} {
+		if err := m.do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
+			return fmt.Errorf("SETSLOT NODE on %s: %w", m.addr, err)
+		}
+	}
+	return n.awaitMaster(ctx, slot, to)
+}
+
+// moveSlotEmpty gives slot to another master without its keys: to claims
+// it (SETSLOT IMPORTING, then SETSLOT NODE to itself, bumping its epoch),
+// and the old master drops its keys of the slot when the gossip tells it
+// (redistest.RedisCluster.MoveSlotEmpty on processes).
+func (n *dockerClusterNode) moveSlotEmpty(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
+	fromID, toID, err := ids(ctx, from, to)
+	if err != nil {
+		return err
+	}
+	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
+	}
+	if err := to.do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
+		return fmt.Errorf("SETSLOT NODE on %s: %w", to.addr, err)
+	}
+	if err := n.awaitMaster(ctx, slot, to); err != nil {
+		return err
+	}
+	return n.await(ctx, fmt.Sprintf("%s dropping its keys of slot %d", from.addr, slot), func(ctx context.Context) (bool, error) {
+		k, err := from.do(ctx, "cluster", "countkeysinslot", slot).Int()
+		return err == nil && k == 0, err
+	})
+}
+
+// ids are the cluster node ids of two masters.
+func ids(ctx context.Context, a, b *dockerClusterMaster) (string, string, error) {
+	aID, err := a.do(ctx, "cluster", "myid").Text()
+	if err != nil {
+		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", a.addr, err)
+	}
+	bID, err := b.do(ctx, "cluster", "myid").Text()
+	if err != nil {
+		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", b.addr, err)
+	}
+	return aID, bID, nil
+}
+
+func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	m, err := n.masterFor(ctx, slot)
+	if err != nil {
+		return "", err
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.clocks == nil {
+		n.clocks = map[*dockerClusterMaster]time.Duration{}
+	}
+	if err := m.SetClockOffset(ctx, n.clocks[m]+d); err != nil {
+		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
+	}
+	n.clocks[m] += d
+	return m.addr, nil
+}
