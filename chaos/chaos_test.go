@@ -84,6 +84,7 @@ var dockerLong = map[string]bool{
 	"failover-minority-not-durable": true, "failover-majority-not-durable": true,
 	"failover-minority-durable": true, "failover-majority-durable": true,
 	"semaphore-failover-majority-durable": true, "fair-failover-majority-durable": true,
+	"rw-failover-majority-not-durable": true, "rw-failover-majority-durable": true, // TestRWScenarios
 }
 
 // longRun tells whether the scenario's run on this backend is one of the

@@ -28,6 +28,9 @@ func TestRWScenarios(t *testing.T) {
 					continue
 				}
 				t.Run(sc.Name, func(t *testing.T) {
+					if why := splitSkip(b.Name(), sc); why != "" {
+						t.Skip(why)
+					}
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 					defer cancel()
 					run, err := RunScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
