@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/moby/moby/api/types/container"
+	"github.com/quorumlabs/redlock/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
 )
@@ -270,23 +271,7 @@ func (n *dockerClusterNode) form(ctx context.Context) error {
 // passes: cluster state changes in the servers' cron and gossip, which
 // tell nobody.
 func (n *dockerClusterNode) await(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, clusterSettleTimeout)
-	defer cancel()
-	var last error
-	for {
-		ok, err := cond(ctx)
-		if ok {
-			return nil
-		}
-		if err != nil {
-			last = err
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("chaos: %s: %s: not within %v (last error: %v)", n.name, what, clusterSettleTimeout, last)
-		case <-time.After(25 * time.Millisecond):
-		}
-	}
+	return redistest.Await(ctx, n.name+": "+what, clusterSettleTimeout, cond)
 }
 
 // awaitHealthy waits until every master is in cluster state ok with every

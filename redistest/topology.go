@@ -31,7 +31,13 @@ const NodeTimeout = time.Second
 // Cluster and Sentinel state changes in the servers' cron and gossip, which
 // tell nobody: polling is the only way to see them.
 func await(ctx context.Context, what string, cond func(ctx context.Context) (bool, error)) error {
-	ctx, cancel := context.WithTimeout(ctx, topologyTimeout)
+	return Await(ctx, what, topologyTimeout, cond)
+}
+
+// Await polls cond every 25ms until it holds, ctx is done or timeout
+// passes, and then names what it waited for and cond's last error.
+func Await(ctx context.Context, what string, timeout time.Duration, cond func(ctx context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	var last error
 	for {
@@ -44,7 +50,7 @@ func await(ctx context.Context, what string, cond func(ctx context.Context) (boo
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("redistest: %s: not within %v (last error: %v)", what, topologyTimeout, last)
+			return fmt.Errorf("redistest: %s: not within %v (last error: %v)", what, timeout, last)
 		case <-time.After(25 * time.Millisecond):
 		}
 	}
