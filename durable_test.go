@@ -477,22 +477,12 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	errs := make([]error, len(lossy))
-	var wg sync.WaitGroup
-	for i, rc := range lossy {
-		wg.Go(func() {
-			var p *redistest.Server
-			if p, errs[i] = rc.Failover(ctx, c.KeySlot(name), false); errs[i] == nil {
-				if n, err := p.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
-					errs[i] = fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	failOverEach(t, ctx, lossy, c.KeySlot(name), func(p *redistest.Server) error {
+		if n, err := p.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
+			return fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
+		}
+		return nil
+	})
 	fresh, err := redlock.New(clusterClients(t, rcs), opts)
 	if err != nil {
 		t.Fatal(err)

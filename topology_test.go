@@ -378,22 +378,12 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	errs := make([]error, len(lossy))
-	var wg sync.WaitGroup
-	for i, rc := range lossy {
-		wg.Go(func() {
-			var p *redistest.Server
-			if p, errs[i] = rc.Failover(ctx, x.KeySlot(name), false); errs[i] == nil {
-				if n, err := p.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
-					errs[i] = fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
-				}
-			}
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	failOverEach(t, ctx, lossy, x.KeySlot(name), func(p *redistest.Server) error {
+		if n, err := p.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			return fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
+		}
+		return nil
+	})
 
 	fresh, err := redlock.New(clusterClients(t, rcs), opts)
 	if err != nil {
@@ -628,5 +618,26 @@ func noSecondHolder(t *testing.T, ctx context.Context, held *redlock.Lock, name 
 				t.Fatalf("%s: want no quorum, %s nodes sitting out, got %v", tc.who, whose, err)
 			}
 		}
+	}
+}
+
+// failOverEach fails over, in parallel, the master serving slot in each of
+// rcs, and checks each promoted replica with check.
+func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisCluster, slot int, check func(promoted *redistest.Server) error) {
+	t.Helper()
+	errs := make([]error, len(rcs))
+	var wg sync.WaitGroup
+	for i, rc := range rcs {
+		wg.Go(func() {
+			p, err := rc.Failover(ctx, slot, false)
+			if err == nil {
+				err = check(p)
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
 	}
 }
