@@ -428,25 +428,7 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
-	// Three names in each of two slots, and one alone in a third.
-	bySlot := map[int][]string{}
-	var slots []int
-	for i := 0; len(slots) < 2; i++ {
-		name := fmt.Sprintf("slot-%d", i)
-		s := c.KeySlot(name)
-		bySlot[s] = append(bySlot[s], name)
-		if len(bySlot[s]) == 3 {
-			slots = append(slots, s)
-		}
-	}
-	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("lone-%d", i)
-		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
-			names = append(names, name)
-			break
-		}
-	}
+	names := namesInTwoSlotsAndALoneOne(c)
 	var args [][]any
 	var ss []*script
 	for _, name := range names {
@@ -748,24 +730,7 @@ func TestQueuedAcquiresOnAClusterGoBySlot(t *testing.T) {
 	cc := rc.ClusterClient()
 	t.Cleanup(func() { _ = cc.Close() })
 	c, runs := batchClient(t, []redis.UniversalClient{cc})
-	bySlot := map[int][]string{}
-	var slots []int
-	for i := 0; len(slots) < 2; i++ {
-		name := fmt.Sprintf("slot-%d", i)
-		s := c.KeySlot(name)
-		bySlot[s] = append(bySlot[s], name)
-		if len(bySlot[s]) == 3 {
-			slots = append(slots, s)
-		}
-	}
-	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("lone-%d", i)
-		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
-			names = append(names, name)
-			break
-		}
-	}
+	names := namesInTwoSlotsAndALoneOne(c)
 	_, errs := acquireBurst(t, c, names...)
 	if plain, batched := runs[0].reset(); plain != 1 || batched != 2 {
 		t.Errorf("%d acquires in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(names), plain, batched)
@@ -870,6 +835,28 @@ func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
 	for i, err := range errs {
 		if !errors.Is(err, ErrVoteNotDurable) {
 			t.Errorf("%s, replication of 2 of 3 masters cut: %v, want ErrVoteNotDurable", names[i], err)
+		}
+	}
+}
+
+// namesInTwoSlotsAndALoneOne gives three lock names in each of two hash
+// slots, then one name alone in a third.
+func namesInTwoSlotsAndALoneOne(c *Client) []string {
+	bySlot := map[int][]string{}
+	var slots []int
+	for i := 0; len(slots) < 2; i++ {
+		name := fmt.Sprintf("slot-%d", i)
+		s := c.KeySlot(name)
+		bySlot[s] = append(bySlot[s], name)
+		if len(bySlot[s]) == 3 {
+			slots = append(slots, s)
+		}
+	}
+	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
+	for i := 0; ; i++ {
+		name := fmt.Sprintf("lone-%d", i)
+		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
+			return append(names, name)
 		}
 	}
 }
