@@ -112,21 +112,21 @@ type fairWait struct {
 	c      *Client
 	a      *attempt
 	ticket int64
-	args   func(op string, round, proposal int64) []any // a fair-queue command of ours
+	args   func(op string, failed, round, proposal int64) []any // a fair-queue command of ours
 
-	// Claim rounds are numbered from 1. A claim pins the grants it finds
-	// with its number; a wait call carries the number of the last claim
+	// Take rounds are numbered from 1. A take pins the grants it finds
+	// with its number; every call carries the number of the last take
 	// round that fell short, and un-pins only pins up to that number. A
-	// wait that reaches a node late, after a claim that won, leaves that
-	// claim's pin alone. Only the Acquire call's goroutine touches them.
-	claims int64 // claim rounds started
-	failed int64 // the last claim round that fell short; 0 none
+	// call that reaches a node late, after a take that won, leaves that
+	// take's pin alone. Only the Acquire call's goroutine touches them.
+	takes  int64 // take rounds started
+	failed int64 // the last take round that fell short; 0 none
 
 	// Per node, closed when the last call sent there is done: each call
 	// waits for the one before on its node (the guards before a call may
 	// take a round trip of their own, on another connection). A call that
 	// timed out on the client may still reach the node after the next one:
-	// the claim round numbers (claims, failed) make a late wait harmless.
+	// the round numbers (takes, failed) make a late call harmless.
 	turns []chan struct{}
 
 	mu      sync.Mutex
@@ -154,11 +154,11 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	channel := c.releaseChannel(name)
-	f.args = func(op string, round, proposal int64) []any {
-		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), round, proposal,
-			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0")
+	f.args = func(op string, failed, round, proposal int64) []any {
+		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), failed, proposal,
+			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0", round)
 	}
-	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0), fairKind, keys
+	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0, 0), fairKind, keys
 	return f
 }
 
@@ -221,34 +221,38 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 	refreshEvery := fairEntryTTL(lc.ttl) / 3
 	backoff := c.opts.RetryDelayMin
 	var last error
-	round, mayClaim := true, true
+	round, mayTake := true, true
 	timer := time.NewTimer(refreshEvery)
 	defer timer.Stop()
 	for {
-		if round {
-			// Join the queue, or refresh our entry; it also undoes the
-			// claims of a claim round that fell short of a quorum.
-			last = f.waitRound(ctx)
-			round = false
-		}
-		if mayClaim && f.granted() {
-			l, err := f.claim(ctx, lc)
+		if blind := !f.granted(); round || mayTake && !blind {
+			// Join the queue, or refresh our entry, and claim the key
+			// wherever it is ours: uncontended, or when the grants of a
+			// hand-off arrived, this one round is the whole acquire.
+			l, err := f.take(ctx, lc)
 			if err == nil {
 				return l, nil
 			}
-			last = err
+			last, round = err, false
 			if wait && ctx.Err() == nil {
-				f.waitRound(ctx) // give the grants back before waiting
+				// Give back at once the grants this round pinned short of
+				// a quorum (its late calls too: the wait is ordered after
+				// them), so that every node can hand its key to the head
+				// of its queue; waiters that start together would
+				// otherwise each keep a minority till their next refresh.
+				// Its replies tell which nodes granted us the key since.
+				f.waitRound(ctx)
 			}
-			// A claim that keeps failing (a node counted as granted sits
-			// out) must not spin: the next one waits for the timer.
-			mayClaim = false
+			// A take that a quorum of grants called for and that still
+			// failed (a node counted as granted sits out) must not spin:
+			// the next one waits for the timer.
+			mayTake = blind
 		}
 		if !wait || ctx.Err() != nil {
 			break
 		}
 		delay := refreshEvery
-		if !mayClaim {
+		if !mayTake {
 			delay = jitter(backoff)
 			backoff = min(2*backoff, c.opts.RetryDelayMax)
 		} else if p := f.holderPTTL(); p > 0 && p < delay {
@@ -261,9 +265,9 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		case <-woken:
 			// The key is free on a quorum: a round lets the nodes give it
 			// to the head of their queues.
-			round, mayClaim = true, true
+			round, mayTake = true, true
 		case <-timer.C:
-			round, mayClaim = true, true
+			round, mayTake = true, true
 		case <-ctx.Done():
 		}
 		if !timer.Stop() {
@@ -299,7 +303,7 @@ func (f *fairWait) waitRound(ctx context.Context) error {
 	f.minPTTL = -1
 	f.mu.Unlock()
 	turns := f.nextTurns()
-	args := f.args("wait", f.failed, 0)
+	args := f.args("wait", f.failed, 0, 0)
 	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
@@ -388,35 +392,44 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	return vals, nil
 }
 
-// claim turns grants into the lock: one round that extends the key to the
-// TTL where it is ours, pins the grant (no longer movable) and raises the
-// fence register to the round's proposal. Validity counts from the round's
-// start, before any of those extensions; the token comes from the fence
-// values the claims read, as the acquire's does from the values its SETs
-// read (fast path, or the slow path's raise). The proposal is taken when
-// the round starts, not when the Acquire call began: a plain holder that
-// came and went meanwhile on nodes this round does not reach had a lower
-// one (DESIGN §2's time-based line of defence).
-func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
+// take is one round that joins the queue (or refreshes our entry) on every
+// node and claims the key where it is ours: it extends the key to the TTL,
+// pins the grant (no longer movable) and raises the fence register to the
+// round's proposal. A quorum of claims holds the lock. Validity counts from
+// the round's start, before any of those extensions (PROTOCOL §8): a grant
+// made before the round, by a release, is dated by the round's extension,
+// not by the grant. The token comes from the fence values the claims read,
+// as the acquire's does from the values its SETs read (fast path, or the
+// slow path's raise). The proposal is taken when the round starts, not
+// when the Acquire call began: a plain holder that came and went meanwhile
+// on nodes this round does not reach had a lower one (DESIGN §2's
+// time-based line of defence).
+func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
 	c, a := f.c, f.a
 	var (
 		mu        sync.Mutex
 		maxBefore int64
+		refused   int    // nodes where another owner holds the key
+		queued    []bool // by node: refused, so the call left our entry queued there
 	)
 	start := c.clock.Now()
-	f.claims++
-	round := f.claims
+	f.takes++
+	round := f.takes
 	defer func() {
 		if err != nil {
-			f.failed = round // the next wait gives this round's pins back
+			f.failed = round // the next call gives this round's pins back
 		}
 	}()
 	var proposal int64
 	if !c.opts.DisableFencing {
 		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
 	}
-	args := f.args("claim", round, proposal)
+	f.mu.Lock()
+	f.minPTTL = -1
+	f.mu.Unlock()
+	args := f.args("take", f.failed, round, proposal)
 	turns := f.nextTurns()
+	queued = make([]bool, len(c.nodes))
 	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
@@ -424,6 +437,15 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 		}
 		if vals[0] != 1 {
 			f.set(n.index, false)
+			f.mu.Lock()
+			if p := vals[1]; p > 0 && (f.minPTTL < 0 || p < f.minPTTL) {
+				f.minPTTL = p
+			}
+			f.mu.Unlock()
+			mu.Lock()
+			refused++
+			queued[n.index] = true
+			mu.Unlock()
 			return false, nil
 		}
 		mu.Lock()
@@ -432,9 +454,21 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 		return true, nil
 	})
 	if err != nil {
-		c.emit(Event{Kind: EventAcquireFailed, Name: a.name, Elapsed: c.clock.Now().Sub(start), Err: err})
-		return nil, fmt.Errorf("redlock: acquire %q: claiming the hand-off: %w", a.name, err)
+		mu.Lock()
+		defer mu.Unlock()
+		var qe *QuorumError
+		if errors.As(err, &qe) && refused > len(c.nodes)-c.quorum() {
+			// The refusals alone lose the round: the lock is held, as
+			// the mutex's attempt reports it.
+			err = &LockedError{Name: a.name, Remaining: f.holderPTTL(), Refused: refused, Nodes: len(c.nodes), Errors: qe.Errors}
+		}
+		return nil, err
 	}
+	f.leaveQueues(func(i int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return queued[i]
+	})
 	// Claims that answer after the quorum may raise maxBefore further:
 	// a token above a superset of the quorum's values is still safe.
 	mu.Lock()
@@ -456,7 +490,7 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 	elapsed := decided.Sub(start)
 	valid := validity(lc.ttl, elapsed, c.opts.DriftFactor)
 	if valid <= 0 {
-		return nil, fmt.Errorf("%w: claiming %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
+		return nil, fmt.Errorf("%w: taking %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
 	}
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
@@ -464,6 +498,33 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 		c.renewals.add(l)
 	}
 	return l, nil
+}
+
+// leaveQueues takes the new holder's entry out of the queues its winning
+// take round left it in: a node that refused the take (its call came late,
+// after another waiter's) registered us there, and the entry, now at the
+// head, would keep that node's key from the others until we release. In
+// the background, each after the take's call on its node ended (queued
+// tells then whether that call was refused); a Release that begins first
+// drops the entries itself.
+func (f *fairWait) leaveQueues(queued func(node int) bool) {
+	c := f.c
+	turns := f.nextTurns()
+	args := f.args("leave", f.failed, 0, 0)
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		for i, n := range c.nodes {
+			t := turns[i]
+			if <-t.prev; !queued(i) {
+				close(t.done)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), f.a.nodeTimeout)
+			_, _ = f.call(ctx, n, args, t)
+			cancel()
+		}
+	}()
 }
 
 // leave cleans up after a fair Acquire that gave up: on every node, in

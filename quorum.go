@@ -369,8 +369,11 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // cancelled caller must not leave keys behind.
 //
 // With nodes not nil, every node's result is appended to *nodes, for
-// Event.Nodes.
-func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
+// Event.Nodes. With atQuorum not nil, it is called once, as soon as a quorum
+// of nodes deleted the key (the lock is free there: a waiter woken then
+// overlaps its acquire with the release's wait for the slowest nodes), or
+// when the release ends short of one.
+func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
 	a.releaseMu.Lock()
 	defer a.releaseMu.Unlock()
 	var start time.Time
@@ -426,9 +429,18 @@ func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Er
 			a.replies <- r // buffered for one release result per node: never blocks
 		}()
 	}
+	if atQuorum != nil {
+		defer func() {
+			if deleted < a.c.quorum() {
+				atQuorum()
+			}
+		}()
+	}
 	count := func(ok bool, err error) {
 		if ok {
-			deleted++
+			if deleted++; deleted == a.c.quorum() && atQuorum != nil {
+				atQuorum()
+			}
 		}
 		if err != nil {
 			errs = multierror.Append(errs, err)
@@ -487,7 +499,7 @@ func (a *attempt) releaseInBackground() {
 	a.c.bg.add()
 	go func() {
 		defer a.c.bg.done()
-		a.release(nil)
+		a.release(nil, nil)
 	}()
 }
 
