@@ -8,13 +8,15 @@ package redlock
 // gives its key only to the live head of its queue: on a release, when the
 // key is free, or when a grant nobody claimed yet belongs to someone other
 // than the head. A grant is not yet a lock: the grantee does not know when
-// a node set its key, so once grants from a quorum arrived it runs one
-// claim round (an extend that also pins the grants, so they stop moving,
-// and raises the fence register to a proposal of that round) and dates its
-// validity from that round's start. The holder's extends pin too
-// (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
-// comes, as for the mutex, from the lock key on a quorum; a node that lost
-// its queue only serves waiters out of order.
+// a node set its key. Every round of a waiter is a take: it joins the
+// queue (or refreshes its entry) and, where the key is ours after that,
+// claims it in the same call (extends it to the TTL, pins the grant so it
+// stops moving, raises the fence register to a proposal of that round).
+// Validity counts from the round's start, so an uncontended acquire, and a
+// waiter whose grants arrived by pub/sub, hold after one round. The
+// holder's extends pin too (lua/fair_extend.lua): a key an extend counted
+// never moves. Exclusion comes, as for the mutex, from the lock key on a
+// quorum; a node that lost its queue only serves waiters out of order.
 
 import (
 	"context"
@@ -46,7 +48,7 @@ const (
 	queueSuffix    = ":queue"          // ZSET: ticket -> owner value
 	expirySuffix   = ":queue:expiry"   // ZSET: node time in ms the entry expires -> owner value
 	settingsSuffix = ":queue:settings" // HASH: owner value -> its TTL in ms
-	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a claim round, or "held")
+	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a take round, or "held")
 )
 
 // fair queue script arguments, after EVALSHA and the SHA (or EVAL and the
@@ -101,7 +103,7 @@ func (fw *fairWaiters) granted(node int, name, value string) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	for _, f := range fw.byName[name] {
-		f.set(node, f.a.value == value)
+		f.heard(node, f.a.value == value)
 	}
 }
 
@@ -131,6 +133,7 @@ type fairWait struct {
 
 	mu      sync.Mutex
 	grants  []bool
+	news    []uint64 // by node: grant messages heard from it
 	count   int
 	minPTTL int64         // the shortest holder PTTL the last round saw, -1 if none
 	signal  chan struct{} // told when the grants reach a quorum
@@ -144,6 +147,7 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 		a:      a,
 		ticket: c.clock.Now().UnixMicro(),
 		grants: make([]bool, len(c.nodes)),
+		news:   make([]uint64, len(c.nodes)),
 		signal: make(chan struct{}, 1),
 		turns:  make([]chan struct{}, len(c.nodes)),
 	}
@@ -162,10 +166,37 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 	return f
 }
 
-// set records whether node has granted us the key.
-func (f *fairWait) set(node int, yes bool) {
+// heard records a grant message of node: whether it gave us the key.
+func (f *fairWait) heard(node int, yes bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.news[node]++
+	f.setLocked(node, yes)
+}
+
+// newsOf is how many grant messages node sent us so far: a reply of a call
+// sent after that many may be older than a message heard later.
+func (f *fairWait) newsOf(node int) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.news[node]
+}
+
+// replied records what a call's reply said of node's key. The reply and
+// the messages come on different connections: a grant published after
+// the call ran can be heard before its reply arrives. So a "not ours" is
+// taken only when no message came since the call was sent (news is what
+// newsOf said then); in doubt the grant stands, and costs at most a take
+// that fails.
+func (f *fairWait) replied(node int, yes bool, news uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if yes || f.news[node] == news {
+		f.setLocked(node, yes)
+	}
+}
+
+func (f *fairWait) setLocked(node int, yes bool) {
 	if f.grants[node] == yes {
 		return
 	}
@@ -305,12 +336,13 @@ func (f *fairWait) waitRound(ctx context.Context) error {
 	turns := f.nextTurns()
 	args := f.args("wait", f.failed, 0, 0)
 	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		news := f.newsOf(n.index)
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
 		yes := vals[0] == 1
-		f.set(n.index, yes)
+		f.replied(n.index, yes, news)
 		if !yes && vals[1] > 0 {
 			f.mu.Lock()
 			if f.minPTTL < 0 || vals[1] < f.minPTTL {
@@ -355,7 +387,7 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	if ctx.Err() != nil {
 		// The round was decided without this node while the call before
 		// ours ran. Send it all the same, under a timeout of its own: a
-		// holder whose claim skipped a node would leave its entry queued
+		// holder whose take skipped a node would leave its entry queued
 		// there until it releases.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), a.nodeTimeout)
@@ -431,12 +463,13 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	turns := f.nextTurns()
 	queued = make([]bool, len(c.nodes))
 	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		news := f.newsOf(n.index)
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
 		if vals[0] != 1 {
-			f.set(n.index, false)
+			f.replied(n.index, false, news)
 			f.mu.Lock()
 			if p := vals[1]; p > 0 && (f.minPTTL < 0 || p < f.minPTTL) {
 				f.minPTTL = p

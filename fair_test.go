@@ -601,3 +601,63 @@ func TestFairWaitersThatStartTogetherAreAllServed(t *testing.T) {
 		t.Fatalf("keys left behind: %v", left)
 	}
 }
+
+// A grant message and the reply of a call that ran before the grant come on
+// different connections, in either order. A waiter that let the older
+// reply ("not yours") overwrite the newer message kept waiting, with the
+// key granted to it on every node, until its next refresh: hand-offs
+// stalled for a third of the TTL. With a TTL of an hour, such a stall
+// outlasts the test.
+func TestFairHandOffsDoNotWaitForARefresh(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Hour})
+	const name, waiters, handOffs = "fair-hand-offs", 16, 300
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		taken = sync.NewCond(&mu)
+		count int // acquisitions so far
+		wg    sync.WaitGroup
+	)
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				done := count >= handOffs
+				mu.Unlock()
+				if done {
+					return
+				}
+				l, err := c.Acquire(ctx, name, redlock.WithFairness())
+				if err != nil {
+					t.Errorf("after %d acquisitions: %v", count, err)
+					cancel()
+					return
+				}
+				mu.Lock()
+				count++
+				mine := count
+				mu.Unlock()
+				taken.Broadcast()
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+				// Step aside until another waiter has it: every
+				// acquisition is a hand-off.
+				mu.Lock()
+				for count == mine && count < handOffs && ctx.Err() == nil {
+					taken.Wait()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	context.AfterFunc(ctx, func() { mu.Lock(); taken.Broadcast(); mu.Unlock() })
+	wg.Wait()
+	if count < handOffs {
+		t.Fatalf("%d of %d hand-offs within 60s", count, handOffs)
+	}
+}
