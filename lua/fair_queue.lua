@@ -94,21 +94,9 @@ local function settle()
   end
 end
 
--- The claim step, once the key is ours by a grant: extend it to our TTL
--- (the caller dates its validity from the round's start, before this),
--- pin the grant with the round's number so that it no longer moves, leave
--- the queue, and do the acquire's fencing step (lua/acquire.lua): read the
--- register, raise it to the proposal.
-local function claim(round)
-  redis.call('PEXPIRE', KEYS[1], ARGV[4])
-  -- Pinned by this round, unless a later round (whose take overtook a
-  -- late one of ours) or the holder's extend pinned it already.
-  local pin = tonumber(redis.call('HGET', grant, 'claimed'))
-  if pin and pin < round then
-    redis.call('HSET', grant, 'claimed', round)
-  end
-  redis.call('PEXPIRE', grant, ARGV[4])
-  forget(me)
+-- The acquire's fencing step (lua/acquire.lua), for a take that holds the
+-- key here: read the register, raise it to the proposal.
+local function raiseFence()
   if ARGV[6] == '0' then
     return {1, 0, sec, usec}
   end
@@ -127,7 +115,35 @@ local function claim(round)
   return {1, fence, sec, usec}
 end
 
+-- The claim step, once the key is ours by a grant: extend it to our TTL
+-- (the caller dates its validity from the round's start, before this),
+-- pin the grant with the round's number so that it no longer moves, leave
+-- the queue, and do the acquire's fencing step.
+local function claim(round)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  -- Pinned by this round, unless a later round (whose take overtook a
+  -- late one of ours) or the holder's extend pinned it already.
+  local pin = tonumber(redis.call('HGET', grant, 'claimed'))
+  if pin and pin < round then
+    redis.call('HSET', grant, 'claimed', round)
+  end
+  redis.call('PEXPIRE', grant, ARGV[4])
+  forget(me)
+  return raiseFence()
+end
+
+
 local holder = redis.call('GET', KEYS[1])
+if op == 'take' and not holder and redis.call('EXISTS', queue) == 0 then
+  -- The uncontended case, in short: a free key and nobody queued. The
+  -- general path would register us, give us the key as the head, claim
+  -- it and drop our entry again; this leaves the same key, grant record
+  -- (both fields written) and fence register, and no queue.
+  redis.call('SET', KEYS[1], me, 'PX', ARGV[4])
+  redis.call('HSET', grant, 'owner', me, 'claimed', ARGV[11])
+  redis.call('PEXPIRE', grant, ARGV[4])
+  return raiseFence()
+end
 if op == 'wait' or op == 'take' then
   if holder == me then
     local g = redis.call('HMGET', grant, 'owner', 'claimed')
