@@ -123,6 +123,10 @@ type fairWait struct {
 	// take's pin alone. Only the Acquire call's goroutine touches them.
 	takes  int64 // take rounds started
 	failed int64 // the last take round that fell short; 0 none
+	// pinnable tells, once the last take's call to node i ended, whether
+	// that call may have pinned a grant: it did not answer no. The calls
+	// that read it keep their own copy.
+	pinnable func(i int) bool
 
 	// Per node, closed when the last call sent there is done: each call
 	// waits for the one before on its node (the guards before a call may
@@ -267,12 +271,10 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 			last, round = err, false
 			if wait && ctx.Err() == nil {
 				// Give back at once the grants this round pinned short of
-				// a quorum (its late calls too: the wait is ordered after
-				// them), so that every node can hand its key to the head
-				// of its queue; waiters that start together would
+				// a quorum, so that every node can hand its key to the
+				// head of its queue; waiters that start together would
 				// otherwise each keep a minority till their next refresh.
-				// Its replies tell which nodes granted us the key since.
-				f.waitRound(ctx)
+				f.giveBack(ctx, f.pinnable)
 			}
 			// A take that a quorum of grants called for and that still
 			// failed (a node counted as granted sits out) must not spin:
@@ -325,39 +327,31 @@ func (f *fairWait) holderPTTL() time.Duration {
 	return time.Duration(f.minPTTL) * time.Millisecond
 }
 
-// waitRound registers (or refreshes) our queue entry on every node and
-// learns which nodes granted us the key. It returns why we do not hold
-// grants from a quorum, or nil.
-func (f *fairWait) waitRound(ctx context.Context) error {
+// giveBack follows a take round that fell short: a wait, carrying the
+// round's number as the last that failed, to every node where the take's
+// call may have pinned a grant (it did not answer no), after that call.
+// The wait turns those pins back into movable grants, registers us again
+// (a pin's claim had dropped our entry) and lets the node give its key to
+// the head of its queue. Its replies tell whether that is us.
+func (f *fairWait) giveBack(ctx context.Context, pinnable func(i int) bool) {
 	c, a := f.c, f.a
-	f.mu.Lock()
-	f.minPTTL = -1
-	f.mu.Unlock()
 	turns := f.nextTurns()
 	args := f.args("wait", f.failed, 0, 0)
-	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+	_ = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		t := turns[n.index]
+		if <-t.prev; !pinnable(n.index) {
+			close(t.done)
+			return false, nil
+		}
 		news := f.newsOf(n.index)
-		vals, err := f.call(ctx, n, args, turns[n.index])
+		vals, err := f.call(ctx, n, args, t)
 		if err != nil {
 			return false, err
 		}
 		yes := vals[0] == 1
 		f.replied(n.index, yes, news)
-		if !yes && vals[1] > 0 {
-			f.mu.Lock()
-			if f.minPTTL < 0 || vals[1] < f.minPTTL {
-				f.minPTTL = vals[1]
-			}
-			f.mu.Unlock()
-		}
 		return yes, nil
 	})
-	var qe *QuorumError
-	if errors.As(err, &qe) && (qe.Errors == nil || len(qe.Errors.Errors) <= len(c.nodes)-c.quorum()) {
-		// Refusals, not failures, kept us short: the lock is held.
-		return &LockedError{Name: a.name, Remaining: f.holderPTTL()}
-	}
-	return err
 }
 
 // turn is one call's place in the order of a waiter's calls to a node.
@@ -441,8 +435,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	var (
 		mu        sync.Mutex
 		maxBefore int64
-		refused   int    // nodes where another owner holds the key
-		queued    []bool // by node: refused, so the call left our entry queued there
+		refused int // nodes where another owner holds the key
 	)
 	start := c.clock.Now()
 	f.takes++
@@ -461,7 +454,13 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	f.mu.Unlock()
 	args := f.args("take", f.failed, round, proposal)
 	turns := f.nextTurns()
-	queued = make([]bool, len(c.nodes))
+	refusedBy := make([]bool, len(c.nodes)) // the call answered no: it left our entry queued there, and pinned nothing
+	pinnable := func(i int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !refusedBy[i]
+	}
+	f.pinnable = pinnable
 	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		news := f.newsOf(n.index)
 		vals, err := f.call(ctx, n, args, turns[n.index])
@@ -477,7 +476,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 			f.mu.Unlock()
 			mu.Lock()
 			refused++
-			queued[n.index] = true
+			refusedBy[n.index] = true
 			mu.Unlock()
 			return false, nil
 		}
@@ -497,11 +496,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 		}
 		return nil, err
 	}
-	f.leaveQueues(func(i int) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		return queued[i]
-	})
+	f.leaveQueues(pinnable)
 	// Claims that answer after the quorum may raise maxBefore further:
 	// a token above a superset of the quorum's values is still safe.
 	mu.Lock()
@@ -537,10 +532,10 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 // take round left it in: a node that refused the take (its call came late,
 // after another waiter's) registered us there, and the entry, now at the
 // head, would keep that node's key from the others until we release. In
-// the background, each after the take's call on its node ended (queued
+// the background, each after the take's call on its node ended (pinnable
 // tells then whether that call was refused); a Release that begins first
 // drops the entries itself.
-func (f *fairWait) leaveQueues(queued func(node int) bool) {
+func (f *fairWait) leaveQueues(pinnable func(i int) bool) {
 	c := f.c
 	turns := f.nextTurns()
 	args := f.args("leave", f.failed, 0, 0)
@@ -549,7 +544,7 @@ func (f *fairWait) leaveQueues(queued func(node int) bool) {
 		defer c.bg.done()
 		for i, n := range c.nodes {
 			t := turns[i]
-			if <-t.prev; !queued(i) {
+			if <-t.prev; pinnable(i) {
 				close(t.done)
 				continue
 			}

@@ -267,6 +267,21 @@ func ghostCall(t *testing.T, s *redistest.Server, c *Client, name, op, value str
 	return vals
 }
 
+// awaitOwner waits until s holds key for value.
+func awaitOwner(t *testing.T, s *redistest.Server, key, value string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if owner, _ := s.Client().Get(context.Background(), key).Result(); owner == value {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s never held by %s", s.Addr, key, value)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 func queueLen(t *testing.T, s *redistest.Server, c *Client, name string) int64 {
 	t.Helper()
 	n, err := s.Client().ZCard(context.Background(), c.LockKey(name)+queueSuffix).Result()
@@ -363,6 +378,8 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The take decides on two nodes: its call to l may still be on its way.
+	awaitOwner(t, l, cH.LockKey(name), holder.a.value)
 	const b = "B-earlier-ticket"
 	if r := ghostCall(t, l, cA, name, "wait", b, 1); r[0] != 0 {
 		t.Fatal("B got the held lock")

@@ -385,7 +385,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if a.kind.wakeAll {
 		announced = wakeAllMark + announced // as the script published it
 	}
-	deleted, errs := a.release(nodes, func() { c.waiters.notify(a.topic, announced, true) })
+	var wake func()
+	if !a.kind.handsOn {
+		wake = func() { c.waiters.notify(a.topic, announced, true) }
+	}
+	deleted, errs := a.release(nodes, wake)
 	var err error
 	switch {
 	case prior != nil:

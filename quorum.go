@@ -86,6 +86,11 @@ type lockKind struct {
 	// (reentrant.go). A reader, a writer or a permit of the same name is
 	// another lock.
 	nameKey bool
+	// handsOn: the release script gives the key to a waiter by itself and
+	// tells it (the fair queue's grant): the releasing client wakes none of
+	// its own waiters, which would only run a round to learn the key went
+	// elsewhere. A release that frees the key is announced by the nodes.
+	handsOn bool
 }
 
 // An acquire script answers {1, ...} when the node gives us the lock, {0,
@@ -102,7 +107,7 @@ var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend
 // release hands the key to the head of the queue, and its extend also pins
 // the key on the node, so that the queue never moves a key an extend
 // counted.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true}
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true, handsOn: true}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that
