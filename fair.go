@@ -435,7 +435,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	var (
 		mu        sync.Mutex
 		maxBefore int64
-		refused int // nodes where another owner holds the key
+		refused   int // nodes where another owner holds the key
 	)
 	start := c.clock.Now()
 	f.takes++
