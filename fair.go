@@ -210,7 +210,9 @@ func (f *fairWait) setLocked(node int, yes bool) {
 	} else {
 		f.count--
 	}
-	if f.count >= f.c.quorum() {
+	// Told once, when the grants reach a quorum, not at every change
+	// above it (each hand-off to another waiter changes some).
+	if yes && f.count == f.c.quorum() {
 		select {
 		case f.signal <- struct{}{}:
 		default:
@@ -257,6 +259,12 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 	backoff := c.opts.RetryDelayMin
 	var last error
 	round, mayTake := true, true
+	// The next round is owed at a time fixed when the last one ended, so
+	// that wake-ups for grant messages, which come with every hand-off to
+	// another waiter, cannot keep putting it off: the refresh that keeps
+	// our entry queued, the backoff after a take that failed, or the
+	// holder's key expiring.
+	var next time.Time
 	timer := time.NewTimer(refreshEvery)
 	defer timer.Stop()
 	for {
@@ -264,6 +272,7 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 			// Join the queue, or refresh our entry, and claim the key
 			// wherever it is ours: uncontended, or when the grants of a
 			// hand-off arrived, this one round is the whole acquire.
+			began := time.Now()
 			l, err := f.take(ctx, lc)
 			if err == nil {
 				return l, nil
@@ -276,23 +285,23 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 				// otherwise each keep a minority till their next refresh.
 				f.giveBack(ctx, f.pinnable)
 			}
+			next = began.Add(refreshEvery)
+			if p := f.holderPTTL(); p > 0 && p < refreshEvery {
+				// The holder's key expires: a round then lets the node hand it on.
+				next = began.Add(p + jitter(c.opts.RetryDelayMin))
+			}
 			// A take that a quorum of grants called for and that still
 			// failed (a node counted as granted sits out) must not spin:
-			// the next one waits for the timer.
-			mayTake = blind
+			// the next one waits for the backoff.
+			if mayTake = blind; !mayTake {
+				next = time.Now().Add(jitter(backoff))
+				backoff = min(2*backoff, c.opts.RetryDelayMax)
+			}
 		}
 		if !wait || ctx.Err() != nil {
 			break
 		}
-		delay := refreshEvery
-		if !mayTake {
-			delay = jitter(backoff)
-			backoff = min(2*backoff, c.opts.RetryDelayMax)
-		} else if p := f.holderPTTL(); p > 0 && p < delay {
-			// The holder's key expires: a round then lets the node hand it on.
-			delay = p + jitter(c.opts.RetryDelayMin)
-		}
-		timer.Reset(delay)
+		timer.Reset(time.Until(next))
 		select {
 		case <-f.signal:
 		case <-woken:
