@@ -414,6 +414,73 @@ func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 	}
 }
 
+// A batched run sends each layout (keys and arguments a call) once per run
+// of calls that share it: mutexes with metadata (three keys, five
+// arguments) and without (two keys, four) alternating in one run each get
+// their own answer, and a lock with metadata keeps its holder key alive.
+func TestBatchedExtendsOfMixedLayoutsAnswerEachLock(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	runs := &scriptRuns{}
+	cl.Clients()[0].AddHook(runs)
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	rdb := cl.Clients()[0]
+	// Runs of one layout of 1, 2 and 3 calls, and a layout that comes back.
+	withMD := []bool{false, true, true, false, false, false, true, false}
+	var args [][]any
+	var ss []*script
+	want := make([]int64, len(withMD))
+	for i, md := range withMD {
+		var opts []LockOption
+		if md {
+			opts = append(opts, WithMetadata(fmt.Sprint("md-", i)))
+		}
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("layout-%d", i), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.extendArgs()
+		if md != (a[2].(int) == 3) {
+			t.Fatalf("layout-%d: extend of %d keys, metadata %v", i, a[2], md)
+		}
+		// Every third lock has another owner: a shifted layout would
+		// answer the wrong lock.
+		want[i] = 1
+		if i%3 == 2 {
+			want[i] = 0
+			if err := rdb.Set(ctx, a[3].(string), "someone", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if md {
+			// The holder key's TTL must be renewed with the lock's.
+			if err := rdb.PExpire(ctx, a[5].(string), time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args, ss = append(args, a), append(ss, l.a.kind.extend)
+	}
+	runs.reset()
+	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
+	if plain, batched := runs.reset(); plain != 0 || batched != 1 {
+		t.Fatalf("%d extends: %d plain and %d batched script runs, want 1 batched", len(args), plain, batched)
+	}
+	for i := range args {
+		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != want[i] {
+			t.Errorf("layout-%d (metadata %v): %v %v, want status %d", i, withMD[i], vals[i], errs[i], want[i])
+		}
+		if withMD[i] && want[i] == 1 {
+			if ttl := rdb.PTTL(ctx, args[i][5].(string)).Val(); ttl <= 5*time.Second {
+				t.Errorf("layout-%d: holder key's TTL %v after the extend, want the lock's 10s", i, ttl)
+			}
+		}
+	}
+}
+
 // On a Cluster node the keys of one script must share a hash slot: the
 // extends are batched by slot, and each lock is renewed.
 func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
