@@ -346,7 +346,7 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 	for _, l := range locks {
 		l.extendMu.Lock()
 	}
-	_, _, errs := c.extendBatch(ctx, locks, time.Second)
+	_, _, errs := c.extendBatch(ctx, locks, nil, time.Second)
 	for _, l := range locks {
 		l.extendMu.Unlock()
 	}

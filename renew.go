@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"context"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
@@ -35,6 +36,33 @@ type renewal struct {
 	l          *Lock
 	due        time.Time
 	extensions int
+	// args is the lock's extend command, built at its first renewal that
+	// runs by EVALSHA: nothing in it changes while the lock is held, so a
+	// round neither rebuilds nor re-boxes it.
+	args []any
+}
+
+// extendArgs gives rn's extend command (see renewal.args). Its numbers go
+// as decimal strings, which is how go-redis writes them: the same bytes on
+// the wire, formatted once, not once per node and round.
+func (rn *renewal) extendArgs() []any {
+	if rn.args != nil {
+		return rn.args
+	}
+	args := rn.l.extendArgs()
+	if args[0] != "evalsha" {
+		return args // by EVAL until the SHA is known: not worth keeping
+	}
+	for i := 3 + args[2].(int); i < len(args); i++ {
+		switch v := args[i].(type) {
+		case int:
+			args[i] = strconv.Itoa(v)
+		case int64:
+			args[i] = strconv.FormatInt(v, 10)
+		}
+	}
+	rn.args = args
+	return args
 }
 
 // renewalCoalesce is how early a renewal may go out to join a batch: a
@@ -171,10 +199,11 @@ func (r *renewals) renew(batch []*renewal) {
 	}
 	timeout = max(timeout, least/3)
 	locks := make([]*Lock, len(live))
+	cmds := make([][]any, len(live))
 	for k, rn := range live {
-		locks[k] = rn.l
+		locks[k], cmds[k] = rn.l, rn.extendArgs()
 	}
-	start, decided, errs := c.extendBatch(context.Background(), locks, timeout)
+	start, decided, errs := c.extendBatch(context.Background(), locks, cmds, timeout)
 	for k, rn := range live {
 		l := rn.l
 		if l.extended(context.Background(), start, decided[k], errs[k], nil) == nil {
@@ -189,9 +218,10 @@ func (r *renewals) renew(batch []*renewal) {
 // batch, and gives each lock's *QuorumError, nil where a quorum renewed it,
 // with the time the round started, from which the new validities count,
 // and the time each lock's round was decided: when the last answer of its
-// quorum came in, or, short of a quorum, when the round ended. The caller
-// holds every lock's extendMu.
-func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time.Duration) (start time.Time, decided []time.Time, errs []error) {
+// quorum came in, or, short of a quorum, when the round ended. cmds are the
+// locks' extend commands, nil to build them. The caller holds every lock's
+// extendMu.
+func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any, timeout time.Duration) (start time.Time, decided []time.Time, errs []error) {
 	type answer struct {
 		yes bool
 		err error
@@ -202,9 +232,11 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
 	// Each lock's command is the same on every node.
-	cmds := make([][]any, len(batch))
-	for k, l := range batch {
-		cmds[k] = l.extendArgs()
+	if cmds == nil {
+		cmds = make([][]any, len(batch))
+		for k, l := range batch {
+			cmds[k] = l.extendArgs()
+		}
 	}
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
@@ -219,9 +251,9 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 				}
 				return
 			}
-			var sent []int // indices of the locks sent to n
-			var args [][]any
-			var kinds []*script
+			sent := make([]int, 0, len(batch)) // indices of the locks sent to n
+			args := make([][]any, 0, len(batch))
+			kinds := make([]*script, 0, len(batch))
 			// The register is checked once per TTL in the round: the
 			// locks of a batch mostly share one.
 			var regTTL time.Duration
@@ -266,25 +298,29 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, timeout time
 	decided = make([]time.Time, len(batch))
 	errs = make([]error, len(batch))
 	yes := make([]time.Time, 0, len(c.nodes))
+	quorum := c.quorum()
 	for k, l := range batch {
-		qe := &QuorumError{Op: "extend", Name: l.a.name, Needed: c.quorum()}
 		yes = yes[:0]
-		for i, n := range c.nodes {
-			switch a := answers[i][k]; {
-			case a.yes:
-				qe.Won++
+		for i := range c.nodes {
+			if a := answers[i][k]; a.yes {
 				yes = append(yes, a.at)
-			case a.err != nil:
+			}
+		}
+		if len(yes) >= quorum {
+			slices.SortFunc(yes, time.Time.Compare)
+			decided[k] = yes[quorum-1]
+			continue
+		}
+		// Short of a quorum: only then is the error built (a round of
+		// renewed locks allocates none).
+		decided[k] = end
+		qe := &QuorumError{Op: "extend", Name: l.a.name, Needed: quorum, Won: len(yes)}
+		for i, n := range c.nodes {
+			if a := answers[i][k]; !a.yes && a.err != nil {
 				qe.Errors = multierror.Append(qe.Errors, &NodeError{Node: n.name, Err: a.err})
 			}
 		}
-		decided[k] = end
-		if qe.Won < qe.Needed {
-			errs[k] = qe
-			continue
-		}
-		slices.SortFunc(yes, time.Time.Compare)
-		decided[k] = yes[qe.Needed-1]
+		errs[k] = qe
 	}
 	return start, decided, errs
 }
