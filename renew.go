@@ -238,6 +238,12 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 			cmds[k] = l.extendArgs()
 		}
 	}
+	// The batched commands of the nodes sent every lock, built once for
+	// the standalone nodes and once for the Cluster ones.
+	var plans [2]struct {
+		once sync.Once
+		cmds []batchCommand
+	}
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		answers[i] = make([]answer, len(batch))
@@ -274,8 +280,19 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				args = append(args, cmds[k])
 				kinds = append(kinds, l.a.kind.extend)
 			}
+			var vals [][]int64
+			var errs []error
 			at := c.clock.Now()
-			vals, errs := runBatched(ctx, n, kinds, args)
+			if len(sent) == len(batch) && n.pipes != nil {
+				// Sent every lock: the plan of every node sent every
+				// lock (of its kind, standalone or Cluster) is the same.
+				slotted := n.slotted()
+				p := &plans[b2i(slotted)]
+				p.once.Do(func() { p.cmds = planBatched(kinds, args, slotted) })
+				vals, errs = runPlan(ctx, n, p.cmds, len(args))
+			} else {
+				vals, errs = runBatched(ctx, n, kinds, args)
+			}
 			recv := c.clock.Now() // every answer of n came in by now
 			for j, k := range sent {
 				yes, err := batch[k].extendAnswer(ctx, n, scriptKey(args[j]), vals[j], errs[j], at, recv)
@@ -333,25 +350,38 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 // had run alone: a lock whose script failed on the node gets that error,
 // and a batch the node did not answer fails for each of its calls.
 func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) ([][]int64, []error) {
-	vals := make([][]int64, len(args))
-	errs := make([]error, len(args))
-	if len(args) == 0 {
-		return vals, errs
-	}
 	if n.pipes == nil { // a test fake
+		vals := make([][]int64, len(args))
+		errs := make([]error, len(args))
 		for i, a := range args {
 			vals[i], errs[i] = n.run.run(ctx, scripts[i], a)
 		}
 		return vals, errs
 	}
+	return runPlan(ctx, n, planBatched(scripts, args, n.slotted()), len(args))
+}
+
+// batchCommand is one command of a batched send: a lone call, or a chunk of
+// a group's calls as one run of its script's batched form.
+type batchCommand struct {
+	s     *script // the script the command runs (a batched form, or the plain one)
+	of    *script // the script whose calls it answers
+	args  []any
+	calls []int
+}
+
+// planBatched groups the calls args[i] of scripts[i] into the commands
+// runPlan sends (see runBatched); slotted groups them by hash slot too. The
+// plan depends only on the calls, so nodes sent the same calls share one:
+// its commands are only read.
+func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
 	type group struct {
 		s    *script
 		slot int
 	}
-	slotted := n.slotted()
 	var order []group
 	members := make(map[group][]int)
-	if same := !slotted && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
+	if same := !slotted && len(scripts) > 0 && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
 		// The common case: one script, no slots.
 		all := make([]int, len(scripts))
 		for i := range all {
@@ -371,35 +401,35 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 			members[g] = append(members[g], i)
 		}
 	}
-	// One command per lone call or chunk of a group, with the calls it
-	// answers.
-	type command struct {
-		s     *script // the script the command runs (a batched form, or the plain one)
-		of    *script // the script whose calls it answers
-		args  []any
-		calls []int
-	}
-	var cmds []command
+	var cmds []batchCommand
 	for _, g := range order {
 		idx := members[g]
 		for len(idx) > 0 {
 			chunk := idx[:min(len(idx), batchBound)]
 			idx = idx[len(chunk):]
 			if len(chunk) == 1 {
-				cmds = append(cmds, command{g.s, g.s, args[chunk[0]], chunk})
+				cmds = append(cmds, batchCommand{g.s, g.s, args[chunk[0]], chunk})
 				continue
 			}
 			group := make([][]any, len(chunk))
 			for j, i := range chunk {
 				group[j] = args[i]
 			}
-			cmds = append(cmds, command{g.s.batched, g.s, g.s.batchArgs(group, false), chunk})
+			cmds = append(cmds, batchCommand{g.s.batched, g.s, g.s.batchArgs(group, false), chunk})
 		}
 	}
+	return cmds
+}
+
+// runPlan sends the commands of plan, which answer calls calls in all, to
+// n, each pipe's in one write, and gives each call's reply and error.
+func runPlan(ctx context.Context, n *node, plan []batchCommand, calls int) ([][]int64, []error) {
+	vals := make([][]int64, calls)
+	errs := make([]error, calls)
 	// Each pipe's commands in one write (renewal scripts all go on one).
 	for _, p := range []*pipe{n.pipes.renew, n.pipes.acquire} {
-		var mine []command
-		for _, c := range cmds {
+		var mine []batchCommand
+		for _, c := range plan {
 			if n.pipes.of(c.s) == p {
 				mine = append(mine, c)
 			}
@@ -428,6 +458,13 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 		}
 	}
 	return vals, errs
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // renewalHeap orders renewals by due time.
