@@ -36,6 +36,8 @@ type renewal struct {
 	l          *Lock
 	due        time.Time
 	extensions int
+	// deadline is the lock's deadline when its round was made (renew).
+	deadline time.Time
 	// args is the lock's extend command, built at its first renewal that
 	// runs by EVALSHA: nothing in it changes while the lock is held, so a
 	// round neither rebuilds nor re-boxes it.
@@ -182,22 +184,28 @@ func (r *renewals) renew(batch []*renewal) {
 			rn.l.extendMu.Unlock()
 			continue
 		}
+		rn.deadline = rn.l.Deadline()
 		live = append(live, rn)
 	}
 	if len(live) == 0 {
 		return
 	}
+	// Most urgent first: the nodes get the calls in this order. A round
+	// that runs late carries every overdue renewal, and the heap gives
+	// them by when they fell due, which is not when they expire (a lock
+	// with a shorter TTL, or one whose last renewal failed, can fall due
+	// later and expire sooner); where the round is cut short (its
+	// timeout, below), the locks that could still wait are the ones left.
+	slices.SortFunc(live, func(x, y *renewal) int { return x.deadline.Compare(y.deadline) })
 	// A renewal has more time than an acquire: it runs with a third of the
 	// validity left, and the validity it gets back is measured from its
 	// start. Waiting longer than the node timeout for a busy node (or a
 	// busy client) costs some of that validity; giving up costs the round.
 	timeout := live[0].l.nodeTimeout()
-	least := live[0].l.Deadline().Sub(c.clock.Now())
 	for _, rn := range live {
 		timeout = max(timeout, rn.l.nodeTimeout())
-		least = min(least, rn.l.Deadline().Sub(c.clock.Now()))
 	}
-	timeout = max(timeout, least/3)
+	timeout = max(timeout, live[0].deadline.Sub(c.clock.Now())/3)
 	locks := make([]*Lock, len(live))
 	cmds := make([][]any, len(live))
 	for k, rn := range live {
@@ -231,12 +239,17 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 	start = c.clock.Now()
 	ctx, cancel := context.WithTimeout(parent, timeout)
 	defer cancel()
-	// Each lock's command is the same on every node.
+	// Each lock's command, and its first key (the guards' per-slot key),
+	// is the same on every node.
 	if cmds == nil {
 		cmds = make([][]any, len(batch))
 		for k, l := range batch {
 			cmds[k] = l.extendArgs()
 		}
+	}
+	keys := make([]string, len(batch))
+	for k, a := range cmds {
+		keys[k] = scriptKey(a)
 	}
 	// The batched commands of the nodes sent every lock, built once for
 	// the standalone nodes and once for the Cluster ones.
@@ -295,7 +308,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 			}
 			recv := c.clock.Now() // every answer of n came in by now
 			for j, k := range sent {
-				yes, err := batch[k].extendAnswer(ctx, n, scriptKey(args[j]), vals[j], errs[j], at, recv)
+				yes, err := batch[k].extendAnswer(ctx, n, keys[k], vals[j], errs[j], at, recv)
 				if err != nil {
 					c.failed(n, err, timeout)
 				}

@@ -368,3 +368,47 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	}
 	mustBeLost(t, l, "late renewal without fencing")
 }
+
+// Renewals that fall due together go out most urgent first: by the lock's
+// deadline, not by when the renewal fell due. When the scheduler runs late
+// (a busy client, nodes that cannot keep up) a round carries every overdue
+// renewal, and the ones nearest their deadline must reach the nodes first.
+// B fell due after A but its validity ends first (a shorter TTL).
+func TestOverdueRenewalsGoOutByDeadline(t *testing.T) {
+	fs := fakes(3)
+	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
+	log := newEventLog()
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	ctx := context.Background()
+	a, err := c.TryAcquire(ctx, "a", WithAutoExtend()) // due at about +20s, valid until about +59s
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(15 * time.Second)
+	b, err := c.TryAcquire(ctx, "b", WithAutoExtend(), WithTTL(24*time.Second)) // due at about +23s, valid until about +39s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Deadline().Before(a.Deadline()) {
+		t.Fatalf("b's deadline %v is not before a's %v", b.Deadline(), a.Deadline())
+	}
+	aDeadline, bDeadline := a.Deadline().Sub(clock.Now()), b.Deadline().Sub(clock.Now())
+	clock.advance(8 * time.Second) // both overdue: one round
+	wakeRenewals(c)
+	log.await(t, "a", EventExtended)
+	log.await(t, "b", EventExtended)
+	for i, f := range fs {
+		var order []string
+		for _, call := range f.history() {
+			switch call {
+			case "extend:" + a.a.value:
+				order = append(order, "a")
+			case "extend:" + b.a.value:
+				order = append(order, "b")
+			}
+		}
+		if len(order) != 2 || order[0] != "b" {
+			t.Fatalf("node %d renewed %v, want b (valid until +%v) before a (+%v)", i, order, bDeadline, aDeadline)
+		}
+	}
+}
