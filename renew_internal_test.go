@@ -412,3 +412,30 @@ func TestOverdueRenewalsGoOutByDeadline(t *testing.T) {
 		}
 	}
 }
+
+// The scheduler's heap gives renewals by due time, whatever order they
+// were queued in, with pushes between the pops as the scheduler makes them.
+func TestRenewalHeapGivesTheEarliestDueFirst(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	var h renewalHeap
+	due := map[*renewal]time.Time{}
+	push := func(ms int) {
+		rn := &renewal{}
+		due[rn] = base.Add(time.Duration(ms) * time.Millisecond)
+		h.push(due[rn], rn)
+	}
+	for i := range 200 {
+		push((i * 7919) % 1000) // every residue once, in a scrambled order, and some twice
+	}
+	var last time.Time
+	for popped := 0; len(h) > 0; popped++ {
+		rn := h.pop()
+		if due[rn].Before(last) {
+			t.Fatalf("pop %d gave a renewal due at +%v after one due at +%v", popped, due[rn].Sub(base), last.Sub(base))
+		}
+		last = due[rn]
+		if popped%10 == 0 {
+			push(int(last.Sub(base)/time.Millisecond) + popped) // due no earlier than the last pop, as a reschedule
+		}
+	}
+}
