@@ -498,12 +498,14 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	names := namesInTwoSlotsAndALoneOne(c)
 	var args [][]any
 	var ss []*script
+	var locks []*Lock
 	for _, name := range names {
 		l, err := c.TryAcquire(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+		locks = append(locks, l)
 	}
 	runs.reset()
 	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
@@ -513,6 +515,23 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	for i, name := range names {
 		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {
 			t.Errorf("%s (slot %d): %v %v, want renewed", name, c.KeySlot(name), vals[i], errs[i])
+		}
+	}
+	// A renewal round sends the same runs (the plan it builds once for
+	// the nodes sent every lock groups them by slot too).
+	for _, l := range locks {
+		l.extendMu.Lock()
+	}
+	_, _, roundErrs := c.extendBatch(ctx, locks, nil, time.Second)
+	for _, l := range locks {
+		l.extendMu.Unlock()
+	}
+	if plain, batched := runs.reset(); plain != 1 || batched != 2 {
+		t.Errorf("a round of %d extends in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(locks), plain, batched)
+	}
+	for i, err := range roundErrs {
+		if err != nil {
+			t.Errorf("%s (slot %d): %v in a round, want renewed", names[i], c.KeySlot(names[i]), err)
 		}
 	}
 }
