@@ -24,7 +24,8 @@ type extendWrites struct {
 
 // extends tells how many extend calls cmd carries: one for a plain extend,
 // N for a run of the batched form of extend.lua (N locks of 2 keys, then
-// N and a header of 2 and 4 arguments for each).
+// N, then runs of locks of one layout: the run's count of locks, 2 and 4,
+// and the 4 arguments of each).
 func extends(cmd redis.Cmder) int {
 	args := cmd.Args()
 	if cmd.Name() != "evalsha" || len(args) < 4 {
@@ -38,7 +39,20 @@ func extends(cmd redis.Cmder) int {
 		return 0
 	}
 	n, _ := args[3+keys].(int)
-	if n < 2 || keys != 2*n || len(args) != 3+keys+1+6*n {
+	if n < 2 || keys != 2*n {
+		return 0
+	}
+	p, seen := 4+keys, 0
+	for seen < n && p+3 <= len(args) {
+		m, _ := args[p].(int)
+		nk, _ := args[p+1].(int)
+		na, _ := args[p+2].(int)
+		if m < 1 || nk != 2 || na != 4 {
+			return 0
+		}
+		p, seen = p+3+m*na, seen+m
+	}
+	if seen != n || p != len(args) {
 		return 0
 	}
 	return n
