@@ -532,7 +532,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
-		c.renewals.add(l)
+		c.renewals.add(l, lc.leanRenewal)
 	}
 	return l, nil
 }

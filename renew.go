@@ -34,6 +34,7 @@ type renewals struct {
 type renewal struct {
 	l          *Lock
 	extensions int
+	lean       bool // WithLeanRenewal: due once two thirds of the remaining validity passed
 	// deadline is the lock's deadline when its round was made (renew).
 	deadline time.Time
 	// args is the lock's extend command, built at its first renewal that
@@ -71,13 +72,13 @@ func (rn *renewal) extendArgs() []any {
 // nothing.
 func renewalCoalesce(ttl time.Duration) time.Duration { return min(ttl/30, 50*time.Millisecond) }
 
-// add schedules l's first renewal.
-func (r *renewals) add(l *Lock) {
-	r.schedule(&renewal{l: l})
+// add schedules l's first renewal; lean as WithLeanRenewal.
+func (r *renewals) add(l *Lock, lean bool) {
+	r.schedule(&renewal{l: l, lean: lean})
 }
 
-// schedule queues rn for a third of its lock's remaining validity from now,
-// or drops it when the lock ended, has been extended as often as asked, or
+// schedule queues rn for a third of its lock's remaining validity from now
+// (two thirds if lean), or drops it when the lock ended, has been extended as often as asked, or
 // has too little validity left to finish a renewal: it then expires.
 func (r *renewals) schedule(rn *renewal) {
 	l := rn.l
@@ -88,6 +89,9 @@ func (r *renewals) schedule(rn *renewal) {
 		return
 	}
 	due := now.Add(remaining / 3)
+	if rn.lean {
+		due = now.Add(remaining * 2 / 3)
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {

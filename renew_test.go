@@ -185,3 +185,49 @@ func TestRenewalTellsOnlyTheLockThatWasLost(t *testing.T) {
 		}
 	}
 }
+
+// WithLeanRenewal renews once two thirds of the remaining validity passed:
+// about half as many renewals as WithAutoExtend over the same hold, and
+// the lock is kept all the same.
+func TestLeanRenewalRenewsHalfAsOftenAndKeepsTheLock(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	var mu sync.Mutex
+	extended := map[string]int{}
+	c := newClient(t, cl, redlock.Options{Observer: redlock.ObserverFunc(func(e redlock.Event) {
+		if e.Kind == redlock.EventExtended {
+			mu.Lock()
+			extended[e.Name]++
+			mu.Unlock()
+		}
+	})})
+	ctx := context.Background()
+	const ttl = 900 * time.Millisecond
+	usual, err := c.Acquire(ctx, "renew-usual", redlock.WithTTL(ttl), redlock.WithAutoExtend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, err := c.Acquire(ctx, "renew-lean", redlock.WithTTL(ttl), redlock.WithLeanRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held for six TTLs: a lock that is not renewed is lost within one.
+	select {
+	case <-usual.Done():
+		t.Fatalf("the auto-extended lock was lost: %v", usual.Err())
+	case <-lean.Done():
+		t.Fatalf("the lean-renewed lock was lost: %v", lean.Err())
+	case <-time.After(6 * ttl):
+	}
+	for _, l := range []*redlock.Lock{usual, lean} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	u, l := extended["renew-usual"], extended["renew-lean"]
+	t.Logf("renewals over six TTLs: auto-extend %d, lean %d", u, l)
+	if l == 0 || l >= u {
+		t.Fatalf("lean renewals %d, auto-extend %d: want fewer, and at least one", l, u)
+	}
+}
