@@ -505,7 +505,6 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 		}
 		return nil, err
 	}
-	f.leaveQueues(pinnable)
 	// Claims that answer after the quorum may raise maxBefore further:
 	// a token above a superset of the quorum's values is still safe.
 	mu.Lock()
@@ -529,6 +528,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	if valid <= 0 {
 		return nil, fmt.Errorf("%w: taking %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
 	}
+	f.leaveQueues(pinnable) // we hold: we wait in no queue
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
