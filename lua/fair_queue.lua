@@ -41,6 +41,49 @@ local function forget(w)
   redis.call('HDEL', settings, w)
 end
 
+-- The acquire's fencing step (lua/acquire.lua), for a take that holds the
+-- key here: read the register, raise it to the proposal.
+local function raiseFence()
+  if ARGV[6] == '0' then
+    return {1, 0, sec, usec}
+  end
+  local stored = redis.call('GET', KEYS[2])
+  local fence = tonumber(stored or '0')
+  -- Values stay strings: a Lua number may be written back in exponent form.
+  local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
+  if not higher then
+    raised = stored
+  end
+  if ARGV[7] ~= '0' then
+    redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
+  elseif higher then
+    redis.call('SET', KEYS[2], raised)
+  end
+  return {1, fence, sec, usec}
+end
+
+-- Nobody queued, not even an expired entry: the uncontended case needs
+-- none of the queue's work below.
+if redis.call('EXISTS', queue) == 0 then
+  local holder = redis.call('GET', KEYS[1])
+  if op == 'take' and not holder then
+    -- A free key: the general path would register us, give us the key as
+    -- the head, claim it and drop our entry again; this leaves the same
+    -- key, grant record (both fields written) and fence register.
+    redis.call('SET', KEYS[1], me, 'PX', ARGV[4])
+    redis.call('HSET', grant, 'owner', me, 'claimed', ARGV[11])
+    redis.call('PEXPIRE', grant, ARGV[4])
+    return raiseFence()
+  end
+  if op == 'release' and holder == me then
+    redis.call('DEL', KEYS[1], grant)
+    if ARGV[10] ~= '1' then
+      redis.call('PUBLISH', ARGV[9], me)
+    end
+    return {1}
+  end
+end
+
 -- Waiters that stopped refreshing (gave up uncleanly, or died) leave.
 for _, w in ipairs(redis.call('ZRANGEBYSCORE', expiry, '-inf', nowms)) do
   forget(w)
@@ -94,27 +137,6 @@ local function settle()
   end
 end
 
--- The acquire's fencing step (lua/acquire.lua), for a take that holds the
--- key here: read the register, raise it to the proposal.
-local function raiseFence()
-  if ARGV[6] == '0' then
-    return {1, 0, sec, usec}
-  end
-  local stored = redis.call('GET', KEYS[2])
-  local fence = tonumber(stored or '0')
-  -- Values stay strings: a Lua number may be written back in exponent form.
-  local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
-  if not higher then
-    raised = stored
-  end
-  if ARGV[7] ~= '0' then
-    redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
-  elseif higher then
-    redis.call('SET', KEYS[2], raised)
-  end
-  return {1, fence, sec, usec}
-end
-
 -- The claim step, once the key is ours by a grant: extend it to our TTL
 -- (the caller dates its validity from the round's start, before this),
 -- pin the grant with the round's number so that it no longer moves, leave
@@ -134,16 +156,6 @@ end
 
 
 local holder = redis.call('GET', KEYS[1])
-if op == 'take' and not holder and redis.call('EXISTS', queue) == 0 then
-  -- The uncontended case, in short: a free key and nobody queued. The
-  -- general path would register us, give us the key as the head, claim
-  -- it and drop our entry again; this leaves the same key, grant record
-  -- (both fields written) and fence register, and no queue.
-  redis.call('SET', KEYS[1], me, 'PX', ARGV[4])
-  redis.call('HSET', grant, 'owner', me, 'claimed', ARGV[11])
-  redis.call('PEXPIRE', grant, ARGV[4])
-  return raiseFence()
-end
 if op == 'wait' or op == 'take' then
   if holder == me then
     local g = redis.call('HMGET', grant, 'owner', 'claimed')
