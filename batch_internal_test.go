@@ -346,7 +346,7 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 	for _, l := range locks {
 		l.extendMu.Lock()
 	}
-	_, _, errs := c.extendBatch(ctx, locks, time.Second)
+	_, _, errs := c.extendBatch(ctx, locks, nil, time.Second)
 	for _, l := range locks {
 		l.extendMu.Unlock()
 	}
@@ -414,6 +414,73 @@ func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 	}
 }
 
+// A batched run sends each layout (keys and arguments a call) once per run
+// of calls that share it: mutexes with metadata (three keys, five
+// arguments) and without (two keys, four) alternating in one run each get
+// their own answer, and a lock with metadata keeps its holder key alive.
+func TestBatchedExtendsOfMixedLayoutsAnswerEachLock(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	runs := &scriptRuns{}
+	cl.Clients()[0].AddHook(runs)
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	rdb := cl.Clients()[0]
+	// Runs of one layout of 1, 2 and 3 calls, and a layout that comes back.
+	withMD := []bool{false, true, true, false, false, false, true, false}
+	var args [][]any
+	var ss []*script
+	want := make([]int64, len(withMD))
+	for i, md := range withMD {
+		var opts []LockOption
+		if md {
+			opts = append(opts, WithMetadata(fmt.Sprint("md-", i)))
+		}
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("layout-%d", i), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := l.extendArgs()
+		if md != (a[2].(int) == 3) {
+			t.Fatalf("layout-%d: extend of %d keys, metadata %v", i, a[2], md)
+		}
+		// Every third lock has another owner: a shifted layout would
+		// answer the wrong lock.
+		want[i] = 1
+		if i%3 == 2 {
+			want[i] = 0
+			if err := rdb.Set(ctx, a[3].(string), "someone", time.Minute).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if md {
+			// The holder key's TTL must be renewed with the lock's.
+			if err := rdb.PExpire(ctx, a[5].(string), time.Second).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		args, ss = append(args, a), append(ss, l.a.kind.extend)
+	}
+	runs.reset()
+	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
+	if plain, batched := runs.reset(); plain != 0 || batched != 1 {
+		t.Fatalf("%d extends: %d plain and %d batched script runs, want 1 batched", len(args), plain, batched)
+	}
+	for i := range args {
+		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != want[i] {
+			t.Errorf("layout-%d (metadata %v): %v %v, want status %d", i, withMD[i], vals[i], errs[i], want[i])
+		}
+		if withMD[i] && want[i] == 1 {
+			if ttl := rdb.PTTL(ctx, args[i][5].(string)).Val(); ttl <= 5*time.Second {
+				t.Errorf("layout-%d: holder key's TTL %v after the extend, want the lock's 10s", i, ttl)
+			}
+		}
+	}
+}
+
 // On a Cluster node the keys of one script must share a hash slot: the
 // extends are batched by slot, and each lock is renewed.
 func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
@@ -431,12 +498,14 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	names := namesInTwoSlotsAndALoneOne(c)
 	var args [][]any
 	var ss []*script
+	var locks []*Lock
 	for _, name := range names {
 		l, err := c.TryAcquire(ctx, name)
 		if err != nil {
 			t.Fatal(err)
 		}
 		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+		locks = append(locks, l)
 	}
 	runs.reset()
 	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
@@ -446,6 +515,23 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	for i, name := range names {
 		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {
 			t.Errorf("%s (slot %d): %v %v, want renewed", name, c.KeySlot(name), vals[i], errs[i])
+		}
+	}
+	// A renewal round sends the same runs (the plan it builds once for
+	// the nodes sent every lock groups them by slot too).
+	for _, l := range locks {
+		l.extendMu.Lock()
+	}
+	_, _, roundErrs := c.extendBatch(ctx, locks, nil, time.Second)
+	for _, l := range locks {
+		l.extendMu.Unlock()
+	}
+	if plain, batched := runs.reset(); plain != 1 || batched != 2 {
+		t.Errorf("a round of %d extends in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(locks), plain, batched)
+	}
+	for i, err := range roundErrs {
+		if err != nil {
+			t.Errorf("%s (slot %d): %v in a round, want renewed", names[i], c.KeySlot(names[i]), err)
 		}
 	}
 }

@@ -8,13 +8,15 @@ package redlock
 // gives its key only to the live head of its queue: on a release, when the
 // key is free, or when a grant nobody claimed yet belongs to someone other
 // than the head. A grant is not yet a lock: the grantee does not know when
-// a node set its key, so once grants from a quorum arrived it runs one
-// claim round (an extend that also pins the grants, so they stop moving,
-// and raises the fence register to a proposal of that round) and dates its
-// validity from that round's start. The holder's extends pin too
-// (lua/fair_extend.lua): a key an extend counted never moves. Exclusion
-// comes, as for the mutex, from the lock key on a quorum; a node that lost
-// its queue only serves waiters out of order.
+// a node set its key. Every round of a waiter is a take: it joins the
+// queue (or refreshes its entry) and, where the key is ours after that,
+// claims it in the same call (extends it to the TTL, pins the grant so it
+// stops moving, raises the fence register to a proposal of that round).
+// Validity counts from the round's start, so an uncontended acquire, and a
+// waiter whose grants arrived by pub/sub, hold after one round. The
+// holder's extends pin too (lua/fair_extend.lua): a key an extend counted
+// never moves. Exclusion comes, as for the mutex, from the lock key on a
+// quorum; a node that lost its queue only serves waiters out of order.
 
 import (
 	"context"
@@ -46,7 +48,7 @@ const (
 	queueSuffix    = ":queue"          // ZSET: ticket -> owner value
 	expirySuffix   = ":queue:expiry"   // ZSET: node time in ms the entry expires -> owner value
 	settingsSuffix = ":queue:settings" // HASH: owner value -> its TTL in ms
-	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a claim round, or "held")
+	grantSuffix    = ":grant"          // HASH: the grant on this node (owner, claimed: 0, a take round, or "held")
 )
 
 // fair queue script arguments, after EVALSHA and the SHA (or EVAL and the
@@ -101,7 +103,7 @@ func (fw *fairWaiters) granted(node int, name, value string) {
 	fw.mu.Lock()
 	defer fw.mu.Unlock()
 	for _, f := range fw.byName[name] {
-		f.set(node, f.a.value == value)
+		f.heard(node, f.a.value == value)
 	}
 }
 
@@ -112,25 +114,30 @@ type fairWait struct {
 	c      *Client
 	a      *attempt
 	ticket int64
-	args   func(op string, round, proposal int64) []any // a fair-queue command of ours
+	args   func(op string, failed, round, proposal int64) []any // a fair-queue command of ours
 
-	// Claim rounds are numbered from 1. A claim pins the grants it finds
-	// with its number; a wait call carries the number of the last claim
+	// Take rounds are numbered from 1. A take pins the grants it finds
+	// with its number; every call carries the number of the last take
 	// round that fell short, and un-pins only pins up to that number. A
-	// wait that reaches a node late, after a claim that won, leaves that
-	// claim's pin alone. Only the Acquire call's goroutine touches them.
-	claims int64 // claim rounds started
-	failed int64 // the last claim round that fell short; 0 none
+	// call that reaches a node late, after a take that won, leaves that
+	// take's pin alone. Only the Acquire call's goroutine touches them.
+	takes  int64 // take rounds started
+	failed int64 // the last take round that fell short; 0 none
+	// pinnable tells, once the last take's call to node i ended, whether
+	// that call may have pinned a grant: it did not answer no. The calls
+	// that read it keep their own copy.
+	pinnable func(i int) bool
 
 	// Per node, closed when the last call sent there is done: each call
 	// waits for the one before on its node (the guards before a call may
 	// take a round trip of their own, on another connection). A call that
 	// timed out on the client may still reach the node after the next one:
-	// the claim round numbers (claims, failed) make a late wait harmless.
+	// the round numbers (takes, failed) make a late call harmless.
 	turns []chan struct{}
 
 	mu      sync.Mutex
 	grants  []bool
+	news    []uint64 // by node: grant messages heard from it
 	count   int
 	minPTTL int64         // the shortest holder PTTL the last round saw, -1 if none
 	signal  chan struct{} // told when the grants reach a quorum
@@ -144,6 +151,7 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 		a:      a,
 		ticket: c.clock.Now().UnixMicro(),
 		grants: make([]bool, len(c.nodes)),
+		news:   make([]uint64, len(c.nodes)),
 		signal: make(chan struct{}, 1),
 		turns:  make([]chan struct{}, len(c.nodes)),
 	}
@@ -154,18 +162,45 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	channel := c.releaseChannel(name)
-	f.args = func(op string, round, proposal int64) []any {
-		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), round, proposal,
-			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0")
+	f.args = func(op string, failed, round, proposal int64) []any {
+		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), failed, proposal,
+			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0", round)
 	}
-	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0), fairKind, keys
+	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0, 0), fairKind, keys
 	return f
 }
 
-// set records whether node has granted us the key.
-func (f *fairWait) set(node int, yes bool) {
+// heard records a grant message of node: whether it gave us the key.
+func (f *fairWait) heard(node int, yes bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	f.news[node]++
+	f.setLocked(node, yes)
+}
+
+// newsOf is how many grant messages node sent us so far: a reply of a call
+// sent after that many may be older than a message heard later.
+func (f *fairWait) newsOf(node int) uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.news[node]
+}
+
+// replied records what a call's reply said of node's key. The reply and
+// the messages come on different connections: a grant published after
+// the call ran can be heard before its reply arrives. So a "not ours" is
+// taken only when no message came since the call was sent (news is what
+// newsOf said then); in doubt the grant stands, and costs at most a take
+// that fails.
+func (f *fairWait) replied(node int, yes bool, news uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if yes || f.news[node] == news {
+		f.setLocked(node, yes)
+	}
+}
+
+func (f *fairWait) setLocked(node int, yes bool) {
 	if f.grants[node] == yes {
 		return
 	}
@@ -175,7 +210,9 @@ func (f *fairWait) set(node int, yes bool) {
 	} else {
 		f.count--
 	}
-	if f.count >= f.c.quorum() {
+	// Told once, when the grants reach a quorum, not at every change
+	// above it (each hand-off to another waiter changes some).
+	if yes && f.count == f.c.quorum() {
 		select {
 		case f.signal <- struct{}{}:
 		default:
@@ -221,49 +258,58 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 	refreshEvery := fairEntryTTL(lc.ttl) / 3
 	backoff := c.opts.RetryDelayMin
 	var last error
-	round, mayClaim := true, true
+	round, mayTake := true, true
+	// The next round is owed at a time fixed when the last one ended, so
+	// that wake-ups for grant messages, which come with every hand-off to
+	// another waiter, cannot keep putting it off: the refresh that keeps
+	// our entry queued, the backoff after a take that failed, or the
+	// holder's key expiring.
+	var next time.Time
 	timer := time.NewTimer(refreshEvery)
 	defer timer.Stop()
 	for {
-		if round {
-			// Join the queue, or refresh our entry; it also undoes the
-			// claims of a claim round that fell short of a quorum.
-			last = f.waitRound(ctx)
-			round = false
-		}
-		if mayClaim && f.granted() {
-			l, err := f.claim(ctx, lc)
+		if blind := !f.granted(); round || mayTake && !blind {
+			// Join the queue, or refresh our entry, and claim the key
+			// wherever it is ours: uncontended, or when the grants of a
+			// hand-off arrived, this one round is the whole acquire.
+			began := time.Now()
+			l, err := f.take(ctx, lc)
 			if err == nil {
 				return l, nil
 			}
-			last = err
+			last, round = err, false
 			if wait && ctx.Err() == nil {
-				f.waitRound(ctx) // give the grants back before waiting
+				// Give back at once the grants this round pinned short of
+				// a quorum, so that every node can hand its key to the
+				// head of its queue; waiters that start together would
+				// otherwise each keep a minority till their next refresh.
+				f.giveBack(ctx, f.pinnable)
 			}
-			// A claim that keeps failing (a node counted as granted sits
-			// out) must not spin: the next one waits for the timer.
-			mayClaim = false
+			next = began.Add(refreshEvery)
+			if p := f.holderPTTL(); p > 0 && p < refreshEvery {
+				// The holder's key expires: a round then lets the node hand it on.
+				next = began.Add(p + jitter(c.opts.RetryDelayMin))
+			}
+			// A take that a quorum of grants called for and that still
+			// failed (a node counted as granted sits out) must not spin:
+			// the next one waits for the backoff.
+			if mayTake = blind; !mayTake {
+				next = time.Now().Add(jitter(backoff))
+				backoff = min(2*backoff, c.opts.RetryDelayMax)
+			}
 		}
 		if !wait || ctx.Err() != nil {
 			break
 		}
-		delay := refreshEvery
-		if !mayClaim {
-			delay = jitter(backoff)
-			backoff = min(2*backoff, c.opts.RetryDelayMax)
-		} else if p := f.holderPTTL(); p > 0 && p < delay {
-			// The holder's key expires: a round then lets the node hand it on.
-			delay = p + jitter(c.opts.RetryDelayMin)
-		}
-		timer.Reset(delay)
+		timer.Reset(time.Until(next))
 		select {
 		case <-f.signal:
 		case <-woken:
 			// The key is free on a quorum: a round lets the nodes give it
 			// to the head of their queues.
-			round, mayClaim = true, true
+			round, mayTake = true, true
 		case <-timer.C:
-			round, mayClaim = true, true
+			round, mayTake = true, true
 		case <-ctx.Done():
 		}
 		if !timer.Stop() {
@@ -290,38 +336,31 @@ func (f *fairWait) holderPTTL() time.Duration {
 	return time.Duration(f.minPTTL) * time.Millisecond
 }
 
-// waitRound registers (or refreshes) our queue entry on every node and
-// learns which nodes granted us the key. It returns why we do not hold
-// grants from a quorum, or nil.
-func (f *fairWait) waitRound(ctx context.Context) error {
+// giveBack follows a take round that fell short: a wait, carrying the
+// round's number as the last that failed, to every node where the take's
+// call may have pinned a grant (it did not answer no), after that call.
+// The wait turns those pins back into movable grants, registers us again
+// (a pin's claim had dropped our entry) and lets the node give its key to
+// the head of its queue. Its replies tell whether that is us.
+func (f *fairWait) giveBack(ctx context.Context, pinnable func(i int) bool) {
 	c, a := f.c, f.a
-	f.mu.Lock()
-	f.minPTTL = -1
-	f.mu.Unlock()
 	turns := f.nextTurns()
-	args := f.args("wait", f.failed, 0)
-	err := c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
-		vals, err := f.call(ctx, n, args, turns[n.index])
+	args := f.args("wait", f.failed, 0, 0)
+	_ = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		t := turns[n.index]
+		if <-t.prev; !pinnable(n.index) {
+			close(t.done)
+			return false, nil
+		}
+		news := f.newsOf(n.index)
+		vals, err := f.call(ctx, n, args, t)
 		if err != nil {
 			return false, err
 		}
 		yes := vals[0] == 1
-		f.set(n.index, yes)
-		if !yes && vals[1] > 0 {
-			f.mu.Lock()
-			if f.minPTTL < 0 || vals[1] < f.minPTTL {
-				f.minPTTL = vals[1]
-			}
-			f.mu.Unlock()
-		}
+		f.replied(n.index, yes, news)
 		return yes, nil
 	})
-	var qe *QuorumError
-	if errors.As(err, &qe) && (qe.Errors == nil || len(qe.Errors.Errors) <= len(c.nodes)-c.quorum()) {
-		// Refusals, not failures, kept us short: the lock is held.
-		return &LockedError{Name: a.name, Remaining: f.holderPTTL()}
-	}
-	return err
 }
 
 // turn is one call's place in the order of a waiter's calls to a node.
@@ -351,7 +390,7 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	if ctx.Err() != nil {
 		// The round was decided without this node while the call before
 		// ours ran. Send it all the same, under a timeout of its own: a
-		// holder whose claim skipped a node would leave its entry queued
+		// holder whose take skipped a node would leave its entry queued
 		// there until it releases.
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), a.nodeTimeout)
@@ -388,42 +427,66 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	return vals, nil
 }
 
-// claim turns grants into the lock: one round that extends the key to the
-// TTL where it is ours, pins the grant (no longer movable) and raises the
-// fence register to the round's proposal. Validity counts from the round's
-// start, before any of those extensions; the token comes from the fence
-// values the claims read, as the acquire's does from the values its SETs
-// read (fast path, or the slow path's raise). The proposal is taken when
-// the round starts, not when the Acquire call began: a plain holder that
-// came and went meanwhile on nodes this round does not reach had a lower
-// one (DESIGN §2's time-based line of defence).
-func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
+// take is one round that joins the queue (or refreshes our entry) on every
+// node and claims the key where it is ours: it extends the key to the TTL,
+// pins the grant (no longer movable) and raises the fence register to the
+// round's proposal. A quorum of claims holds the lock. Validity counts from
+// the round's start, before any of those extensions (PROTOCOL §8): a grant
+// made before the round, by a release, is dated by the round's extension,
+// not by the grant. The token comes from the fence values the claims read,
+// as the acquire's does from the values its SETs read (fast path, or the
+// slow path's raise). The proposal is taken when the round starts, not
+// when the Acquire call began: a plain holder that came and went meanwhile
+// on nodes this round does not reach had a lower one (DESIGN §2's
+// time-based line of defence).
+func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error) {
 	c, a := f.c, f.a
 	var (
 		mu        sync.Mutex
 		maxBefore int64
+		refused   int // nodes where another owner holds the key
 	)
 	start := c.clock.Now()
-	f.claims++
-	round := f.claims
+	f.takes++
+	round := f.takes
 	defer func() {
 		if err != nil {
-			f.failed = round // the next wait gives this round's pins back
+			f.failed = round // the next call gives this round's pins back
 		}
 	}()
 	var proposal int64
 	if !c.opts.DisableFencing {
 		proposal = max(c.lastToken.Load()+1, start.UnixMicro())
 	}
-	args := f.args("claim", round, proposal)
+	f.mu.Lock()
+	f.minPTTL = -1
+	f.mu.Unlock()
+	args := f.args("take", f.failed, round, proposal)
 	turns := f.nextTurns()
+	refusedBy := make([]bool, len(c.nodes)) // the call answered no: it left our entry queued there, and pinned nothing
+	pinnable := func(i int) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return !refusedBy[i]
+	}
+	f.pinnable = pinnable
 	err = c.broadcast(ctx, "acquire", a.name, a.nodeTimeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
+		news := f.newsOf(n.index)
 		vals, err := f.call(ctx, n, args, turns[n.index])
 		if err != nil {
 			return false, err
 		}
 		if vals[0] != 1 {
-			f.set(n.index, false)
+			f.replied(n.index, false, news)
+			f.mu.Lock()
+			if p := vals[1]; p > 0 && (f.minPTTL < 0 || p < f.minPTTL) {
+				f.minPTTL = p
+			}
+			f.mu.Unlock()
+			mu.Lock()
+			refused++
+			refusedBy[n.index] = true
+			mu.Unlock()
 			return false, nil
 		}
 		mu.Lock()
@@ -432,8 +495,15 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 		return true, nil
 	})
 	if err != nil {
-		c.emit(Event{Kind: EventAcquireFailed, Name: a.name, Elapsed: c.clock.Now().Sub(start), Err: err})
-		return nil, fmt.Errorf("redlock: acquire %q: claiming the hand-off: %w", a.name, err)
+		mu.Lock()
+		defer mu.Unlock()
+		var qe *QuorumError
+		if errors.As(err, &qe) && refused > len(c.nodes)-c.quorum() {
+			// The refusals alone lose the round: the lock is held, as
+			// the mutex's attempt reports it.
+			err = &LockedError{Name: a.name, Remaining: f.holderPTTL(), Refused: refused, Nodes: len(c.nodes), Errors: qe.Errors}
+		}
+		return nil, err
 	}
 	// Claims that answer after the quorum may raise maxBefore further:
 	// a token above a superset of the quorum's values is still safe.
@@ -456,14 +526,42 @@ func (f *fairWait) claim(ctx context.Context, lc lockConfig) (_ *Lock, err error
 	elapsed := decided.Sub(start)
 	valid := validity(lc.ttl, elapsed, c.opts.DriftFactor)
 	if valid <= 0 {
-		return nil, fmt.Errorf("%w: claiming %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
+		return nil, fmt.Errorf("%w: taking %q took %v of its %v TTL", ErrValidityTooShort, a.name, elapsed, lc.ttl)
 	}
+	f.leaveQueues(pinnable) // we hold: we wait in no queue
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
-		c.renewals.add(l)
+		c.renewals.add(l, lc.leanRenewal)
 	}
 	return l, nil
+}
+
+// leaveQueues takes the new holder's entry out of the queues its winning
+// take round left it in: a node that refused the take (its call came late,
+// after another waiter's) registered us there, and the entry, now at the
+// head, would keep that node's key from the others until we release. In
+// the background, each after the take's call on its node ended (pinnable
+// tells then whether that call was refused); a Release that begins first
+// drops the entries itself.
+func (f *fairWait) leaveQueues(pinnable func(i int) bool) {
+	c := f.c
+	turns := f.nextTurns()
+	args := f.args("leave", f.failed, 0, 0)
+	c.bg.add()
+	go func() {
+		defer c.bg.done()
+		for i, n := range c.nodes {
+			t := turns[i]
+			if <-t.prev; pinnable(i) {
+				close(t.done)
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), f.a.nodeTimeout)
+			_, _ = f.call(ctx, n, args, t)
+			cancel()
+		}
+	}()
 }
 
 // leave cleans up after a fair Acquire that gave up: on every node, in

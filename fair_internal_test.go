@@ -1,7 +1,7 @@
 package redlock
 
 // Deterministic tests of the fair lock's quorum decisions over scripted
-// fake nodes: which grants count, when a claim round holds the lock, which
+// fake nodes: which grants count, when a take round holds the lock, which
 // token it takes, and that a failed attempt is cleaned up on every node.
 // The same behaviours run against real servers in fair_test.go.
 
@@ -21,7 +21,7 @@ import (
 type fairFake struct {
 	mu     sync.Mutex
 	wait   []int64 // reply to "wait"
-	claim  []int64 // reply to "claim"
+	take   []int64 // reply to "take"
 	fail   error   // every call fails with it
 	ops    []string
 	raised []int64 // tokens the slow path raised the fence register to
@@ -40,8 +40,8 @@ func (f *fairFake) run(_ context.Context, s *script, args []any) ([]int64, error
 		switch op {
 		case "wait":
 			return f.wait, nil
-		case "claim":
-			return f.claim, nil
+		case "take":
+			return f.take, nil
 		}
 		return []int64{1}, nil
 	case raiseScript: // EVALSHA sha numkeys keys... value token lifetime
@@ -85,8 +85,8 @@ func claimed(before int64) []int64 { return []int64{1, before, 0, 0} }
 
 func TestFairClaimNeedsAQuorumOfClaims(t *testing.T) {
 	fs := []*fairFake{
-		{wait: granted, claim: claimed(0)},
-		{wait: granted, claim: notGranted}, // the grant moved on before our claim
+		{take: claimed(0)},
+		{take: notGranted}, // the grant moved on before our claim
 		{fail: errors.New("connection refused")},
 	}
 	c := newFairFakeClient(t, fs)
@@ -101,26 +101,23 @@ func TestFairClaimNeedsAQuorumOfClaims(t *testing.T) {
 	}
 }
 
-func TestFairGrantsFromAMinorityDoNotClaim(t *testing.T) {
-	fs := []*fairFake{{wait: granted, claim: claimed(0)}, {wait: notGranted}, {wait: notGranted}}
+func TestFairTakeOfAMinorityDoesNotHold(t *testing.T) {
+	fs := []*fairFake{{take: claimed(0)}, {take: notGranted}, {take: notGranted}}
 	c := newFairFakeClient(t, fs)
-	if _, err := c.TryAcquire(context.Background(), "x", WithFairness()); !errors.Is(err, ErrLocked) {
-		t.Fatalf("granted by one node of three: %v, want ErrLocked", err)
+	if l, err := c.TryAcquire(context.Background(), "x", WithFairness()); !errors.Is(err, ErrLocked) || l != nil {
+		t.Fatalf("claimed on one node of three: %v, %v; want ErrLocked and no lock", l, err)
 	}
 	_ = c.Close()
-	if fs[0].saw("claim") {
-		t.Fatal("claimed with grants from a minority")
-	}
 	// The call to node 0 may not have been sent before the waiter gave
-	// up; if it was, the cleanup followed it.
-	if fs[0].saw("wait") && !fs[0].saw("release") {
-		t.Fatal("the grant made to the waiter that gave up was not handed on")
+	// up; if it was, the cleanup followed it and handed the key on.
+	if fs[0].saw("take") && !fs[0].saw("release") {
+		t.Fatal("the key the waiter that gave up claimed was not handed on")
 	}
 }
 
 func TestFairClaimTakesTheTokenFromTheGrants(t *testing.T) {
 	// Fast path: every node's register was below our proposal.
-	fs := []*fairFake{{wait: granted, claim: claimed(5)}, {wait: granted, claim: claimed(7)}, {wait: granted, claim: claimed(3)}}
+	fs := []*fairFake{{take: claimed(5)}, {take: claimed(7)}, {take: claimed(3)}}
 	c := newFairFakeClient(t, fs)
 	l, err := c.TryAcquire(context.Background(), "x", WithFairness())
 	if err != nil {
@@ -137,7 +134,7 @@ func TestFairClaimTakesTheTokenFromTheGrants(t *testing.T) {
 
 	// Slow path: a grant saw a register at or above our proposal.
 	const high = int64(1) << 60
-	fs = []*fairFake{{wait: granted, claim: claimed(high)}, {wait: granted, claim: claimed(high)}, {wait: granted, claim: claimed(high)}}
+	fs = []*fairFake{{take: claimed(high)}, {take: claimed(high)}, {take: claimed(high)}}
 	c = newFairFakeClient(t, fs)
 	l, err = c.TryAcquire(context.Background(), "x", WithFairness())
 	if err != nil {
@@ -261,17 +258,28 @@ func ghostCall(t *testing.T, s *redistest.Server, c *Client, name, op, value str
 	t.Helper()
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
-	// Round 1: its first claim; a wait saw no claim round fail.
-	round := 0
-	if op == "claim" {
-		round = 1
-	}
-	vals, err := s.Client().Eval(context.Background(), fairQueueSrc, keys, op, value, ticket, time.Minute.Milliseconds(), round, 1,
-		0, time.Minute.Milliseconds(), c.releaseChannel(name), "0").Int64Slice()
+	// Its first round (1), no round failed before it; proposal 1.
+	vals, err := s.Client().Eval(context.Background(), fairQueueSrc, keys, op, value, ticket, time.Minute.Milliseconds(), 0, 1,
+		0, time.Minute.Milliseconds(), c.releaseChannel(name), "0", 1).Int64Slice()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return vals
+}
+
+// awaitOwner waits until s holds key for value.
+func awaitOwner(t *testing.T, s *redistest.Server, key, value string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if owner, _ := s.Client().Get(context.Background(), key).Result(); owner == value {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s never held by %s", s.Addr, key, value)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func queueLen(t *testing.T, s *redistest.Server, c *Client, name string) int64 {
@@ -322,7 +330,7 @@ func TestFairLockExtendedGrantDoesNotMove(t *testing.T) {
 		got <- lk
 	}()
 	awaitQueues(t, cl, cA, name, 1, 1, 1)
-	hold[2].arm("claim", true) // A's claim is not sent to l
+	hold[2].arm("take", true) // A's take is not sent to l
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -370,6 +378,8 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The take decides on two nodes: its call to l may still be on its way.
+	awaitOwner(t, l, cH.LockKey(name), holder.a.value)
 	const b = "B-earlier-ticket"
 	if r := ghostCall(t, l, cA, name, "wait", b, 1); r[0] != 0 {
 		t.Fatal("B got the held lock")
@@ -383,7 +393,7 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 		got <- lk
 	}()
 	awaitQueues(t, cl, cA, name, 1, 1, 2)
-	hold[0].arm("wait", false)
+	hold[0].arm("take", false)
 	late := <-hold[0].held // A's next refresh to j, held back
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -396,7 +406,7 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 	ghostCall(t, j, cA, name, "wait", b, 1)
 	claimed := 0
 	for _, s := range []*redistest.Server{j, l} {
-		if ghostCall(t, s, cA, name, "claim", b, 1)[0] == 1 {
+		if ghostCall(t, s, cA, name, "take", b, 1)[0] == 1 {
 			claimed++
 		}
 	}

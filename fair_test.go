@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -547,5 +548,116 @@ func TestFairWaiterWokenByAPlainRelease(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second): // half the 20s refresh
 		t.Fatal("the fair waiter was not woken by the plain release")
+	}
+}
+
+// Issue 19: a take round claims the key wherever it is ours, so waiters
+// that start together each claim the nodes their calls reach first, a
+// minority each, and none holds. Each must give its claims back at once,
+// for every node to hand its key to the head of its queue. With a TTL of
+// an hour no refresh comes within the test: only that give-back can end
+// the split.
+func TestFairWaitersThatStartTogetherAreAllServed(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{})
+	const name, perClient = "fair-start-together", 4
+	var clients []*redlock.Client
+	for range 4 {
+		clients = append(clients, newClient(t, cl, redlock.Options{TTL: time.Hour}))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var (
+		wg     sync.WaitGroup
+		served atomic.Int32
+		start  = make(chan struct{})
+	)
+	for _, c := range clients {
+		for range perClient {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				l, err := c.Acquire(ctx, name, redlock.WithFairness())
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				served.Add(1)
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+			}()
+		}
+	}
+	close(start)
+	wg.Wait()
+	if got, want := served.Load(), int32(len(clients)*perClient); got != want {
+		t.Fatalf("%d of %d waiters that started together were served", got, want)
+	}
+	for _, c := range clients {
+		_ = c.Close() // waits for the releases still under way
+	}
+	if left := fairKeysLeft(t, cl, clients[0], name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
+// A grant message and the reply of a call that ran before the grant come on
+// different connections, in either order. A waiter that let the older
+// reply ("not yours") overwrite the newer message kept waiting, with the
+// key granted to it on every node, until its next refresh: hand-offs
+// stalled for a third of the TTL. With a TTL of an hour, such a stall
+// outlasts the test.
+func TestFairHandOffsDoNotWaitForARefresh(t *testing.T) {
+	cl := redistest.StartT(t, 5, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: time.Hour})
+	const name, waiters, handOffs = "fair-hand-offs", 16, 300
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var (
+		mu    sync.Mutex
+		taken = sync.NewCond(&mu)
+		count int // acquisitions so far
+		wg    sync.WaitGroup
+	)
+	for range waiters {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				done := count >= handOffs
+				mu.Unlock()
+				if done {
+					return
+				}
+				l, err := c.Acquire(ctx, name, redlock.WithFairness())
+				if err != nil {
+					t.Errorf("after %d acquisitions: %v", count, err)
+					cancel()
+					return
+				}
+				mu.Lock()
+				count++
+				mine := count
+				mu.Unlock()
+				taken.Broadcast()
+				if err := l.Release(context.Background()); err != nil {
+					t.Error(err)
+				}
+				// Step aside until another waiter has it: every
+				// acquisition is a hand-off.
+				mu.Lock()
+				for count == mine && count < handOffs && ctx.Err() == nil {
+					taken.Wait()
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	context.AfterFunc(ctx, func() { mu.Lock(); taken.Broadcast(); mu.Unlock() })
+	wg.Wait()
+	if count < handOffs {
+		t.Fatalf("%d of %d hand-offs within 60s", count, handOffs)
 	}
 }

@@ -381,12 +381,15 @@ func (l *Lock) Release(ctx context.Context) error {
 	if c.opts.Observer != nil {
 		nodes, start = new([]NodeResult), c.clock.Now()
 	}
-	deleted, errs := a.release(nodes)
 	announced := a.value
 	if a.kind.wakeAll {
 		announced = wakeAllMark + announced // as the script published it
 	}
-	c.waiters.notify(a.topic, announced, true)
+	var wake func()
+	if !a.kind.handsOn {
+		wake = func() { c.waiters.notify(a.topic, announced, true) }
+	}
+	deleted, errs := a.release(nodes, wake)
 	var err error
 	switch {
 	case prior != nil:

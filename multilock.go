@@ -265,7 +265,7 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 	if err := m.endIfExpired(batch); err != nil { // released or expired while we waited for the locks
 		return err
 	}
-	start, decided, errs := m.c.extendBatch(context.WithoutCancel(ctx), batch, timeout)
+	start, decided, errs := m.c.extendBatch(context.WithoutCancel(ctx), batch, nil, timeout)
 	var all []error
 	for i, l := range batch {
 		if err := l.extended(ctx, start, decided[i], errs[i], nil); err != nil {

@@ -86,6 +86,11 @@ type lockKind struct {
 	// (reentrant.go). A reader, a writer or a permit of the same name is
 	// another lock.
 	nameKey bool
+	// handsOn: the release script gives the key to a waiter by itself and
+	// tells it (the fair queue's grant): the releasing client wakes none of
+	// its own waiters, which would only run a round to learn the key went
+	// elsewhere. A release that frees the key is announced by the nodes.
+	handsOn bool
 }
 
 // An acquire script answers {1, ...} when the node gives us the lock, {0,
@@ -102,7 +107,7 @@ var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend
 // release hands the key to the head of the queue, and its extend also pins
 // the key on the node, so that the queue never moves a key an extend
 // counted.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true}
+var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true, handsOn: true}
 
 // semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
 // answers with the slot too, and once the slot is won the permit is that
@@ -369,8 +374,11 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // cancelled caller must not leave keys behind.
 //
 // With nodes not nil, every node's result is appended to *nodes, for
-// Event.Nodes.
-func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Error) {
+// Event.Nodes. With atQuorum not nil, it is called once, as soon as a quorum
+// of nodes deleted the key (the lock is free there: a waiter woken then
+// overlaps its acquire with the release's wait for the slowest nodes), or
+// when the release ends short of one.
+func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
 	a.releaseMu.Lock()
 	defer a.releaseMu.Unlock()
 	var start time.Time
@@ -426,9 +434,18 @@ func (a *attempt) release(nodes *[]NodeResult) (deleted int, errs *multierror.Er
 			a.replies <- r // buffered for one release result per node: never blocks
 		}()
 	}
+	if atQuorum != nil {
+		defer func() {
+			if deleted < a.c.quorum() {
+				atQuorum()
+			}
+		}()
+	}
 	count := func(ok bool, err error) {
 		if ok {
-			deleted++
+			if deleted++; deleted == a.c.quorum() && atQuorum != nil {
+				atQuorum()
+			}
 		}
 		if err != nil {
 			errs = multierror.Append(errs, err)
@@ -487,7 +504,7 @@ func (a *attempt) releaseInBackground() {
 	a.c.bg.add()
 	go func() {
 		defer a.c.bg.done()
-		a.release(nil)
+		a.release(nil, nil)
 	}()
 }
 

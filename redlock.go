@@ -494,6 +494,7 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
+	leanRenewal   bool       // WithLeanRenewal
 	maxExtensions int        // 0: no bound
 	metadata      string     // WithMetadata, "" if none
 	rw            *rwCall    // a read-write lock's side; nil otherwise
@@ -510,6 +511,18 @@ func WithMaxWait(d time.Duration) LockOption { return func(lc *lockConfig) { lc.
 // WithAutoExtend keeps the lock extended in the background, every third of
 // its validity, until it is released or lost; Done tells of a loss at once.
 func WithAutoExtend() LockOption { return func(lc *lockConfig) { lc.autoExtend = true } }
+
+// WithLeanRenewal auto-extends, as WithAutoExtend, but renews once two
+// thirds of the remaining validity have passed instead of one third: half
+// the renewals, so half what held locks cost the nodes and the client
+// (renewals by the ten thousand), at the price of the margin. With a third
+// of the validity left when a renewal goes out there is room for one more
+// try before the lock expires, not two; a renewal that cannot make it in
+// time loses the lock, and Done tells of it, as always. The guarantee is
+// the same: no renewal is counted past the validity it was sent in.
+func WithLeanRenewal() LockOption {
+	return func(lc *lockConfig) { lc.autoExtend, lc.leanRenewal = true, true }
+}
 
 // WithMaxExtensions auto-extends at most n times; after that the lock
 // expires at the end of its validity and Done closes.
@@ -795,7 +808,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
 	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid, Context: ctx, Nodes: d.nodes})
 	if lc.autoExtend {
-		c.renewals.add(l)
+		c.renewals.add(l, lc.leanRenewal)
 	}
 	return l, info, nil
 }

@@ -368,3 +368,74 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	}
 	mustBeLost(t, l, "late renewal without fencing")
 }
+
+// Renewals that fall due together go out most urgent first: by the lock's
+// deadline, not by when the renewal fell due. When the scheduler runs late
+// (a busy client, nodes that cannot keep up) a round carries every overdue
+// renewal, and the ones nearest their deadline must reach the nodes first.
+// B fell due after A but its validity ends first (a shorter TTL).
+func TestOverdueRenewalsGoOutByDeadline(t *testing.T) {
+	fs := fakes(3)
+	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
+	log := newEventLog()
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	ctx := context.Background()
+	a, err := c.TryAcquire(ctx, "a", WithAutoExtend()) // due at about +20s, valid until about +59s
+	if err != nil {
+		t.Fatal(err)
+	}
+	clock.advance(15 * time.Second)
+	b, err := c.TryAcquire(ctx, "b", WithAutoExtend(), WithTTL(24*time.Second)) // due at about +23s, valid until about +39s
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.Deadline().Before(a.Deadline()) {
+		t.Fatalf("b's deadline %v is not before a's %v", b.Deadline(), a.Deadline())
+	}
+	aDeadline, bDeadline := a.Deadline().Sub(clock.Now()), b.Deadline().Sub(clock.Now())
+	clock.advance(8 * time.Second) // both overdue: one round
+	wakeRenewals(c)
+	log.await(t, "a", EventExtended)
+	log.await(t, "b", EventExtended)
+	for i, f := range fs {
+		var order []string
+		for _, call := range f.history() {
+			switch call {
+			case "extend:" + a.a.value:
+				order = append(order, "a")
+			case "extend:" + b.a.value:
+				order = append(order, "b")
+			}
+		}
+		if len(order) != 2 || order[0] != "b" {
+			t.Fatalf("node %d renewed %v, want b (valid until +%v) before a (+%v)", i, order, bDeadline, aDeadline)
+		}
+	}
+}
+
+// The scheduler's heap gives renewals by due time, whatever order they
+// were queued in, with pushes between the pops as the scheduler makes them.
+func TestRenewalHeapGivesTheEarliestDueFirst(t *testing.T) {
+	base := time.Unix(1_700_000_000, 0)
+	var h renewalHeap
+	due := map[*renewal]time.Time{}
+	push := func(ms int) {
+		rn := &renewal{}
+		due[rn] = base.Add(time.Duration(ms) * time.Millisecond)
+		h.push(due[rn], rn)
+	}
+	for i := range 200 {
+		push((i * 7919) % 1000) // every residue once, in a scrambled order, and some twice
+	}
+	var last time.Time
+	for popped := 0; len(h) > 0; popped++ {
+		rn := h.pop()
+		if due[rn].Before(last) {
+			t.Fatalf("pop %d gave a renewal due at +%v after one due at +%v", popped, due[rn].Sub(base), last.Sub(base))
+		}
+		last = due[rn]
+		if popped%10 == 0 {
+			push(int(last.Sub(base)/time.Millisecond) + popped) // due no earlier than the last pop, as a reschedule
+		}
+	}
+}

@@ -24,7 +24,8 @@ type extendWrites struct {
 
 // extends tells how many extend calls cmd carries: one for a plain extend,
 // N for a run of the batched form of extend.lua (N locks of 2 keys, then
-// N and a header of 2 and 4 arguments for each).
+// N, then runs of locks of one layout: the run's count of locks, 2 and 4,
+// and the 4 arguments of each).
 func extends(cmd redis.Cmder) int {
 	args := cmd.Args()
 	if cmd.Name() != "evalsha" || len(args) < 4 {
@@ -38,7 +39,20 @@ func extends(cmd redis.Cmder) int {
 		return 0
 	}
 	n, _ := args[3+keys].(int)
-	if n < 2 || keys != 2*n || len(args) != 3+keys+1+6*n {
+	if n < 2 || keys != 2*n {
+		return 0
+	}
+	p, seen := 4+keys, 0
+	for seen < n && p+3 <= len(args) {
+		m, _ := args[p].(int)
+		nk, _ := args[p+1].(int)
+		na, _ := args[p+2].(int)
+		if m < 1 || nk != 2 || na != 4 {
+			return 0
+		}
+		p, seen = p+3+m*na, seen+m
+	}
+	if seen != n || p != len(args) {
 		return 0
 	}
 	return n
@@ -169,5 +183,51 @@ func TestRenewalTellsOnlyTheLockThatWasLost(t *testing.T) {
 		if err := l.Release(ctx); err != nil {
 			t.Fatalf("lost-%d: %v", i, err)
 		}
+	}
+}
+
+// WithLeanRenewal renews once two thirds of the remaining validity passed:
+// about half as many renewals as WithAutoExtend over the same hold, and
+// the lock is kept all the same.
+func TestLeanRenewalRenewsHalfAsOftenAndKeepsTheLock(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	var mu sync.Mutex
+	extended := map[string]int{}
+	c := newClient(t, cl, redlock.Options{Observer: redlock.ObserverFunc(func(e redlock.Event) {
+		if e.Kind == redlock.EventExtended {
+			mu.Lock()
+			extended[e.Name]++
+			mu.Unlock()
+		}
+	})})
+	ctx := context.Background()
+	const ttl = 900 * time.Millisecond
+	usual, err := c.Acquire(ctx, "renew-usual", redlock.WithTTL(ttl), redlock.WithAutoExtend())
+	if err != nil {
+		t.Fatal(err)
+	}
+	lean, err := c.Acquire(ctx, "renew-lean", redlock.WithTTL(ttl), redlock.WithLeanRenewal())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Held for six TTLs: a lock that is not renewed is lost within one.
+	select {
+	case <-usual.Done():
+		t.Fatalf("the auto-extended lock was lost: %v", usual.Err())
+	case <-lean.Done():
+		t.Fatalf("the lean-renewed lock was lost: %v", lean.Err())
+	case <-time.After(6 * ttl):
+	}
+	for _, l := range []*redlock.Lock{usual, lean} {
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	u, l := extended["renew-usual"], extended["renew-lean"]
+	t.Logf("renewals over six TTLs: auto-extend %d, lean %d", u, l)
+	if l == 0 || l >= u {
+		t.Fatalf("lean renewals %d, auto-extend %d: want fewer, and at least one", l, u)
 	}
 }

@@ -140,8 +140,11 @@ func newRenewalScript(src string) *script {
 // (the scripts keep no reference to them past their call).
 //
 // KEYS are every lock's keys in turn; ARGV[1] is the number of locks, then
-// for each lock its number of keys, its number of arguments and its
-// arguments (see batchArgs). The reply is one flat array of integers, so
+// the locks in runs of one layout: a run's number of locks, their number of
+// keys and their number of arguments, then each lock's arguments in turn
+// (see batchArgs). The locks of a batch mostly share one layout (a renewal
+// round's mutexes do), so the layout goes once a run, not once a lock: two
+// arguments fewer a lock for the client to write and the server to read. The reply is one flat array of integers, so
 // that the client reads a whole run into one []int64 (go-redis boxes every
 // element of a nested reply, several allocations a lock): for each lock in
 // turn, the length of its script's reply and that reply's integers, or,
@@ -155,17 +158,20 @@ func batchSrc(src string) string {
 		"local function one(KEYS, ARGV) " + src + `
 end
 local out, n, keys, argv, nk0, na0 = {}, 0, {}, {}, 0, 0
-local k, p = 1, 2
+local k, p, left, nk, na = 1, 2, 0, 0, 0
 for j = 1, tonumber(ARGV[1]) do
-  local nk, na = tonumber(ARGV[p]), tonumber(ARGV[p + 1])
-  p = p + 2
-  for x = nk + 1, nk0 do
-    keys[x] = nil
+  if left == 0 then
+    left, nk, na = tonumber(ARGV[p]), tonumber(ARGV[p + 1]), tonumber(ARGV[p + 2])
+    p = p + 3
+    for x = nk + 1, nk0 do
+      keys[x] = nil
+    end
+    for x = na + 1, na0 do
+      argv[x] = nil
+    end
+    nk0, na0 = nk, na
   end
-  for x = na + 1, na0 do
-    argv[x] = nil
-  end
-  nk0, na0 = nk, na
+  left = left - 1
   for x = 1, nk do
     keys[x] = KEYS[k]
     k = k + 1
@@ -222,7 +228,7 @@ func (s *script) batchArgs(calls [][]any, eval bool) []any {
 		nkeys += k
 		nargs += len(c) - 3 - k
 	}
-	args := make([]any, 0, 3+nkeys+1+2*len(calls)+nargs)
+	args := make([]any, 0, 3+nkeys+1+3*len(calls)+nargs)
 	cmd, code := s.batched.head()
 	if eval {
 		cmd, code = "eval", s.batched.srcArg
@@ -232,10 +238,18 @@ func (s *script) batchArgs(calls [][]any, eval bool) []any {
 		args = append(args, c[3:3+c[2].(int)]...)
 	}
 	args = append(args, len(calls))
-	for _, c := range calls {
-		k := c[2].(int)
-		args = append(args, k, len(c)-3-k)
-		args = append(args, c[3+k:]...)
+	for i := 0; i < len(calls); {
+		k := calls[i][2].(int)
+		a := len(calls[i]) - 3 - k
+		j := i + 1
+		for j < len(calls) && calls[j][2].(int) == k && len(calls[j])-3-k == a {
+			j++
+		}
+		args = append(args, j-i, k, a)
+		for _, c := range calls[i:j] {
+			args = append(args, c[3+k:]...)
+		}
+		i = j
 	}
 	return args
 }

@@ -190,7 +190,16 @@ func TestTLSRefusedNodesGiveClearPerNodeErrors(t *testing.T) {
 			}
 			t.Logf("acquire: %v", err)
 			info := c.Nodes(ctx)[0]
-			if info.Err == nil || !strings.Contains(info.Err.Error(), tc.want[0]) {
+			switch {
+			case info.Err == nil:
+				t.Errorf("Nodes: no error, want %q", tc.want[0])
+			case strings.Contains(info.Err.Error(), tc.want[0]):
+			case tc.client == nil && strings.Contains(info.Err.Error(), "connection reset by peer"):
+				// TLS 1.3 refuses a missing client certificate after the
+				// client's handshake ended: a probe that writes after the
+				// node closed gets a reset, never the alert to explain.
+				t.Logf("Nodes: %v (reset before the alert was read)", info.Err)
+			default:
 				t.Errorf("Nodes: %v, want %q", info.Err, tc.want[0])
 			}
 		})

@@ -33,6 +33,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	slow := flags.Duration("slow-latency", DefaultSlowLatency, "delay added to one node's replies in the slow-node workload (whole ms)")
 	heldCounts := flags.String("held-locks", "1000,10000,50000", "numbers of locks the held-locks workload holds, comma-separated")
 	heldFor := flags.Duration("held-for", DefaultHeldFor, "how long the held-locks workload measures the holding")
+	heldLean := flags.Bool("held-lean", false, "the held-locks workload renews with WithLeanRenewal (two thirds of the validity passed) instead of WithAutoExtend")
 	jsonPath := flags.String("json", "", "write every run and the medians as JSON to this file")
 	markdown := flags.Bool("markdown", false, "print the table as Markdown")
 	render := flags.String("render", "", "run nothing: print the table of a JSON file an earlier run wrote")
@@ -80,7 +81,7 @@ func RunCommand(ctx context.Context, name string, args []string, stdout, stderr 
 
 	cfg := Config{
 		Repeats: *repeats, Duration: *duration, MaxOps: *maxOps, Hold: *hold, SlowLatency: *slow,
-		Workloads: splitList(*workloads), Contenders: splitList(*contenders), HeldFor: *heldFor,
+		Workloads: splitList(*workloads), Contenders: splitList(*contenders), HeldFor: *heldFor, HeldLean: *heldLean,
 	}
 	for _, field := range splitList(*heldCounts) {
 		locks, err := strconv.Atoi(field)

@@ -104,7 +104,11 @@ func (h *heldCounter) Observe(e redlock.Event) {
 // runHeld does one held-locks run with a client of its own, so nothing of
 // the throughput workloads' clients (their subscriptions, their pipes' state)
 // is measured, and closes it after.
-func runHeld(ctx context.Context, nodes []redis.UniversalClient, n, locks, rep int, holdFor time.Duration) (run HeldRun, err error) {
+func runHeld(ctx context.Context, nodes []redis.UniversalClient, n, locks, rep int, holdFor time.Duration, lean bool) (run HeldRun, err error) {
+	renew := redlock.WithAutoExtend()
+	if lean {
+		renew = redlock.WithLeanRenewal()
+	}
 	run = HeldRun{Nodes: n, Locks: locks, Repeat: rep, HeldFor: holdFor}
 	counter := &heldCounter{}
 	client, err := redlock.New(nodes, redlock.Options{
@@ -141,7 +145,7 @@ func runHeld(ctx context.Context, nodes []redis.UniversalClient, n, locks, rep i
 		// A busy machine can fail an attempt now and then; a lock not
 		// taken at all would make the run hold fewer than it says.
 		for range 3 {
-			if held[i], err = client.TryAcquire(ctx, name, redlock.WithTTL(HeldTTL), redlock.WithAutoExtend()); err == nil {
+			if held[i], err = client.TryAcquire(ctx, name, redlock.WithTTL(HeldTTL), renew); err == nil {
 				// Watched as a holder would: Done is how a holder learns
 				// of a loss, and arming it costs each lock a timer.
 				held[i].Done()

@@ -46,6 +46,9 @@ type Config struct {
 	// HeldFor is how long the held-locks workload measures the holding;
 	// default DefaultHeldFor.
 	HeldFor time.Duration `json:"held_for_ns,omitempty"`
+	// HeldLean makes the held locks renew with redlock.WithLeanRenewal
+	// instead of WithAutoExtend.
+	HeldLean bool `json:"held_lean,omitempty"`
 	// Progress, if set, gets one line per run as the matrix goes.
 	Progress io.Writer `json:"-"`
 }
@@ -325,7 +328,7 @@ func runHeldCounts(ctx context.Context, cfg Config, c *cluster, n, rep int, res 
 		return nil
 	}
 	for _, locks := range cfg.HeldCounts {
-		run, err := runHeld(ctx, c.direct, n, locks, rep, cfg.HeldFor)
+		run, err := runHeld(ctx, c.direct, n, locks, rep, cfg.HeldFor, cfg.HeldLean)
 		if err != nil {
 			return fmt.Errorf("%s, %d locks on %d nodes: %w", WorkloadHeldLocks, locks, n, err)
 		}

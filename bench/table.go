@@ -83,8 +83,12 @@ func (r *Results) WriteTable(w io.Writer) error {
 var heldHeader = []string{"nodes", "locks held", "take all", "client CPU/s", "servers CPU/s", "extends/s", "extend failures", "lost", "goroutines", "heap in use", "notes"}
 
 func (r *Results) heldCaption() string {
-	return fmt.Sprintf("%s: one client holds the locks (TTL %v, WithAutoExtend, Done watched), taken %d at a time; CPU is seconds per second over %v of holding (1.00 = one core). Medians of the repeats; lost and failures summed.",
-		WorkloadHeldLocks, HeldTTL, heldBatch, r.Config.HeldFor)
+	renew := "WithAutoExtend"
+	if r.Config.HeldLean {
+		renew = "WithLeanRenewal"
+	}
+	return fmt.Sprintf("%s: one client holds the locks (TTL %v, %s, Done watched), taken %d at a time; CPU is seconds per second over %v of holding (1.00 = one core). Medians of the repeats; lost and failures summed.",
+		WorkloadHeldLocks, HeldTTL, renew, heldBatch, r.Config.HeldFor)
 }
 
 func (r *Results) heldRows() [][]string {

@@ -11,20 +11,23 @@
 -- ms), KEYS[6] the grant record (HASH: owner, claimed = 0 while movable,
 -- else the claim round that pinned it, or "held" once the holder extended
 -- it; see lua/fair_extend.lua), all in one slot.
--- ARGV[1] op: wait | claim | release
+-- ARGV[1] op: wait | take | leave | release
 -- ARGV[2] owner value, ARGV[3] ticket, ARGV[4] TTL in ms,
--- ARGV[5] wait: the caller's last claim round that fell short (0: none);
---         claim: this claim round's number (1, 2, ...),
--- ARGV[6] claim: the round's fencing proposal (0: fencing off),
+-- ARGV[5] wait, take: the caller's last take round that fell short (0: none),
+-- ARGV[6] take: the round's fencing proposal (0: fencing off),
 -- ARGV[7] fence register lifetime in ms (0: for ever), ARGV[8] queue entry
 -- lifetime in ms, ARGV[9] the lock's channel, ARGV[10] "1": a release that
--- frees the key stays quiet (a cleanup).
+-- frees the key stays quiet (a cleanup), ARGV[11] take: this round's number
+-- (1, 2, ...).
 -- Returns {status, value, sec, usec}:
 --   wait:    status 1 the key is ours here (granted), 0 not; value the
 --            holder's PTTL (-2: no key)
---   claim:   status 1 claimed (key extended to the TTL, grant pinned, fence
---            register raised to the proposal), value the fence register
---            before; 0 not ours, value the PTTL
+--   take:    a wait that, when the key is ours after it, claims it: status
+--            1 claimed (key extended to the TTL, grant pinned with the
+--            round's number, fence register raised to the proposal), value
+--            the fence register before; 0 not ours, value the PTTL
+--   leave:   {0, PTTL}: the caller holds the lock by a take round and
+--            leaves this queue
 --   release: {1} the key was ours (handed on or deleted), {0} not
 local now = redis.call('TIME')
 local sec, usec = tonumber(now[1]), tonumber(now[2])
@@ -36,6 +39,49 @@ local function forget(w)
   redis.call('ZREM', queue, w)
   redis.call('ZREM', expiry, w)
   redis.call('HDEL', settings, w)
+end
+
+-- The acquire's fencing step (lua/acquire.lua), for a take that holds the
+-- key here: read the register, raise it to the proposal.
+local function raiseFence()
+  if ARGV[6] == '0' then
+    return {1, 0, sec, usec}
+  end
+  local stored = redis.call('GET', KEYS[2])
+  local fence = tonumber(stored or '0')
+  -- Values stay strings: a Lua number may be written back in exponent form.
+  local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
+  if not higher then
+    raised = stored
+  end
+  if ARGV[7] ~= '0' then
+    redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
+  elseif higher then
+    redis.call('SET', KEYS[2], raised)
+  end
+  return {1, fence, sec, usec}
+end
+
+-- Nobody queued, not even an expired entry: the uncontended case needs
+-- none of the queue's work below.
+if redis.call('EXISTS', queue) == 0 then
+  local holder = redis.call('GET', KEYS[1])
+  if op == 'take' and not holder then
+    -- A free key: the general path would register us, give us the key as
+    -- the head, claim it and drop our entry again; this leaves the same
+    -- key, grant record (both fields written) and fence register.
+    redis.call('SET', KEYS[1], me, 'PX', ARGV[4])
+    redis.call('HSET', grant, 'owner', me, 'claimed', ARGV[11])
+    redis.call('PEXPIRE', grant, ARGV[4])
+    return raiseFence()
+  end
+  if op == 'release' and holder == me then
+    redis.call('DEL', KEYS[1], grant)
+    if ARGV[10] ~= '1' then
+      redis.call('PUBLISH', ARGV[9], me)
+    end
+    return {1}
+  end
 end
 
 -- Waiters that stopped refreshing (gave up uncleanly, or died) leave.
@@ -53,7 +99,11 @@ local function give(w)
   redis.call('DEL', grant)
   redis.call('HSET', grant, 'owner', w, 'claimed', '0')
   redis.call('PEXPIRE', grant, ttl)
-  redis.call('PUBLISH', ARGV[9], 'granted ' .. w)
+  -- A take claims what it gives its own caller in the same call: no
+  -- notice needed (and on a Cluster node a PUBLISH reaches every master).
+  if w ~= me or op ~= 'take' then
+    redis.call('PUBLISH', ARGV[9], 'granted ' .. w)
+  end
 end
 
 -- The node's rule: a free key goes to the live head; a grant not yet
@@ -87,20 +137,38 @@ local function settle()
   end
 end
 
+-- The claim step, once the key is ours by a grant: extend it to our TTL
+-- (the caller dates its validity from the round's start, before this),
+-- pin the grant with the round's number so that it no longer moves, leave
+-- the queue, and do the acquire's fencing step.
+local function claim(round)
+  redis.call('PEXPIRE', KEYS[1], ARGV[4])
+  -- Pinned by this round, unless a later round (whose take overtook a
+  -- late one of ours) or the holder's extend pinned it already.
+  local pin = tonumber(redis.call('HGET', grant, 'claimed'))
+  if pin and pin < round then
+    redis.call('HSET', grant, 'claimed', round)
+  end
+  redis.call('PEXPIRE', grant, ARGV[4])
+  forget(me)
+  return raiseFence()
+end
+
+
 local holder = redis.call('GET', KEYS[1])
-if op == 'wait' then
+if op == 'wait' or op == 'take' then
   if holder == me then
     local g = redis.call('HMGET', grant, 'owner', 'claimed')
     if g[1] == me and g[2] ~= '0' then
       local round = tonumber(g[2])
       if not round or round > tonumber(ARGV[5]) then
-        -- Pinned by a claim round the caller has not seen fail, or by
-        -- its extend: this wait was sent before that claim, and reached
-        -- us late (a call that timed out on the client). The claim
-        -- stands, and the holder registers no more.
+        -- Pinned by a take round the caller has not seen fail, or by its
+        -- extend: this call was sent before that take, and reached us
+        -- late (a call that timed out on the client). The take stands,
+        -- and the holder registers no more.
         return {1, redis.call('PTTL', KEYS[1]), sec, usec}
       end
-      -- Still waiting, so this pin belongs to a claim round that fell
+      -- Still waiting, so this pin belongs to a take round that fell
       -- short of a quorum: the grant becomes movable again.
       redis.call('HSET', grant, 'claimed', '0')
     end
@@ -116,44 +184,22 @@ if op == 'wait' then
   end
   settle()
   if redis.call('GET', KEYS[1]) == me then
-    return {1, redis.call('PTTL', KEYS[1]), sec, usec}
+    if op == 'wait' then
+      return {1, redis.call('PTTL', KEYS[1]), sec, usec}
+    end
+    -- Only a grant is claimed: a key of ours without its record is one a
+    -- holder's extend repaired, which no waiter's round may count.
+    if redis.call('HGET', grant, 'owner') == me then
+      return claim(tonumber(ARGV[11]))
+    end
   end
   return {0, redis.call('PTTL', KEYS[1]), sec, usec}
 end
 
-if op == 'claim' then
-  if holder == me and redis.call('HGET', grant, 'owner') == me then
-    redis.call('PEXPIRE', KEYS[1], ARGV[4])
-    -- Pinned by this round, unless a later round (whose claim overtook a
-    -- late one of ours) or the holder's extend pinned it already.
-    local pin = tonumber(redis.call('HGET', grant, 'claimed'))
-    if pin and pin < tonumber(ARGV[5]) then
-      redis.call('HSET', grant, 'claimed', ARGV[5])
-    end
-    redis.call('PEXPIRE', grant, ARGV[4])
-    forget(me)
-    -- The acquire's fencing step (lua/acquire.lua), now that the key is
-    -- ours for good: read the register, raise it to the proposal.
-    if ARGV[6] == '0' then
-      return {1, 0, sec, usec}
-    end
-    local stored = redis.call('GET', KEYS[2])
-    local fence = tonumber(stored or '0')
-    -- Values stay strings: a Lua number may be written back in exponent form.
-    local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
-    if not higher then
-      raised = stored
-    end
-    if ARGV[7] ~= '0' then
-      redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
-    elseif higher then
-      redis.call('SET', KEYS[2], raised)
-    end
-    return {1, fence, sec, usec}
-  end
-  -- Not ours here. We leave this queue either way: if the claim round won
-  -- elsewhere we hold the lock and wait no more; if it fell short, the
-  -- wait round that follows registers us again with the same ticket.
+if op == 'leave' then
+  -- A holder whose winning take found this node's key not yet ours, and
+  -- registered it here: it waits no more. A grant that came to it since
+  -- was not counted, and moves on to the head.
   forget(me)
   settle()
   return {0, redis.call('PTTL', KEYS[1]), sec, usec}

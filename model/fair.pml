@@ -141,6 +141,15 @@
 #define CLAIM 2
 #define RAI 3
 #define EXT 4
+#define TAKE 5
+
+/* the claim rounds' requests: a claim, or with -DTAKE a take (a wait that
+   claims the key where it is ours after it; the client's first round is one) */
+#ifdef TAKE
+#define CLAIMKIND TAKE
+#else
+#define CLAIMKIND CLAIM
+#endif
 
 #define E(i, c) ((i)*NC + (c))
 
@@ -265,13 +274,14 @@ inline settle(n) {
 }
 
 /* the wait script on node i for client c, carrying wf, the last claim round
-   of c that fell short; rw := 1 if the key is ours after it, else 2 */
+   of c that fell short; rw := 1 if the key is ours after it, 3 if a newer
+   pin of ours stands (a late call: it changes nothing), else 2 */
 inline waitScript(i, wf) {
   if
 #ifdef UNPIN_ANY
   :: owner[i] == me -> gcl[i] = 0; rw = 0
 #else
-  :: owner[i] == me && gcl[i] != 0 && (gcl[i] == HELD || gcl[i] > wf) -> rw = 1  /* late: a newer pin stands */
+  :: owner[i] == me && gcl[i] != 0 && (gcl[i] == HELD || gcl[i] > wf) -> rw = 3  /* late: a newer pin stands */
   :: owner[i] == me && gcl[i] != 0 && gcl[i] != HELD && gcl[i] <= wf -> gcl[i] = 0; rw = 0
 #endif
   :: else -> rw = 0
@@ -285,6 +295,20 @@ inline waitScript(i, wf) {
   fi
 }
 
+/* the claim step on node i, whose key is ours: extend it from now, pin it
+   with round r (max: a later round's or the extend's pin stays), raise F
+   to the proposal, leave the queue */
+inline claimStep(i, r) {
+#ifndef DATE_GRANT
+  kexp[i] = nclk(i) + ttl;
+#endif
+  if :: gcl[i] != HELD && gcl[i] < r -> gcl[i] = r :: else -> skip fi;
+#ifndef NOFENCE
+  rval = F[i]; if :: prop > F[i] -> F[i] = prop :: else -> skip fi;
+#endif
+  forget(i, c)
+}
+
 /* node i runs client c's request in flight (one atomic script) */
 inline deliver(i) {
   expireKey(i); expireQueue(i);
@@ -293,20 +317,20 @@ inline deliver(i) {
 #endif
   kind = pend[i];
   if
-  :: pend[i] == WAIT -> waitScript(i, failedR); rep[i] = rw; rw = 0
+  :: pend[i] == WAIT -> waitScript(i, failedR); if :: rw == 3 -> rep[i] = 1 :: else -> rep[i] = rw fi; rw = 0
   :: pend[i] == CLAIM ->
      if
-     :: owner[i] == me ->
-#ifndef DATE_GRANT
-        kexp[i] = nclk(i) + ttl;
-#endif
-        if :: gcl[i] != HELD && gcl[i] < claims -> gcl[i] = claims :: else -> skip fi;
-#ifndef NOFENCE
-        rval = F[i]; if :: prop > F[i] -> F[i] = prop :: else -> skip fi;
-#endif
-        forget(i, c); rep[i] = 1
+     :: owner[i] == me -> claimStep(i, claims); rep[i] = 1
      :: else -> forget(i, c); settle(i); rep[i] = 2   /* not ours: leave this queue too */
      fi
+  :: pend[i] == TAKE ->                             /* not ours: stays queued */
+     waitScript(i, failedR);
+     if
+     :: rw == 1 && owner[i] == me -> claimStep(i, claims); rep[i] = 1
+     :: rw == 3 -> rep[i] = 1
+     :: else -> rep[i] = 2
+     fi;
+     rw = 0
   :: pend[i] == EXT ->                              /* fair_extend.lua */
      if
      :: owner[i] == me ->
@@ -343,7 +367,7 @@ inline relScript(i) {
 /* the client reads node i's reply */
 inline readReply(i) {
   if
-  :: phase == 1 && kind == CLAIM ->
+  :: phase == 1 && kind == CLAIMKIND ->
      if
      :: rep[i] == 1 -> yes++; if :: rval > maxb -> maxb = rval :: else -> skip fi
      :: else -> no++
@@ -360,8 +384,16 @@ inline readReply(i) {
 #define NODE_STEPS(k) \
      atomic { pend[k] != 0 && BEFORE(k) -> deliver(k); readReply(k) } \
   :: atomic { relpend[k] -> relScript(k); relpend[k] = 0 } \
-  :: atomic { latew[k] != 0 -> expireKey(k); expireQueue(k); waitScript(k, latew[k] - 1); rw = 0; latew[k] = 0; \
+  :: atomic { latew[k] != 0 -> expireKey(k); expireQueue(k); waitScript(k, latew[k] - 1); LATE_TAKE(k); rw = 0; latew[k] = 0; \
               if :: relOwed[k] && pend[k] == 0 -> relOwed[k] = 0; relScript(k) :: else -> skip fi }
+
+/* a late take claims the key if it is ours after its wait part, with its
+   own round's number (fencing is off with LATE) */
+#ifdef TAKE
+#define LATE_TAKE(k) if :: latet[k] != 0 && rw == 1 && owner[k] == me -> claimStep(k, latet[k]) :: else -> skip fi; latet[k] = 0
+#else
+#define LATE_TAKE(k) skip
+#endif
 
 /* a client's requests of one round reach the nodes in node order (see the header) */
 #define BEFORE(k) ((k) == 0 || pend[0] == 0 && ((k) == 1 || pend[1] == 0))
@@ -383,9 +415,12 @@ inline sendAll(kind) {
     :: !BUSY(j) -> pend[j] = kind
 #ifdef LATE
     :: !BUSY(j) && latew[j] == 0 && kind == WAIT && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; no++
+#ifdef TAKE
+    :: !BUSY(j) && latew[j] == 0 && kind == TAKE && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; latet[j] = claims; no++
+#endif
 #endif
 #ifdef SKIP
-    :: !BUSY(j) && kind == CLAIM -> no++
+    :: !BUSY(j) && kind == CLAIMKIND -> no++
 #endif
     :: BUSY(j) -> no++
     fi
@@ -422,13 +457,25 @@ proctype client(byte c; byte ttl; byte skew) {
   byte me = c + 1;
   byte pend[NN], rep[NN], rval, kind;  /* kind: of the request just answered */
   byte latew[NN];   /* a wait call left in flight: 1 + the failed round it carries; 0 none */
+  byte latet[NN];   /* with TAKE: the round of the late call if it is a take; 0 a wait */
   bool relpend[NN], relOwed[NN];
   byte phase;       /* 0 wait, 1 claim, 2 raise, 3 hold, 4 release, 5 cleanup, 7 extend */
   byte yes, no, maxb, t0, token, rounds, claims, failedR, prop, j, x, h, rw, ybits, exts, lateLeft;
 
   atomic {
     wttl[c] = ttl; ticket[c] = (now + skew) * NC + c; lateLeft = 1;
+#ifdef TAKE
+    /* the first round is a take (rounds counts the waits after it) */
+    claims = 1; phase = 1; t0 = now;
+#ifndef NOFENCE
+    prop = now + skew + 1;
+#else
+    prop = 1;
+#endif
+    sendAll(TAKE)
+#else
     rounds = 1; sendAll(WAIT)
+#endif
   }
 
   do
@@ -450,7 +497,7 @@ proctype client(byte c; byte ttl; byte skew) {
 #else
        prop = 1;                /* above every value read (0): the fast path, no raise round */
 #endif
-       sendAll(CLAIM)
+       sendAll(CLAIMKIND)
      }
 #ifdef GIVEUP
   :: atomic { phase == 0 -> startRelease(5) }

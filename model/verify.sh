@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # SET: all (default), quick (all but LONG, for make test) or long (only LONG,
 # make model-long; CI runs both). LONG are the rows of over a minute.
 SET=${SET:-all}
-LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace"
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace fair-take-late unsafe-fair-take-date-grant"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -50,6 +50,10 @@ configs=(
 "unsafe-fair-late-wait-unpins|relied/held[0]|fair.pml|full|-DTMAX=1 -DWR=2 -DNOFENCE -DLATE -DUNPIN_ANY"
 "fair-extend-skip|ok|fair.pml|full|-DTMAX=2 -DWR=1 -DSKIP -DEXTEND"
 "unsafe-fair-extend-unpinned|relied|fair.pml|full|-DTMAX=2 -DWR=1 -DSKIP -DEXTEND -DEXT_UNPINNED"
+"fair-take|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DCR=2 -DTAKE"
+"fair-take-late|ok|fair.pml|full|-DTMAX=2 -DWR=1 -DCR=2 -DNOFENCE -DLATE -DTAKE"
+"unsafe-fair-take-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DCR=2 -DTAKE -DDATE_GRANT"
+"unsafe-fair-take-late-unpins|relied/held[0]|fair.pml|full|-DTMAX=2 -DWR=1 -DCR=2 -DNOFENCE -DLATE -DTAKE -DUNPIN_ANY"
 "semaphore-qk|ok|semaphore.pml|full|"
 "unsafe-semaphore-majority|holders|semaphore.pml|full|-DQS=3"
 "rwlock-majority|ok|rwlock.pml|full|-DN=3"
