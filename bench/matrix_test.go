@@ -198,9 +198,13 @@ func TestRunMatrixSmoke(t *testing.T) {
 			}
 			// A loaded machine can make an attempt fail now and then (a
 			// straggling node still holding the previous key); more than one
-			// in ten, or any on the forced fencing slow path (where a failure
-			// means the slow path was not taken), is a fault.
-			if ops := c.OpsPerSec * res.Config.Duration.Seconds(); float64(c.Failures) > ops/10 || (workload == WorkloadFencingSlow && c.Failures > 0) {
+			// in ten of this library's, or any on the forced fencing slow
+			// path (where a failure means the slow path was not taken), is a
+			// fault. The other libraries' failures under load are theirs
+			// (rueidislock's 256 waiters time out on a loaded box): the
+			// table reports them, and this smoke test does not judge them.
+			ours := strings.HasPrefix(contender, ContenderRedlock)
+			if ops := c.OpsPerSec * res.Config.Duration.Seconds(); ours && float64(c.Failures) > ops/10 || (workload == WorkloadFencingSlow && c.Failures > 0) {
 				t.Errorf("%s: %d failures in about %.0f operations; first errors: %q", key, c.Failures, ops, firstErrors[key])
 			}
 		}
