@@ -33,7 +33,7 @@ func TestRWScenarios(t *testing.T) {
 					}
 					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 					defer cancel()
-					run, err := RunScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
+					run, err := runScenarioOnce(ctx, t, b, sc)
 					if err != nil {
 						if run != nil {
 							keepReport(t, run)
