@@ -141,12 +141,12 @@
 #define CLAIM 2
 #define RAI 3
 #define EXT 4
-#define TAKE 5
+#define TAKEREQ 5
 
 /* the claim rounds' requests: a claim, or with -DTAKE a take (a wait that
    claims the key where it is ours after it; the client's first round is one) */
 #ifdef TAKE
-#define CLAIMKIND TAKE
+#define CLAIMKIND TAKEREQ
 #else
 #define CLAIMKIND CLAIM
 #endif
@@ -323,7 +323,7 @@ inline deliver(i) {
      :: owner[i] == me -> claimStep(i, claims); rep[i] = 1
      :: else -> forget(i, c); settle(i); rep[i] = 2   /* not ours: leave this queue too */
      fi
-  :: pend[i] == TAKE ->                             /* not ours: stays queued */
+  :: pend[i] == TAKEREQ ->                          /* not ours: stays queued */
      waitScript(i, failedR);
      if
      :: rw == 1 && owner[i] == me -> claimStep(i, claims); rep[i] = 1
@@ -416,7 +416,7 @@ inline sendAll(kind) {
 #ifdef LATE
     :: !BUSY(j) && latew[j] == 0 && kind == WAIT && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; no++
 #ifdef TAKE
-    :: !BUSY(j) && latew[j] == 0 && kind == TAKE && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; latet[j] = claims; no++
+    :: !BUSY(j) && latew[j] == 0 && kind == TAKEREQ && c == 0 && lateLeft > 0 -> lateLeft--; latew[j] = failedR + 1; latet[j] = claims; no++
 #endif
 #endif
 #ifdef SKIP
@@ -472,7 +472,7 @@ proctype client(byte c; byte ttl; byte skew) {
 #else
     prop = 1;
 #endif
-    sendAll(TAKE)
+    sendAll(TAKEREQ)
 #else
     rounds = 1; sendAll(WAIT)
 #endif

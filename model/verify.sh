@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # SET: all (default), quick (all but LONG, for make test) or long (only LONG,
 # make model-long; CI runs both). LONG are the rows of over a minute.
 SET=${SET:-all}
-LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace fair-take-late unsafe-fair-take-date-grant"
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace fair-take fair-take-late unsafe-fair-take-date-grant unsafe-fair-take-late-unpins"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
