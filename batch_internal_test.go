@@ -186,14 +186,7 @@ func heldKinds(t *testing.T, c *Client, prefix string) (names []string, locks []
 // another owner (0), a newer token (-1), and an error of its own (a key of
 // the wrong type), which the other locks of the batch do not share.
 func TestBatchedExtendsAnswerAsSingleOnes(t *testing.T) {
-	cl := redistest.StartT(t, 1, redistest.Options{})
-	runs := &scriptRuns{}
-	cl.Clients()[0].AddHook(runs)
-	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	cl, c, runs := oneNodeWithRuns(t)
 	ctx := context.Background()
 	rdb := cl.Clients()[0]
 	n := c.nodes[0]
@@ -372,14 +365,7 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 // alone in the last chunk as its plain script; every lock is renewed. A
 // write carries runs of at most maxBatch locks in all, not maxBatch runs.
 func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
-	cl := redistest.StartT(t, 1, redistest.Options{})
-	runs := &scriptRuns{}
-	cl.Clients()[0].AddHook(runs)
-	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	_, c, runs := oneNodeWithRuns(t)
 	ctx := context.Background()
 	var args [][]any
 	var ss []*script
@@ -419,14 +405,7 @@ func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 // arguments) and without (two keys, four) alternating in one run each get
 // their own answer, and a lock with metadata keeps its holder key alive.
 func TestBatchedExtendsOfMixedLayoutsAnswerEachLock(t *testing.T) {
-	cl := redistest.StartT(t, 1, redistest.Options{})
-	runs := &scriptRuns{}
-	cl.Clients()[0].AddHook(runs)
-	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	cl, c, runs := oneNodeWithRuns(t)
 	ctx := context.Background()
 	rdb := cl.Clients()[0]
 	// Runs of one layout of 1, 2 and 3 calls, and a layout that comes back.
@@ -945,4 +924,19 @@ func namesInTwoSlotsAndALoneOne(c *Client) []string {
 			return append(names, name)
 		}
 	}
+}
+
+// oneNodeWithRuns starts one node and a client of it whose script runs
+// are recorded in runs.
+func oneNodeWithRuns(t *testing.T) (*redistest.Cluster, *Client, *scriptRuns) {
+	t.Helper()
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	runs := &scriptRuns{}
+	cl.Clients()[0].AddHook(runs)
+	c, err := New(cl.Clients(), Options{TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return cl, c, runs
 }
