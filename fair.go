@@ -444,7 +444,6 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	var (
 		mu        sync.Mutex
 		maxBefore int64
-		refused   int // nodes where another owner holds the key
 	)
 	start := c.clock.Now()
 	f.takes++
@@ -484,7 +483,6 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 			}
 			f.mu.Unlock()
 			mu.Lock()
-			refused++
 			refusedBy[n.index] = true
 			mu.Unlock()
 			return false, nil
@@ -497,6 +495,12 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	if err != nil {
 		mu.Lock()
 		defer mu.Unlock()
+		refused := 0 // nodes where another owner holds the key
+		for _, r := range refusedBy {
+			if r {
+				refused++
+			}
+		}
 		var qe *QuorumError
 		if errors.As(err, &qe) && refused > len(c.nodes)-c.quorum() {
 			// The refusals alone lose the round: the lock is held, as
