@@ -1,5 +1,5 @@
 # The README's two first commands live here: `make demo` and `make test`.
-# Every target installs what it needs first (scripts/install-deps.sh), so a
+# Every target installs what it needs first (tools/install-deps.sh), so a
 # fresh machine needs nothing done by hand.
 
 GO ?= go
@@ -10,7 +10,7 @@ MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path '
 .PHONY: deps test vet fmt-check demo
 
 deps:
-	@./scripts/install-deps.sh
+	@./tools/install-deps.sh
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && $(GO) vet ./...); done
