@@ -39,9 +39,9 @@ type ServerBuild struct {
 	// bin/redis-server script of an install under ServersDir, which starts
 	// the real binary through its own glibc's loader.
 	Binary string
-	// dir is the install directory of a build under ServersDir; empty for
-	// the system's server.
-	dir string
+	// Dir is the install directory of a build under ServersDir (its
+	// layout is tools/install-servers.sh's); empty for the system's server.
+	Dir string
 }
 
 // String is how the build is reported, e.g. "valkey 9.1.2 (valkey-9.1: /root/.cache/redlock/servers/valkey-9.1/bin/redis-server)".
@@ -105,8 +105,8 @@ func LookupServer(name string) (ServerBuild, error) {
 		}
 		b.Binary = bin
 	case Redis86, Valkey91:
-		b.dir = filepath.Join(ServersDir(), name)
-		b.Binary = filepath.Join(b.dir, "bin", "redis-server")
+		b.Dir = filepath.Join(ServersDir(), name)
+		b.Binary = filepath.Join(b.Dir, "bin", "redis-server")
 		if _, err := os.Stat(b.Binary); err != nil {
 			return ServerBuild{}, fmt.Errorf("redistest: server %s: %s is missing (run make servers): %w: %v", name, b.Binary, ErrServerMissing, err)
 		}
@@ -167,19 +167,60 @@ func reportOnce(tb testing.TB, b ServerBuild) {
 // jemalloc-to-glibc.so, which gives the jemalloc calls these servers make
 // beside malloc glibc's meaning (tools/jemalloc-to-glibc.c says why).
 func (b ServerBuild) fakeTimeEnvFor(env []string, clockFile string) []string {
-	if b.dir == "" {
-		return fakeTimeEnv(env, clockFile, "LD_PRELOAD", fakeTimeLibrary+":"+glibc)
+	preload := strings.Join(b.FakeTimePreload(), ":")
+	if b.Dir == "" {
+		return fakeTimeEnv(env, clockFile, "LD_PRELOAD", preload)
 	}
-	return fakeTimeEnv(env, clockFile, "REDLOCK_SERVER_PRELOAD",
-		fakeTimeLibrary+":"+b.privateGlibc()+":"+b.mallocShim())
+	return fakeTimeEnv(env, clockFile, "REDLOCK_SERVER_PRELOAD", preload)
+}
+
+// RealBinary is the server binary itself: Binary for the system's server;
+// for a build under ServersDir, the binary its script starts through
+// Loader (it cannot start without).
+func (b ServerBuild) RealBinary() string {
+	if b.Dir == "" {
+		return b.Binary
+	}
+	return filepath.Join(b.Dir, "root", "usr", "bin", b.Product+"-server")
+}
+
+// Loader is the glibc loader a build under ServersDir starts through, and
+// LibraryPath the directories it searches (its own glibc first); both are
+// empty for the system's server.
+func (b ServerBuild) Loader() string {
+	if b.Dir == "" {
+		return ""
+	}
+	return filepath.Join(b.privateLibDir(), "ld-linux-x86-64.so.2")
+}
+
+// LibraryPath: see Loader.
+func (b ServerBuild) LibraryPath() string {
+	if b.Dir == "" {
+		return ""
+	}
+	return b.privateLibDir() + ":/lib/x86_64-linux-gnu:/usr/lib/x86_64-linux-gnu"
+}
+
+// FakeTimePreload is what must be preloaded, in order, to run the build
+// under libfaketime (see fakeTimeEnvFor).
+func (b ServerBuild) FakeTimePreload() []string {
+	if b.Dir == "" {
+		return []string{fakeTimeLibrary, glibc}
+	}
+	return []string{fakeTimeLibrary, b.privateGlibc(), b.mallocShim()}
+}
+
+func (b ServerBuild) privateLibDir() string {
+	return filepath.Join(b.Dir, "root", "usr", "lib", "x86_64-linux-gnu")
 }
 
 func (b ServerBuild) privateGlibc() string {
-	return filepath.Join(b.dir, "root", "usr", "lib", "x86_64-linux-gnu", "libc.so.6")
+	return filepath.Join(b.privateLibDir(), "libc.so.6")
 }
 
 func (b ServerBuild) mallocShim() string {
-	return filepath.Join(b.dir, "lib", "jemalloc-to-glibc.so")
+	return filepath.Join(b.Dir, "lib", "jemalloc-to-glibc.so")
 }
 
 // checkFakeTime says why b cannot run under libfaketime here, if it cannot.
@@ -187,7 +228,7 @@ func (b ServerBuild) checkFakeTime() error {
 	if _, err := os.Stat(fakeTimeLibrary); err != nil {
 		return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or tools/install-deps.sh): %w", fakeTimeLibrary, err)
 	}
-	if b.dir == "" {
+	if b.Dir == "" {
 		return nil
 	}
 	for _, f := range []string{b.privateGlibc(), b.mallocShim()} {
