@@ -602,3 +602,86 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	}
 	t.Fatalf("B's vote on C counted on a register raise that M_a's replica never acknowledged (no second holder came before B's validity ran out: %v)", last)
 }
+
+// Schedule 5 of issue 25: the replicas a vote waits for are those its
+// master has when the vote counts, not those of the last probe. The
+// client meets a Cluster node whose one master M has no replica (it
+// learns to wait for none); a replica R then joins M and syncs, so that
+// M's CLUSTER NODES lists it, and then lags (its link is cut). An acquire
+// must not count M's vote: R may be promoted (CLUSTER FAILOVER TAKEOVER)
+// without the key.
+func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
+	rc := redistest.StartRedisClusterT(t, 1, 0, redistest.Options{})
+	m := rc.Shards[0].Master
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cc := rc.ClusterClient()
+	defer cc.Close()
+	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Verify(ctx); err != nil { // meets M without a replica
+		t.Fatal(err)
+	}
+
+	r := redistest.StartT(t, 1, redistest.Options{ClusterMode: true, Args: []string{
+		"--cluster-node-timeout", strconv.Itoa(int(redistest.NodeTimeout.Milliseconds())),
+		"--cluster-replica-validity-factor", "0"}}).Servers[0]
+	mid, err := m.ID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid, err := r.ID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().Do(ctx, "cluster", "meet", "127.0.0.1", m.Port, m.BusPort).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "R knows M", 20*time.Second, func(ctx context.Context) (bool, error) {
+		nodes, err := r.Client().ClusterNodes(ctx).Result()
+		return err == nil && strings.Contains(nodes, mid) && !strings.Contains(nodes, "handshake"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().Do(ctx, "cluster", "replicate", mid).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "M lists R as its replica, in sync", 20*time.Second, func(ctx context.Context) (bool, error) {
+		nodes, err := m.Client().ClusterNodes(ctx).Result()
+		if err != nil || !strings.Contains(nodes, rid+" ") || !strings.Contains(nodes, "slave "+mid) {
+			return false, err
+		}
+		info, err := r.Client().Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.CutReplication(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+
+	const name = "job"
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Fatalf("M's replica R lags: want ErrVoteNotDurable, got %v", err)
+		}
+		return
+	}
+	defer l.Release(context.Background())
+	if err := r.Client().Do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "R promoted", 20*time.Second, func(ctx context.Context) (bool, error) {
+		role, err := r.Client().Do(ctx, "role").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.Client().Exists(ctx, c.LockKey(name)).Result()
+	t.Fatalf("the vote counted without a WAIT for R, which joined after the probe: R, promoted, holds %d copies of the key (%v), with %.1fs of the holder's validity left",
+		n, err, time.Until(l.Deadline()).Seconds())
+}
