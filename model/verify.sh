@@ -9,7 +9,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-command -v spin >/dev/null && command -v gcc >/dev/null || { echo "model: needs spin and gcc (scripts/install-deps.sh)" >&2; exit 1; }
+command -v spin >/dev/null && command -v gcc >/dev/null || { echo "model: needs spin and gcc (tools/install-deps.sh)" >&2; exit 1; }
 work=$(mktemp -d -t redlock-model.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
