@@ -94,8 +94,8 @@ type Options struct {
 	// RestartGrace is how long a node that (re)started without persistence
 	// (appendonly with appendfsync always) does not vote, counted from its
 	// start. It is never less than the largest TTL any client uses on these
-	// nodes, which the client learns from a register on every node (see the
-	// README's "node guards"). NoRestartGrace turns the guard off: safe only
+	// nodes, which the client learns from a register on every node (see
+	// docs/GUARANTEES.md, "The node guards, precisely"). NoRestartGrace turns the guard off: safe only
 	// when every node persists.
 	RestartGrace time.Duration
 	// ClockJumpThreshold is how far a node's clock may move against ours
@@ -143,7 +143,7 @@ type Options struct {
 	// while a lock is held still loses the vote of that node: with this
 	// option, count every node that may fail over as one that may lose
 	// its keys, and keep such failovers to fewer than a quorum's margin
-	// (see the README's deployments table).
+	// (see docs/DEPLOYMENTS.md).
 	AllowFailoverNodes bool
 	// AllowEvictingNodes accepts nodes that may evict keys: a maxmemory
 	// with a maxmemory-policy other than noeviction (volatile-* included:
