@@ -365,3 +365,39 @@ func TestDocsLinks(t *testing.T) {
 		}
 	}
 }
+
+// TestREADMEStaysShort keeps the README what a new user reads in ten
+// minutes (issue 28): at most 350 lines, opening with the two commands,
+// naming the licence that LICENSE holds. What grows goes to docs/.
+func TestREADMEStaysShort(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	if n := strings.Count(readme, "\n"); n > 350 {
+		t.Errorf("README.md has %d lines, more than 350: move the detail to a guide in docs/", n)
+	}
+	var commands []string
+	for _, b := range codeBlocks(t, "README.md") {
+		for _, l := range b.body {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "make" {
+				commands = append(commands, f[0]+" "+f[1])
+			}
+		}
+		break // the first block only
+	}
+	if strings.Join(commands, ", ") != "make demo, make test" {
+		t.Errorf("the README's first block runs %q, want make demo, then make test", commands)
+	}
+	license, err := os.ReadFile("LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(license), "Apache License") || !strings.Contains(string(license), "Version 2.0, January 2004") {
+		t.Error("LICENSE does not hold the Apache License 2.0")
+	}
+	if !strings.Contains(readme, "Apache License 2.0") {
+		t.Error("README.md does not name the licence")
+	}
+}
