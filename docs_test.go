@@ -24,15 +24,28 @@ import (
 // Example tests), and TestExamplesRun runs every program in examples/ against
 // real servers.
 
-// docFiles are the Markdown files whose Go blocks must be checked.
+// docFiles are the Markdown files whose Go blocks and links are checked:
+// every one in the repository (the README, the guides in docs/, the nested
+// modules' READMEs).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "redistest/README.md"}
-	guides, err := filepath.Glob("docs/*.md")
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "reports" || d.Name() == "results") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, filepath.ToSlash(path))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(files, guides...)
+	return files
 }
 
 // codeBlock is one fenced block of a Markdown file, with the marker comment
@@ -325,13 +338,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 // when it names one: the guides were moved out of the README, and a link
 // that still points at a section that moved leads nowhere.
 func TestDocsLinks(t *testing.T) {
-	docs := docFiles(t)
-	for _, more := range []string{"cmd/redlock/README.md", "chaos/README.md", "bench/README.md", "model/README.md"} {
-		if _, err := os.Stat(more); err == nil {
-			docs = append(docs, more)
-		}
-	}
-	for _, doc := range docs {
+	for _, doc := range docFiles(t) {
 		data, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
