@@ -24,15 +24,28 @@ import (
 // Example tests), and TestExamplesRun runs every program in examples/ against
 // real servers.
 
-// docFiles are the Markdown files whose Go blocks must be checked.
+// docFiles are the Markdown files whose Go blocks and links are checked:
+// every one in the repository (the README, the guides in docs/, the nested
+// modules' READMEs).
 func docFiles(t *testing.T) []string {
 	t.Helper()
-	files := []string{"README.md", "redistest/README.md"}
-	guides, err := filepath.Glob("docs/*.md")
+	var files []string
+	err := filepath.WalkDir(".", func(path string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata" || d.Name() == "reports" || d.Name() == "results") {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && strings.HasSuffix(path, ".md") {
+			files = append(files, filepath.ToSlash(path))
+		}
+		return nil
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return append(files, guides...)
+	return files
 }
 
 // codeBlock is one fenced block of a Markdown file, with the marker comment
@@ -325,13 +338,7 @@ func anchors(t *testing.T, path string) map[string]bool {
 // when it names one: the guides were moved out of the README, and a link
 // that still points at a section that moved leads nowhere.
 func TestDocsLinks(t *testing.T) {
-	docs := docFiles(t)
-	for _, more := range []string{"cmd/redlock/README.md", "chaos/README.md", "bench/README.md", "model/README.md"} {
-		if _, err := os.Stat(more); err == nil {
-			docs = append(docs, more)
-		}
-	}
-	for _, doc := range docs {
+	for _, doc := range docFiles(t) {
 		data, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -363,5 +370,41 @@ func TestDocsLinks(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// TestREADMEStaysShort keeps the README what a new user reads in ten
+// minutes (issue 28): at most 350 lines, opening with the two commands,
+// naming the licence that LICENSE holds. What grows goes to docs/.
+func TestREADMEStaysShort(t *testing.T) {
+	data, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme := string(data)
+	if n := strings.Count(readme, "\n"); n > 350 {
+		t.Errorf("README.md has %d lines, more than 350: move the detail to a guide in docs/", n)
+	}
+	var commands []string
+	for _, b := range codeBlocks(t, "README.md") {
+		for _, l := range b.body {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "make" {
+				commands = append(commands, f[0]+" "+f[1])
+			}
+		}
+		break // the first block only
+	}
+	if strings.Join(commands, ", ") != "make demo, make test" {
+		t.Errorf("the README's first block runs %q, want make demo, then make test", commands)
+	}
+	license, err := os.ReadFile("LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(license), "Apache License") || !strings.Contains(string(license), "Version 2.0, January 2004") {
+		t.Error("LICENSE does not hold the Apache License 2.0")
+	}
+	if !strings.Contains(readme, "Apache License 2.0") {
+		t.Error("README.md does not name the licence")
 	}
 }
