@@ -38,6 +38,13 @@ var (
 	// a lock's key. Refused unless Options.DurableVotes or
 	// Options.AllowFailoverNodes. It also matches ErrInvalidConfig.
 	ErrFailoverNode = errors.New("redlock: node fails over and its votes are not durable")
+	// ErrEvictingNode: a node may evict keys (maxmemory set, and a
+	// maxmemory-policy other than noeviction; lock keys all have a TTL, so
+	// volatile-* policies evict them too): an evicted lock key hands the
+	// lock to a second client. Refused unless Options.AllowEvictingNodes.
+	// The fix is noeviction, or a Redis of its own for the locks. It also
+	// matches ErrInvalidConfig.
+	ErrEvictingNode = errors.New("redlock: node may evict lock keys")
 	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
 	// acquire or an extension) was written, but fewer of its master's
 	// replicas than could be promoted acknowledged it in time (WAIT came
