@@ -78,6 +78,13 @@ type serverMarks struct {
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
 	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, marker: m.markerIs, slots: m.claims}
+	if m.markerIs == "" && old != nil {
+		// A probe that could not read the marker (a node at its
+		// maxmemory refuses the SET with OOM until someone frees memory,
+		// often by FLUSHALL) learnt nothing of it: keep the value seen
+		// before, so that the next probe that reads it still compares.
+		e.marker = old.marker
+	}
 	// lost records an event that may have lost keys: the epoch starts at
 	// the latest one.
 	lost := func(at time.Time, why string) {
