@@ -21,8 +21,9 @@ import (
 // those are, for a node that is one server (standalone, or the master a
 // Sentinel names) and for each master of a Cluster node alike:
 //
-//   - a start without persistence (appendonly yes, appendfsync always):
-//     dated at the start;
+//   - a start without persistence (appendonly yes, appendfsync always),
+//     or any start on a node that may fail over (a promotion before the
+//     start no longer shows after it): dated at the start;
 //   - a promotion from replica (second_repl_offset set) of a server not met
 //     before, and any change of master_replid of a server met before (a
 //     fail-back: a master that was a replica in between and resynced from
@@ -62,8 +63,13 @@ type serverMarks struct {
 	uptime              time.Duration
 	persistent          bool
 	promoted            bool // second_repl_offset set: a replica turned master since it started
-	evicted             int64
-	evicting            bool // maxmemory set and a policy other than noeviction
+	// failover: the node may fail over (Sentinel's, or servers with
+	// replicas now or before). A promotion before the server's last start
+	// no longer shows in INFO (second_repl_offset is -1 again), so
+	// persistence does not excuse its start.
+	failover bool
+	evicted  int64
+	evicting bool // maxmemory set and a policy other than noeviction
 	// markerWas is the marker's value the probe found ("" if none), and
 	// markerIs the value it left; both "" if it could not be read.
 	markerWas, markerIs string
@@ -103,8 +109,14 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		// A restart of a server that may evict may hide evictions since
 		// the last probe (INFO's counters restart at 0): only the
 		// restart itself is known to have lost nothing more.
-		if !m.persistent || m.evicting {
+		switch {
+		case !m.persistent || m.evicting:
 			lost(dateStart(m, lastAnswer, old != nil), what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		case m.failover:
+			// Persistence kept the server's own writes, but it may have
+			// been a replica promoted without a lock's key before this
+			// start: after a start INFO no longer shows a promotion.
+			lost(dateStart(m, lastAnswer, old != nil), what+" on a node that fails over (it may have been promoted from replica before that start, which INFO no longer shows; persistence keeps only its own writes)")
 		}
 	}
 	switch {

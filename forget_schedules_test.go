@@ -102,3 +102,122 @@ func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 		}
 	}
 }
+
+// With AllowEvictingNodes, an eviction makes a node sit out the restart
+// grace: the largest TTL in use, which a client that did not know the
+// holder's TTL reads in the nodes' registers. But an eviction is not a
+// restart of one node: the cache that fills one node fills the others, and
+// the registers have a TTL, so volatile-* and allkeys-* policies evict them
+// with the lock's keys, on every node at once. A fresh client with a
+// shorter TTL then finds no register, sits out its own TTL only, and takes
+// the lock the holder still holds.
+func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
+		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	newClient := func(ttl time.Duration) *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl, AllowEvictingNodes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	x := newClient(30 * time.Second)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	// The operator lets the nodes evict (a managed service's default), at
+	// run time: a persistent restart under an evicting policy would have
+	// made X wait out a grace first.
+	for _, s := range cl.Servers {
+		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cache (keys without a TTL) fills every node: volatile-lru evicts
+	// every key with a TTL before it refuses a write; then the cache frees
+	// some memory.
+	for _, s := range cl.Servers {
+		fillUntilOOM(ctx, t, s)
+		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
+		}
+		for i := range 4 {
+			keys := make([]string, 256)
+			for j := range keys {
+				keys[j] = fmt.Sprintf("cache:%d:%d", i, j)
+			}
+			if err := s.Client().Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	y := newClient(time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	l, err := y.Acquire(wctx, name)
+	if err == nil {
+		left := time.Until(held.Deadline())
+		_ = l.Release(ctx)
+		if left > 0 {
+			t.Fatalf("a fresh client with a 1s TTL took lock %q after the nodes evicted its keys, while X holds it for %.1fs more", name, left.Seconds())
+		}
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want the evicting nodes sitting out X's TTL, got %v", err)
+	}
+}
+
+// Issue 25's schedule 1 with one more step: the promoted replica (on
+// persistent servers) restarts before a fresh client meets it. INFO shows a
+// promotion only until the server's next start (second_repl_offset is -1
+// again after it), and persistence spares a restart the grace: the fresh
+// client sees a persistent master that was never promoted, and counts its
+// vote, although it lacks X's key.
+func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	en := startEpochNodes(t, true)
+	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
+	x := en.client(t, opts)
+	eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
+		info := x.Nodes(ctx)[2]
+		return info.Err == nil && info.Voting
+	})
+	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	const name = "job"
+	held := en.takeOnP0AndC(t, ctx, x, name)
+	promoted, err := en.rc.Failover(ctx, x.KeySlot(name), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted, err := en.rc.RestartMaster(ctx, x.KeySlot(name))
+	if err != nil || restarted != promoted {
+		t.Fatalf("restarting the promoted replica: %v, %v", restarted, err)
+	}
+	if n, err := promoted.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
+	}
+	fresh := en.client(t, opts)
+	for range 3 {
+		left := time.Until(held.Deadline())
+		if left < 500*time.Millisecond {
+			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+		}
+		l, err := fresh.TryAcquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatalf("a fresh client took lock %q while X holds it for %.1fs more", name, left.Seconds())
+		}
+		if !errors.Is(err, redlock.ErrNodeSittingOut) {
+			t.Fatalf("want a refusal with C sitting out, got %v", err)
+		}
+	}
+}
