@@ -536,6 +536,15 @@ func parseInfo(s string) map[string]string {
 // new to us, learns the largest TTL in use from every node: the server may
 // have forgotten locks that the others' registers still account for.
 func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+	if c.opts.DurableVotes {
+		// The probe sends no WAIT (it is what learns how many replicas
+		// to wait for), so a failover may lose its raise, and a vote
+		// relying on it would rest on a register the promoted master
+		// lacks. It only reads; the raise a vote relies on goes through
+		// the node's pipe, with a WAIT on the register's own master
+		// (registered, durable.go).
+		raise = 0
+	}
 	n.stale.Store(false)
 	res, err := c.probe(ctx, n, raise)
 	if err != nil {
