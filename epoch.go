@@ -106,17 +106,19 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		if old != nil || nodeKnown {
 			what = "restarted"
 		}
-		// A restart of a server that may evict may hide evictions since
-		// the last probe (INFO's counters restart at 0): only the
-		// restart itself is known to have lost nothing more.
-		switch {
-		case !m.persistent || m.evicting:
-			lost(dateStart(m, lastAnswer, old != nil), what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		switch start := dateStart(m, lastAnswer, old != nil); {
+		case !m.persistent:
+			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		case m.evicting:
+			// INFO's counters restart at 0: evictions before the start
+			// (since the last probe, or before we met it) are not
+			// counted, only known to be older than the start.
+			lost(start, what+" and may evict keys (evicted_keys restarts at 0, so evictions before the start are not counted)")
 		case m.failover:
 			// Persistence kept the server's own writes, but it may have
 			// been a replica promoted without a lock's key before this
 			// start: after a start INFO no longer shows a promotion.
-			lost(dateStart(m, lastAnswer, old != nil), what+" on a node that fails over (it may have been promoted from replica before that start, which INFO no longer shows; persistence keeps only its own writes)")
+			lost(start, what+" on a node that fails over (it may have been promoted from replica before that start, which INFO no longer shows; persistence keeps only its own writes)")
 		}
 	}
 	switch {
