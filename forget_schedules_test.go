@@ -146,8 +146,9 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 			_ = l.Release(ctx)
 			t.Fatalf("a fresh client took lock %q while X holds it for %.1fs more", name, left.Seconds())
 		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) {
+		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
 			t.Fatalf("want a refusal with C sitting out, got %v", err)
 		}
+		awaitNoKey(t, ctx, en.plain.Servers[1], fresh.LockKey(name))
 	}
 }
