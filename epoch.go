@@ -47,6 +47,7 @@ type serverEpoch struct {
 	addr, runID string
 	replID      string      // master_replid at the last probe
 	evicted     int64       // evicted_keys at the last probe
+	evicting    bool        // it could evict at the last probe (maxmemory and a policy other than noeviction)
 	marker      string      // the data-kept marker's value after the last probe; "" if unknown
 	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost
@@ -83,7 +84,7 @@ type serverMarks struct {
 // and whether the client knew the node before (nodeKnown: a server met at
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
-	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, marker: m.markerIs, slots: m.claims}
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, marker: m.markerIs, slots: m.claims}
 	if m.markerIs == "" && old != nil {
 		// A probe that could not read the marker (a node at its
 		// maxmemory refuses the SET with OOM until someone frees memory,
@@ -109,10 +110,13 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		switch start := dateStart(m, lastAnswer, old != nil); {
 		case !m.persistent:
 			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
-		case m.evicting:
+		case m.evicting || old != nil && old.evicting:
 			// INFO's counters restart at 0: evictions before the start
 			// (since the last probe, or before we met it) are not
-			// counted, only known to be older than the start.
+			// counted, only known to be older than the start. A server
+			// that could evict at the last probe may have evicted since,
+			// even if it cannot now: a maxmemory or policy set with
+			// CONFIG SET is undone by a restart that reads the file.
 			lost(start, what+" and may evict keys (evicted_keys restarts at 0, so evictions before the start are not counted)")
 		case m.failover:
 			// Persistence kept the server's own writes, but it may have

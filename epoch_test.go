@@ -130,3 +130,20 @@ func TestAnUnreadableMarkerIsNotForgotten(t *testing.T) {
 		t.Fatalf("a flush after an unreadable marker: epoch from %v (%s), want from the probe that saw it", e.since, e.why)
 	}
 }
+
+// A server that could evict at the last probe and restarts (persistent,
+// its maxmemory or policy set at run time and undone by the restart) may
+// have evicted between that probe and its restart: the restart's counters
+// hide it, so the start counts as a loss.
+func TestARestartAfterEvictingIsALoss(t *testing.T) {
+	t0 := time.Unix(10_000, 0)
+	m := serverMarks{addr: "m:1", runID: "r1", replID: "id1", uptime: time.Hour, persistent: true, evicting: true,
+		markerWas: "v1", markerIs: "v1", sent: t0, recv: t0}
+	e := nextEpoch(nil, m, time.Time{}, false)
+	later := t0.Add(time.Minute)
+	m.runID, m.replID, m.uptime, m.evicting, m.sent, m.recv = "r2", "id2", 2*time.Second, false, later, later
+	e = nextEpoch(&e, m, t0, true)
+	if e.since.IsZero() || !strings.Contains(e.why, "may evict keys") {
+		t.Fatalf("a persistent restart of a server that could evict at the last probe: epoch from %v (%s), want one from the start", e.since, e.why)
+	}
+}

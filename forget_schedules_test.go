@@ -152,3 +152,62 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 		awaitNoKey(t, ctx, en.plain.Servers[1], fresh.LockKey(name))
 	}
 }
+
+// An operator lets persistent nodes evict at run time (CONFIG SET maxmemory
+// and a policy, not written to the config file); a client that accepts
+// evicting nodes sees them evicting at a probe, then goes idle. The cache
+// evicts X's key, and the nodes restart with the file's settings: not
+// evicting, their evicted_keys back at 0, persistent. The client's next
+// call must not take the lock X still holds.
+func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
+	newClient := func() *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	x, y := newClient(), newClient()
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	y.Nodes(ctx) // Y meets the nodes before they may evict
+	for _, s := range cl.Servers {
+		if err := s.Client().ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("node %d, evicting but nothing evicted yet: %+v, want it voting", i, info)
+		}
+	}
+	for _, s := range cl.Servers {
+		fillUntilOOM(ctx, t, s)
+		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
+		}
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	left := time.Until(held.Deadline())
+	l, err := y.TryAcquire(ctx, name)
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("Y took lock %q after its nodes evicted X's key and restarted, while X holds it for %.1fs more", name, left.Seconds())
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "may evict keys") {
+		t.Fatalf("want the restarted nodes sitting out, got %v", err)
+	}
+}
