@@ -185,8 +185,7 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) erro
 		// Its start is dated as late as it may have been (dateStart), so
 		// the time left is an upper bound; the grace may come from another
 		// client's longer TTL, through the nodes' register.
-		return fmt.Errorf("%w: %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
-			ErrNodeSittingOut, what, grace, g.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+		return &GraceError{What: what, Grace: grace, Left: g.upSince.Add(grace).Sub(now).Round(time.Millisecond)}
 	}
 	return nil
 }
@@ -254,8 +253,7 @@ func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string
 			if sh.known {
 				what = "is new (restarted, promoted, met after the others, or given slots it did not serve)"
 			}
-			return fmt.Errorf("%w: its master %s %s without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
-				ErrNodeSittingOut, sh.addr, what, grace, sh.upSince.Add(grace).Sub(now).Round(time.Millisecond))
+			return &GraceError{What: "its master " + sh.addr + " " + what, Grace: grace, Left: sh.upSince.Add(grace).Sub(now).Round(time.Millisecond)}
 		}
 	}
 	if !claimed {
@@ -382,6 +380,7 @@ type probeResult struct {
 	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
+	master      string        // a replica's master, host:port as its INFO replication tells, for the refusal
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
 	nodeTime   time.Time
@@ -438,6 +437,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	fields := parseInfo(info.Val())
 	res.runID = fields["run_id"]
 	res.role = fields["role"]
+	if h, p := fields["master_host"], fields["master_port"]; h != "" && p != "" {
+		res.master = net.JoinHostPort(h, p)
+	}
 	secs, err := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
 	if res.runID == "" || res.role == "" || err != nil {
 		if execErr != nil && info.Val() == "" {
@@ -616,8 +618,12 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		}
 	}
 	if res.role != "master" {
+		what := "is a " + res.role
+		if res.master != "" {
+			what += " of " + res.master // which may be another of the nodes, refused then for its replica
+		}
 		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
+			Reason: what + ", not a master: Redlock needs independent masters", Err: ErrNotIndependent}
 	}
 	if res.shards == nil {
 		// A node that is one server (a standalone master, or Sentinel's):

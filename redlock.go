@@ -84,7 +84,9 @@ type Options struct {
 	// when the holder releases. Defaults 10ms and 500ms.
 	RetryDelayMin, RetryDelayMax time.Duration
 	// MaxWait bounds how long Acquire waits for a held lock. Default 0:
-	// until the context is done. WithMaxWait overrides it per call.
+	// until the context is done. WithMaxWait overrides it per call. When
+	// it runs out the error says so and matches ErrMaxWait (and, as a
+	// deadline would, context.DeadlineExceeded).
 	MaxWait time.Duration
 	// DriftFactor is the share of the TTL allowed for clock drift between
 	// nodes; 2ms more cover Redis' expiry resolution. Default 0.01.
@@ -158,6 +160,12 @@ type Options struct {
 	// node's votes fail rather than count unsafely. Nodes that fail over
 	// (see AllowFailoverNodes) are accepted with it.
 	DurableVotes bool
+	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
+	// quorum is every node, so a single node down or restarting stops
+	// every lock; New refuses such a set unless this is set (tests, a
+	// single-node setup on purpose). A Semaphore of such a client needs no
+	// opt-in of its own then.
+	AllowNoFaultTolerance bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -188,11 +196,19 @@ type Client struct {
 // New builds a client over nodes, one go-redis client per independent Redis
 // master. The caller keeps ownership of the clients (Close does not close
 // them); New adds a hook to each that lets the client notice reconnections.
-// New does no network I/O: unreachable nodes, replicas and duplicate servers
-// show up on first use, or at once with Verify.
+//
+// New refuses fewer than 3 nodes unless Options.AllowNoFaultTolerance is
+// set. It probes every node once, in parallel, for at most four node
+// timeouts, and refuses a set that is known not to be independent masters
+// (ErrNotIndependent): a replica, or one server reached twice, naming that
+// node. A node that does not answer is not an error here: it may come up
+// later, and Verify tells whether enough nodes vote now.
 func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, configErr("nodes", "[]", "at least one Redis master is needed (an odd number, 3 or 5, is usual)")
+	}
+	if n := len(nodes); n < 3 && !opts.AllowNoFaultTolerance {
+		return nil, configErr("number of nodes", n, fmt.Sprintf("leaves no fault tolerance: the quorum is %d of %d, so one node down or restarting stops every lock; use 3 or more independent masters (5 is usual), or set Options.AllowNoFaultTolerance", n/2+1, n))
 	}
 	ns := make([]*node, len(nodes))
 	seen := make(map[string]int)
@@ -230,7 +246,29 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			cc.OnNewNode(n.watch)
 		}
 	}
+	if err := c.probeAtStart(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// probeAtStart is the first contact with every node, made by New so that a
+// set of nodes known to be wrong is refused where it is configured, naming
+// the wrong node, rather than at the first acquire. It only reads the
+// nodes' registers of the largest TTL in use: a client that never takes a
+// lock must not raise them (an acquire raises them before it counts a
+// vote).
+func (c *Client) probeAtStart() error {
+	ctx, cancel := c.perNode(context.Background())
+	c.each(func(_ int, n *node) { _, _ = c.refresh(ctx, n, 0) })
+	cancel()
+	c.compareClocks()
+	c.probed.Store(true)
+	if err := c.independence(); errors.Is(err, ErrNotIndependent) {
+		return err
+	}
+	return nil
 }
 
 // newClient builds a client over nodes; the quorum tests give it fakes.
@@ -505,7 +543,8 @@ type lockConfig struct {
 // WithTTL sets this lock's TTL instead of Options.TTL.
 func WithTTL(ttl time.Duration) LockOption { return func(lc *lockConfig) { lc.ttl = ttl } }
 
-// WithMaxWait bounds how long Acquire waits, instead of Options.MaxWait.
+// WithMaxWait bounds how long Acquire waits, instead of Options.MaxWait;
+// the error then matches ErrMaxWait.
 func WithMaxWait(d time.Duration) LockOption { return func(lc *lockConfig) { lc.maxWait = d } }
 
 // WithAutoExtend keeps the lock extended in the background, every third of
@@ -634,7 +673,7 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
+		ctx, cancel = withMaxWait(ctx, lc.maxWait)
 		defer cancel()
 	}
 	if lc.fair {
@@ -650,9 +689,9 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	var last error // the last attempt's failure, for the caller to see when we give up
 	gaveUp := func() error {
 		if last == nil {
-			return fmt.Errorf("redlock: acquire %q: %w", name, ctx.Err())
+			return fmt.Errorf("redlock: acquire %q: %w", name, waitErr(ctx))
 		}
-		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, ctx.Err(), last)
+		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, waitErr(ctx), last)
 	}
 	for {
 		l, info, err := c.attemptLock(ctx, name, lc, timeout)
@@ -874,18 +913,28 @@ func (c *Client) compareClocks() {
 	}
 }
 
-// independence returns the error of the first node refused as not
-// independent, if any.
+// independence returns the error of a node refused (see nodeGuard.excluded),
+// if any: of the first node that is not independent (a replica, a second
+// address of one server) if there is one, else of the first refused for
+// another reason. A replica among the nodes also makes its master a master
+// with replicas, refused as a node that fails over: the replica is the
+// node to remove, so it is the one named.
 func (c *Client) independence() error {
+	var first error
 	for _, n := range c.nodes {
 		if g := n.guard.Load(); g != nil && g.excluded != nil {
 			if g.cluster != nil {
 				n.stale.Store(true) // slots move: look at the node again next time
 			}
-			return g.excluded
+			if errors.Is(g.excluded, ErrNotIndependent) {
+				return g.excluded
+			}
+			if first == nil {
+				first = g.excluded
+			}
 		}
 	}
-	return nil
+	return first
 }
 
 func (c *Client) noteTTL(ttl time.Duration) {

@@ -271,13 +271,15 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	if opts.TLSConfig, err = nf.tls.config(a); err != nil {
 		return nil, withExitCode(exitUsage, err)
 	}
+	// The CLI accepts 1 or 2 nodes (tests, a single-node setup on purpose) with the warning
+	// below instead of the library's refusal: an operator reads it on every run.
+	opts.AllowNoFaultTolerance = true
 	c, err := redlock.NewFromURLs(urls, opts)
 	if err != nil {
 		return nil, withExitCode(exitUsage, failoverHint(err))
 	}
 	if len(urls) < 3 {
-		// Legal (tests, a single-node setup on purpose) but worth a word: with 1 or 2
-		// nodes the quorum is all of them, so any one node down stops every lock.
+		// With 1 or 2 nodes the quorum is all of them, so any one node down stops every lock.
 		fmt.Fprintf(a.stderr, "redlock: warning: with %s, no node may fail (the quorum is all of them); use 3 or 5 independent masters\n", plural(len(urls), "node"))
 	}
 	return c, nil
