@@ -243,7 +243,11 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 			if len(g.names) > 1 {
 				verb = "sit"
 			}
-			fmt.Fprintf(b, "%s %s out the %v restart grace for up to %v: %s %s (%s)", who, verb, ge.Grace, ge.Left, ge.What, graceWhy, graceWhose)
+			why := graceWhy
+			if len(g.names) > 1 {
+				why = strings.NewReplacer("(it keeps", "(a node keeps", "so it may", "so they may").Replace(why)
+			}
+			fmt.Fprintf(b, "%s %s out the %v restart grace for up to %v: %s %s (%s)", who, verb, ge.Grace, ge.Left, ge.What, why, graceWhose)
 			continue
 		}
 		if who != "" {

@@ -65,15 +65,22 @@ const fenceSuffix = ":fence"
 // healthy nodes would time out, and the lock would fail for no fault.
 const MinNodeTimeout = time.Millisecond
 
+// MinTTL is the shortest TTL accepted, as Options.TTL, WithTTL or any
+// primitive's TTL. Of a 20ms lock the drift allowance (DriftFactor of it
+// plus 2ms) takes 2.2ms, and the default node timeout, a tenth, is 2ms: what
+// a first contact over loopback (a dial, then the probe's round trips)
+// needs on a busy machine. At 10ms, with a 1ms node timeout, every first
+// acquire on localhost timed out. A TTL this short suits tests and
+// local coordination only; across a network use seconds.
+const MinTTL = 20 * time.Millisecond
+
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
 	// TTL is how long a lock lives on the nodes unless extended or
 	// released. Default 10s. WithTTL overrides it per lock.
 	//
 	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
-	// 200ms) to answer, and that tenth must be at least MinNodeTimeout: the
-	// smallest TTL accepted is 10ms. A shorter one would make every node
-	// look down on a real network, and the failure would be blamed on them.
+	// 200ms) to answer. The smallest TTL accepted is MinTTL (20ms).
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -412,18 +419,14 @@ func (o *Options) setDefaults() error {
 
 // nodeTimeout checks ttl and returns the per-node timeout to use with it.
 func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, error) {
-	if ttl < time.Millisecond {
-		return 0, configErr(field, ttl, "must be at least 1ms")
+	if ttl < MinTTL {
+		return 0, configErr(field, ttl, fmt.Sprintf("is below the minimum TTL of %v (MinTTL): the drift allowance and the nodes' round trips would leave a lock too little validity to be taken, even on localhost", MinTTL))
 	}
 	if d := driftAllowance(ttl, o.DriftFactor); d >= ttl {
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
 	}
 	if o.NodeTimeout == 0 {
-		d := min(DefaultNodeTimeout, ttl/10)
-		if d < MinNodeTimeout {
-			return 0, configErr(field, ttl, fmt.Sprintf("leaves a node timeout of %v (a tenth of it), below the %v a node needs to answer over a network; use at least %v", d, MinNodeTimeout, 10*MinNodeTimeout))
-		}
-		return d, nil
+		return min(DefaultNodeTimeout, ttl/10), nil // at least MinNodeTimeout, as ttl >= MinTTL
 	}
 	if o.NodeTimeout < MinNodeTimeout {
 		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", MinNodeTimeout))
