@@ -187,6 +187,7 @@ type Client struct {
 	// hot path
 	defaultTTLArg, fenceLifetimeArg any
 	owned                           []redis.UniversalClient
+	unrouteLog                      func() // ends the routing of go-redis' log about owned (golog.go)
 
 	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
 	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
@@ -302,7 +303,10 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 
 // NewFromURLs builds a client from node URLs of any kind (see
 // ParseNodeURL): standalone masters, Redis Clusters, Sentinel-managed
-// masters. It owns the go-redis clients it creates: Close closes them.
+// masters. It owns the go-redis clients it creates: Close closes them, and
+// go-redis' log lines about their nodes go to Options.Logger, not stderr
+// (see golog.go: the first NewFromURLs installs a process-wide go-redis
+// logger; a program that wants its own calls redis.SetLogger after it).
 // Their connections are dialled once, not retried, and go-redis does not
 // retry commands unless a URL sets max_retries: a node that refuses
 // connections is reported at once, and the client's own Acquire loop does
@@ -322,13 +326,41 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 		clients = append(clients, n.client(hasQuery(u, "max_retries")))
 	}
+	// Routed before New, whose probe may be the first dial.
+	logger, now := opts.Logger, time.Now
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock != nil {
+		now = opts.Clock.Now
+	}
+	unroute := routeGoRedisLog(ownAddrs(clients), logger, now)
 	c, err := New(clients, opts)
 	if err != nil {
+		unroute()
 		closeAll()
 		return nil, err
 	}
-	c.owned = clients
+	c.owned, c.unrouteLog = clients, unroute
 	return c, nil
+}
+
+// ownAddrs lists the addresses of the nodes of clients that go-redis' log
+// lines name: a server's, a Cluster's seeds. (A Sentinel-managed master's
+// address is known only once Sentinel named it.)
+func ownAddrs(clients []redis.UniversalClient) []string {
+	var addrs []string
+	for _, rdb := range clients {
+		switch rdb := rdb.(type) {
+		case *redis.Client:
+			if !isFailoverClient(rdb) {
+				addrs = append(addrs, rdb.Options().Addr)
+			}
+		case *redis.ClusterClient:
+			addrs = append(addrs, rdb.Options().Addrs...)
+		}
+	}
+	return addrs
 }
 
 // hasQuery tells whether a node URL sets the query option key itself: an
@@ -452,6 +484,9 @@ func (c *Client) Close() error {
 	var errs []error
 	for _, rdb := range c.owned {
 		errs = append(errs, rdb.Close())
+	}
+	if c.unrouteLog != nil {
+		c.unrouteLog()
 	}
 	return errors.Join(errs...)
 }

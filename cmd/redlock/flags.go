@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // cmdHelp is what `redlock <command> --help` prints around the flag list.
@@ -197,7 +196,7 @@ func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
 	if nf.verbose {
 		opts.Logger = nf.logger(a)
 		opts.Observer = eventLog{opts.Logger}
-		redis.SetLogger(redisLog{opts.Logger})
+		redlock.SetGoRedisLogger(redisLog{opts.Logger})
 	}
 	return opts
 }
