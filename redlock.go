@@ -173,6 +173,16 @@ type Options struct {
 	// single-node setup on purpose). A Semaphore of such a client needs no
 	// opt-in of its own then.
 	AllowNoFaultTolerance bool
+	// UnreachableTimeout bounds how long an Acquire (or Do) with no bound
+	// of its own (no context deadline, no MaxWait) waits while fewer than
+	// a quorum of nodes can be reached: it then fails with an error
+	// matching ErrNoQuorum rather than retry in silence for ever. Every
+	// waiting Acquire also logs a warning, and tells an Observer
+	// (EventUnreachable), once such a wait lasted 2s; a wait for nodes in
+	// their restart grace, which ends by itself, is told once
+	// (EventGraceWait) and not bounded by this. Default 30s;
+	// NoUnreachableTimeout waits for ever.
+	UnreachableTimeout time.Duration
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -197,8 +207,11 @@ type Client struct {
 	fair      fairWaiters // the fair-lock waiters, told of grants by the release channels
 	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
-	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
-	closed    atomic.Bool
+	// graceToldUntil is when the wait for the restart grace last told
+	// (waitReport.tellGrace) ends, in Unix ns: it is not told again before.
+	graceToldUntil atomic.Int64
+	bg             background // goroutines that outlive a call: stragglers, cleanups, extenders
+	closed         atomic.Bool
 }
 
 // New builds a client over nodes, one go-redis client per independent Redis
@@ -422,6 +435,8 @@ func (o *Options) setDefaults() error {
 		return configErr("NodeTimeout", o.NodeTimeout, "must not be negative")
 	case o.MaxWait < 0:
 		return configErr("MaxWait", o.MaxWait, "must not be negative")
+	case o.UnreachableTimeout < NoUnreachableTimeout:
+		return configErr("UnreachableTimeout", o.UnreachableTimeout, "must be NoUnreachableTimeout, 0 or positive")
 	case o.RestartGrace < NoRestartGrace:
 		return configErr("RestartGrace", o.RestartGrace, "must be NoRestartGrace, 0 or positive")
 	case o.ClockJumpThreshold < NoClockGuard:
@@ -433,6 +448,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.FenceLifetime == 0 {
 		o.FenceLifetime = DefaultFenceLifetime
+	}
+	if o.UnreachableTimeout == 0 {
+		o.UnreachableTimeout = DefaultUnreachableTimeout
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
@@ -709,6 +727,8 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	if lc.sem != nil {
 		topic = lc.sem.topic
 	}
+	_, deadline := ctx.Deadline()
+	report := waitReport{c: c, name: name, unbounded: !deadline && lc.maxWait == 0, graceUntil: &c.graceToldUntil}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = withMaxWait(ctx, lc.maxWait)
@@ -739,6 +759,9 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		case ctx.Err() != nil:
 			return nil, gaveUp()
 		case !retryable(err):
+			return nil, err
+		}
+		if err := report.failed(err); err != nil {
 			return nil, err
 		}
 		last = err
