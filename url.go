@@ -103,8 +103,21 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, configErr("node URL", `""`, "is empty")
 	}
+	if !strings.Contains(raw, "://") {
+		// host:port alone, the way redis-cli takes it.
+		return nil, bad("has no scheme: write redis://" + shown + " (redis+cluster:// for a Cluster, redis+sentinel:// for a Sentinel master, rediss for TLS)")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		// url.Parse names a port that is not a number ("invalid port \":76o1\" after
+		// host"); no other part of the URL, which may hold a password.
+		if _, after, ok := strings.Cut(err.Error(), "invalid port "); ok {
+			if port, _, ok := strings.Cut(after, " after host"); ok {
+				if p, qerr := strconv.Unquote(port); qerr == nil {
+					return nil, bad(fmt.Sprintf("has port %q: want a number from 1 to 65535", strings.TrimPrefix(p, ":")))
+				}
+			}
+		}
 		return nil, bad("is not a valid URL")
 	}
 	scheme, kind, known := strings.Cut(u.Scheme, "+")

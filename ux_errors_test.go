@@ -114,3 +114,19 @@ func TestTheMinimumTTLWorksOnLocalhost(t *testing.T) {
 		t.Fatalf("a TTL below the minimum: %v, want a ConfigError naming 19ms and the minimum", err)
 	}
 }
+
+// A node address without a scheme gets the URL to write; a port that is not
+// a number is named.
+func TestNodeURLErrorsSayWhatToWrite(t *testing.T) {
+	for raw, want := range map[string]string{
+		"127.0.0.1:7601":                "has no scheme: write redis://127.0.0.1:7601",
+		"localhost:6379":                "has no scheme: write redis://localhost:6379",
+		"redis://127.0.0.1:76o1":        `has port "76o1": want a number from 1 to 65535`,
+		"redis://u:s3cret@10.0.0.1:7x1": `has port "7x1"`,
+	} {
+		_, err := redlock.ParseNodeURL(raw)
+		if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("%s: %v, want %q (and no password)", redlock.RedactURL(raw), err, want)
+		}
+	}
+}
