@@ -1,5 +1,5 @@
 # The README's two first commands live here: `make demo` and `make test`.
-# Every target installs what it needs first (scripts/install-deps.sh), so a
+# Every target installs what it needs first (tools/install-deps.sh), so a
 # fresh machine needs nothing done by hand.
 
 GO ?= go
@@ -7,10 +7,16 @@ GO ?= go
 # (chaos/, bench/, cmd/redlock/) that keep heavy dependencies out of it.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: deps test vet fmt-check demo
+.PHONY: deps servers test vet fmt-check demo
 
 deps:
-	@./scripts/install-deps.sh
+	@./tools/install-deps.sh
+
+# Redis 8.6 and Valkey 9.1 for the test matrix, beside the system's Redis 7.0,
+# in ${REDLOCK_SERVERS_DIR:-$HOME/.cache/redlock/servers}/{redis-8.6,valkey-9.1}/bin/
+# (tools/install-servers.sh says how; it changes nothing on the system).
+servers:
+	@./tools/install-servers.sh
 
 vet:
 	@set -e; for m in $(MODULES); do echo "== go vet $$m"; (cd $$m && $(GO) vet ./...); done

@@ -25,8 +25,8 @@ import "strings"
 //     and hashes in the lock's hash slot (lua/rw_*.lua, lua/fair_queue.lua);
 //     zrange also serves Client.Queue.
 //   - wait, command|info: durable votes (Options.DurableVotes) wait for
-//     the replicas after each vote, and the probe asks whether the server
-//     has WAITAOF. A 7.2+ server whose AOF is on is sent WAITAOF instead,
+//     the replicas after each vote (and read them with info after the
+//     wait), and the probe asks whether the server has WAITAOF. A 7.2+ server whose AOF is on is sent WAITAOF instead,
 //     which a 7.0 server's ACL cannot name: add +waitaof to the rule there.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",

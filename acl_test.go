@@ -212,15 +212,15 @@ func TestACLUserWithoutScriptLoadStillLocks(t *testing.T) {
 	}
 }
 
-// TestREADMEDocumentsTheACLRule: the rule in the README is the one the code
-// needs.
-func TestREADMEDocumentsTheACLRule(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
+// TestDocsShowTheACLRule: the rule in the operations guide is the one the
+// code needs.
+func TestDocsShowTheACLRule(t *testing.T) {
+	guide, err := os.ReadFile("docs/OPERATIONS.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(readme), redlock.ACLRule("")) {
-		t.Errorf("README.md does not show the ACL rule:\n%s", redlock.ACLRule(""))
+	if !strings.Contains(string(guide), redlock.ACLRule("")) {
+		t.Errorf("docs/OPERATIONS.md does not show the ACL rule:\n%s", redlock.ACLRule(""))
 	}
 }
 

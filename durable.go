@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -21,13 +22,25 @@ import (
 // would reach an arbitrary master.
 
 // writeDurable sends cmds, one write of n's pipe, each master's calls
-// followed by a WAIT, and turns the answer of every vote whose WAIT came
-// back short into an error wrapping ErrVoteNotDurable. The error is the
-// one a write of the calls alone would give (for the pipe's bookkeeping).
+// followed by a WAIT and a read of the replicas the master lists now, and
+// turns the answer of every vote that those do not make durable into an
+// error wrapping ErrVoteNotDurable. The error is the one a write of the
+// calls alone would give (for the pipe's bookkeeping).
 func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 	cc, ok := n.rdb.(*redis.ClusterClient)
 	if !ok {
-		return writeWaited(ctx, n.rdb, cmds, int(n.replicas.Load()), n.waitAOF.Load())
+		g := n.guard.Load()
+		m := masterReplicas{need: int(n.replicas.Load()), waitAOF: n.waitAOF.Load(), cluster: g != nil && g.cluster != nil}
+		listed, err := writeWaited(ctx, n.rdb, cmds, m)
+		// The next writes wait for every replica listed now: the most
+		// seen, as the probe counts them.
+		for {
+			seen := n.replicas.Load()
+			if int64(listed) <= seen || n.replicas.CompareAndSwap(seen, int64(listed)) {
+				break
+			}
+		}
+		return err
 	}
 	// Group the calls by their slot's master, keeping their order within
 	// each group: the calls on one key share a slot, so their order holds.
@@ -70,60 +83,125 @@ func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = writeWaited(ctx, g.m, g.cmds, sh.replicas, sh.waitAOF)
+			var listed int
+			listed, errs[i] = writeWaited(ctx, g.m, g.cmds, masterReplicas{need: sh.replicas, waitAOF: sh.waitAOF, cluster: true})
+			if listed > sh.replicas {
+				// A replica joined since the probe: the probe learns it
+				// (and what else changed) before the next vote.
+				n.stale.Store(true)
+			}
 		}()
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
+// masterReplicas is what a durable write knows of the master it goes to.
+type masterReplicas struct {
+	need    int  // the replicas to wait for, as last learned
+	waitAOF bool // the master has WAITAOF and its AOF on
+	// cluster: the master is in cluster mode, and its CLUSTER NODES lists
+	// its replicas whether their link is up or not
+	cluster bool
+}
+
 // writeWaited sends cmds to one master as one pipeline, followed by the
-// WAIT that need acknowledgements ask, and judges the votes among them.
-func writeWaited(ctx context.Context, rdb redis.UniversalClient, cmds []redis.Cmder, need int, waitAOF bool) error {
-	sent, judge := withWait(ctx, cmds, need, waitAOF)
+// WAIT that m.need acknowledgements ask and a read of the replicas the
+// master lists, and judges the votes among them. listed is how many
+// replicas the master listed (0 if the read failed, or if cmds hold no
+// vote and nothing was read).
+func writeWaited(ctx context.Context, rdb redis.UniversalClient, cmds []redis.Cmder, m masterReplicas) (listed int, err error) {
+	sent, judge := withWait(ctx, cmds, m)
 	pl := rdb.Pipeline()
 	for _, cmd := range sent {
 		_ = pl.Process(ctx, cmd)
 	}
-	_, err := pl.Exec(ctx)
-	judge()
-	return err
+	_, err = pl.Exec(ctx)
+	return judge(), err
 }
 
 // withWait is the durable step of a write: cmds with the WAIT (or
-// WAITAOF) that asks need replicas' acknowledgements appended, and the
-// function that, once the write was answered, marks every vote among cmds
-// that the acknowledgements do not cover with ErrVoteNotDurable. A write
-// with no vote, or a master with no replica, needs no WAIT.
-func withWait(ctx context.Context, cmds []redis.Cmder, need int, waitAOF bool) ([]redis.Cmder, func()) {
+// WAITAOF) that asks m.need replicas' acknowledgements appended, then the
+// reads of the replicas the master has, and the function that, once the
+// write was answered, marks every vote among cmds that they do not make
+// durable with ErrVoteNotDurable and tells how many replicas the master
+// listed. A write with no vote needs neither; a master with no replica to
+// wait for is sent no WAIT, but its replicas are read all the same.
+//
+// The replicas are read after the WAIT, on the same connection: a replica
+// listed then that the WAIT did not ask for (it joined since the probe,
+// or replaced another) makes the votes fail, and the next write waits for
+// it too. A replica that joins later starts with a full sync of the
+// master's data, which holds the vote's write (PROTOCOL §12, case a).
+func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redis.Cmder, func() int) {
 	votes := 0
 	for _, cmd := range cmds {
 		if isVote(cmd) {
 			votes++
 		}
 	}
-	if votes == 0 || need <= 0 {
-		return cmds, func() {}
+	if votes == 0 {
+		return cmds, func() int { return 0 }
 	}
+	sent := cmds[:len(cmds):len(cmds)]
 	ms := waitTimeout(ctx)
 	var wait redis.Cmder
-	if waitAOF {
-		wait = redis.NewIntSliceCmd(ctx, "waitaof", 1, need, ms)
-	} else {
-		wait = redis.NewIntCmd(ctx, "wait", need, ms)
+	switch {
+	case m.need <= 0:
+	case m.waitAOF:
+		wait = redis.NewIntSliceCmd(ctx, "waitaof", 1, m.need, ms)
+	default:
+		wait = redis.NewIntCmd(ctx, "wait", m.need, ms)
 	}
-	sent := append(cmds[:len(cmds):len(cmds)], wait)
-	return sent, func() {
-		err := waitShort(wait, need, ms)
-		if err == nil {
-			return
+	if wait != nil {
+		sent = append(sent, wait)
+	}
+	info := redis.NewStringCmd(ctx, "info", "replication")
+	sent = append(sent, info)
+	var nodes *redis.StringCmd
+	if m.cluster {
+		nodes = redis.NewStringCmd(ctx, "cluster", "nodes")
+		sent = append(sent, nodes)
+	}
+	return sent, func() int {
+		listed, err := listedReplicas(info, nodes)
+		switch {
+		case err != nil:
+			err = fmt.Errorf("%w: the master's replicas could not be read after the write: %w", ErrVoteNotDurable, err)
+		case listed > m.need:
+			err = fmt.Errorf("%w: the master lists %d replicas now, and the write waited for %d (the next write waits for them all)", ErrVoteNotDurable, listed, max(m.need, 0))
+		case wait != nil:
+			err = waitShort(wait, m.need, ms)
 		}
-		for _, cmd := range cmds {
-			if cmd.Err() == nil && isVote(cmd) {
-				cmd.SetErr(err)
+		if err != nil {
+			for _, cmd := range cmds {
+				if cmd.Err() == nil && isVote(cmd) {
+					cmd.SetErr(err)
+				}
 			}
 		}
+		return listed
 	}
+}
+
+// listedReplicas reads how many replicas a master has from its INFO
+// replication (connected_slaves) and, on a Cluster's master, its CLUSTER
+// NODES (its replicas whether their link is up or not): the larger.
+func listedReplicas(info, nodes *redis.StringCmd) (int, error) {
+	if err := info.Err(); err != nil {
+		return 0, err
+	}
+	listed, err := strconv.Atoi(parseInfo(info.Val())["connected_slaves"])
+	if err != nil {
+		return 0, fmt.Errorf("INFO replication has no connected_slaves: %w", err)
+	}
+	if nodes != nil {
+		if err := nodes.Err(); err != nil {
+			return 0, err
+		}
+		listed = max(listed, replicasInView(nodes.Val()))
+	}
+	return listed, nil
 }
 
 // waitShort tells why the answer of wait, which asked need replicas'

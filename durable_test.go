@@ -505,3 +505,183 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		}
 	}
 }
+
+// Schedule 4 of issue 25: every write a vote relies on must be durable,
+// the TTL register's raise too, on whichever master of a Cluster holds it.
+// C is a Cluster of 3 masters with a replica each; P2 and P3 are plain
+// masters. The replica of M_a, the master of the register's slot, has its
+// link cut. B (TTL 9s, durable votes) cannot reach P3, and takes "job1"
+// (a slot on another master, whose WAIT is durable) on C and P2: its
+// vote on C relies on its raise of C's register to 9s, which the replica
+// never got. If that vote counts: M_a dies and its replica is promoted
+// without the 9s register, P2 restarts empty, and a fresh client A (TTL
+// 1s) finds 1s in every register, lets P2 and P3 vote once they are up
+// 1s, and takes "job1" on them while B still holds it. The vote must not
+// count: the raise waits for M_a's replica as the lock's keys wait for
+// their master's.
+func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
+	rc := startClusters(t, 1, 3, 1, redistest.Options{})[0]
+	plain := redistest.StartT(t, 2, redistest.Options{})
+	p2, p3 := plain.Servers[0], plain.Servers[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cc := rc.ClusterClient()
+	defer cc.Close()
+	regSlot, err := cc.ClusterKeySlot(ctx, redlock.DefaultKeyPrefix+"ttl-in-use").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma, err := rc.MasterFor(ctx, int(regSlot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	reps, err := rc.ReplicasOf(ctx, ma)
+	if err != nil || len(reps) != 1 {
+		t.Fatalf("the register's master %s: replicas %v, %v", ma.Addr, reps, err)
+	}
+	if err := redistest.CutReplication(ctx, reps[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := p3.Kill(); err != nil {
+		t.Fatal(err)
+	}
+
+	nodes := func() []redis.UniversalClient {
+		cc := rc.ClusterClient()
+		t.Cleanup(func() { _ = cc.Close() })
+		return []redis.UniversalClient{cc, p2.Client(), p3.Client()}
+	}
+	// B's grace is off: the servers were just started, and B is the
+	// holder; the grace that matters is A's.
+	b, err := redlock.New(nodes(), redlock.Options{TTL: 9 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	name := ""
+	for i := 0; name == ""; i++ {
+		cand := nameInSlots(b, fmt.Sprintf("job1-%d", i), 0, 16383)
+		if m, err := rc.MasterFor(ctx, b.KeySlot(cand)); err == nil && m != ma {
+			name = cand
+		}
+	}
+	held, err := b.TryAcquire(ctx, name)
+	if err != nil {
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Fatalf("B's vote on C relies on a register raise M_a's replica never got: want ErrVoteNotDurable, got %v", err)
+		}
+		return
+	}
+	defer held.Release(context.Background())
+
+	// B's vote counted: play the schedule on, to show what it costs.
+	if _, _, err := rc.KillMaster(ctx, int(regSlot)); err != nil {
+		t.Fatal(err)
+	}
+	if err := p2.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p3.Restart(false); err != nil {
+		t.Fatal(err)
+	}
+	a, err := redlock.New(nodes(), redlock.Options{TTL: time.Second, DurableVotes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	var last error
+	for time.Until(held.Deadline()) > 0 {
+		l, err := a.TryAcquire(ctx, name)
+		last = err
+		if err == nil {
+			left := time.Until(held.Deadline())
+			_ = l.Release(ctx)
+			t.Fatalf("B's vote on C counted on a register raise that M_a's replica never acknowledged: after the failover a fresh client took %q with %.1fs of B's validity left", name, left.Seconds())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("B's vote on C counted on a register raise that M_a's replica never acknowledged (no second holder came before B's validity ran out: %v)", last)
+}
+
+// Schedule 5 of issue 25: the replicas a vote waits for are those its
+// master has when the vote counts, not those of the last probe. The
+// client meets a Cluster node whose one master M has no replica (it
+// learns to wait for none); a replica R then joins M and syncs, so that
+// M's CLUSTER NODES lists it, and then lags (its link is cut). An acquire
+// must not count M's vote: R may be promoted (CLUSTER FAILOVER TAKEOVER)
+// without the key.
+func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
+	rc := redistest.StartRedisClusterT(t, 1, 0, redistest.Options{})
+	m := rc.Shards[0].Master
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cc := rc.ClusterClient()
+	defer cc.Close()
+	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Verify(ctx); err != nil { // meets M without a replica
+		t.Fatal(err)
+	}
+
+	r := redistest.StartT(t, 1, redistest.Options{ClusterMode: true, Args: []string{
+		"--cluster-node-timeout", strconv.Itoa(int(redistest.NodeTimeout.Milliseconds())),
+		"--cluster-replica-validity-factor", "0"}}).Servers[0]
+	mid, err := m.ID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rid, err := r.ID(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().Do(ctx, "cluster", "meet", "127.0.0.1", m.Port, m.BusPort).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "R knows M", 20*time.Second, func(ctx context.Context) (bool, error) {
+		nodes, err := r.Client().ClusterNodes(ctx).Result()
+		return err == nil && strings.Contains(nodes, mid) && !strings.Contains(nodes, "handshake"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Client().Do(ctx, "cluster", "replicate", mid).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "M lists R as its replica, in sync", 20*time.Second, func(ctx context.Context) (bool, error) {
+		nodes, err := m.Client().ClusterNodes(ctx).Result()
+		if err != nil || !strings.Contains(nodes, rid+" ") || !strings.Contains(nodes, "slave "+mid) {
+			return false, err
+		}
+		info, err := r.Client().Info(ctx, "replication").Result()
+		return err == nil && strings.Contains(info, "master_link_status:up"), err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.CutReplication(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+
+	const name = "job"
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Fatalf("M's replica R lags: want ErrVoteNotDurable, got %v", err)
+		}
+		return
+	}
+	defer l.Release(context.Background())
+	if err := r.Client().Do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := redistest.Await(ctx, "R promoted", 20*time.Second, func(ctx context.Context) (bool, error) {
+		role, err := r.Client().Do(ctx, "role").Slice()
+		return err == nil && len(role) > 0 && role[0] == "master", err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	n, err := r.Client().Exists(ctx, c.LockKey(name)).Result()
+	t.Fatalf("the vote counted without a WAIT for R, which joined after the probe: R, promoted, holds %d copies of the key (%v), with %.1fs of the holder's validity left",
+		n, err, time.Until(l.Deadline()).Seconds())
+}

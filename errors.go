@@ -45,6 +45,13 @@ var (
 	// a lock's key. Refused unless Options.DurableVotes or
 	// Options.AllowFailoverNodes. It also matches ErrInvalidConfig.
 	ErrFailoverNode = errors.New("redlock: node fails over and its votes are not durable")
+	// ErrEvictingNode: a node may evict keys (maxmemory set, and a
+	// maxmemory-policy other than noeviction; lock keys all have a TTL, so
+	// volatile-* policies evict them too): an evicted lock key hands the
+	// lock to a second client. Refused unless Options.AllowEvictingNodes.
+	// The fix is noeviction, or a Redis of its own for the locks. It also
+	// matches ErrInvalidConfig.
+	ErrEvictingNode = errors.New("redlock: node may evict lock keys")
 	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
 	// acquire or an extension) was written, but fewer of its master's
 	// replicas than could be promoted acknowledged it in time (WAIT came
@@ -243,11 +250,11 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 			if len(g.names) > 1 {
 				verb = "sit"
 			}
-			why := graceWhy
+			what, lost := ge.What, "it may have lost"
 			if len(g.names) > 1 {
-				why = strings.NewReplacer("(it keeps", "(a node keeps", "so it may", "so they may").Replace(why)
+				what, lost = strings.Replace(what, "(it keeps", "(a node keeps", 1), "they may have lost"
 			}
-			fmt.Fprintf(b, "%s %s out the %v restart grace for up to %v: %s %s (%s)", who, verb, ge.Grace, ge.Left, ge.What, why, graceWhose)
+			fmt.Fprintf(b, "%s %s out the %v restart grace for up to %v: %s, so %s locks' keys (%s)", who, verb, ge.Grace, ge.Left, what, lost, graceWhose)
 			continue
 		}
 		if who != "" {
@@ -286,30 +293,27 @@ func capText(s string) string {
 func (e *NodeError) Unwrap() error { return e.Err }
 
 // GraceError reports a node that sits out the restart grace: it (or, on a
-// Cluster node, the master of the lock's slot) started without persistence
-// less than the grace ago, so it may have lost the keys of locks that are
-// still valid. It matches ErrNodeSittingOut.
+// Cluster node, a master of the lock's slot) started without persistence,
+// or had another event that may have lost keys (a promotion, evictions, a
+// flush), less than the grace ago, so it may have lost the keys of locks
+// that are still valid. It matches ErrNodeSittingOut.
 type GraceError struct {
-	// What happened: "started", "restarted", or on a Cluster node "its
-	// master <addr> ..." and what is new about it.
+	// What happened, e.g. "started without persistence (...)", "was
+	// promoted from replica ...", on a Cluster node "its master <addr> ...".
 	What  string
 	Grace time.Duration // the restart grace in force
 	Left  time.Duration // the longest it may still sit out
 }
 
-// graceWhy says why a node that started without persistence sits out,
-// once for every node it applies to.
-const graceWhy = "without persistence (it keeps its keys only with appendonly yes and appendfsync always), so it may have lost locks' keys"
-
 // graceWhose says where the grace comes from.
 const graceWhose = "the grace is the larger of this client's and the largest TTL in use on the nodes"
 
 func (e *GraceError) Error() string {
-	// Its start is dated as late as it may have been, so Left is an upper
+	// The event is dated as late as it may have been, so Left is an upper
 	// bound; the grace may come from another client's longer TTL, through
 	// the nodes' register.
-	return fmt.Sprintf("%v: %s %s: it sits out the %v restart grace and votes in at most %v (%s)",
-		ErrNodeSittingOut, e.What, graceWhy, e.Grace, e.Left, graceWhose)
+	return fmt.Sprintf("%v: %s, so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (%s)",
+		ErrNodeSittingOut, e.What, e.Grace, e.Left, graceWhose)
 }
 
 // Is makes errors.Is(err, ErrNodeSittingOut) true.

@@ -27,17 +27,17 @@ func Example() {
 	urls, stop := exampleNodes(5)
 	defer stop()
 
-	client, err := redlock.NewFromURLs(urls, redlock.Options{
-		TTL:          10 * time.Second,
-		RestartGrace: redlock.NoRestartGrace, // the example's nodes were started just now
-	})
+	// The nodes were started just now, with no persistence: they sit out
+	// the restart grace, one TTL, before they vote (they cannot know that
+	// they forgot no lock). A short TTL, renewed while held, keeps that short.
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: 2 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
 
 	ctx := context.Background()
-	lock, err := client.Acquire(ctx, "nightly-report", redlock.WithMaxWait(5*time.Second))
+	lock, err := client.Acquire(ctx, "nightly-report", redlock.WithMaxWait(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func Example() {
 func ExampleClient_Do() {
 	urls, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace})
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -78,14 +78,18 @@ func ExampleClient_Do() {
 func ExampleClient_TryAcquire() {
 	urls, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.NewFromURLs(urls, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: 2 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer client.Close()
 	ctx := context.Background()
 
-	first, _ := client.TryAcquire(ctx, "cron:billing")
+	// Acquire waits, here for the fresh nodes' restart grace (one TTL).
+	first, err := client.Acquire(ctx, "cron:billing", redlock.WithMaxWait(10*time.Second))
+	if err != nil {
+		log.Fatal(err)
+	}
 	defer first.Release(ctx)
 
 	_, err = client.TryAcquire(ctx, "cron:billing")
@@ -131,7 +135,7 @@ func ExampleFence() {
 func ExampleWithMetadata() {
 	urls, stop := exampleNodes(3)
 	defer stop()
-	client, err := redlock.NewFromURLs(urls, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	client, err := redlock.NewFromURLs(urls, redlock.Options{TTL: 2 * time.Second})
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -139,7 +143,7 @@ func ExampleWithMetadata() {
 
 	ctx := context.Background()
 	// Tell operators who holds the lock: Inspect (and `redlock status`) show it.
-	lock, err := client.Acquire(ctx, "deploy", redlock.WithMetadata("host=web-1 pid=4242 cmd=make deploy"))
+	lock, err := client.Acquire(ctx, "deploy", redlock.WithMetadata("host=web-1 pid=4242 cmd=make deploy"), redlock.WithMaxWait(10*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -87,7 +87,7 @@ func (a *attempt) raiseFence(token int64) error {
 //
 // A Fence protects only what goes through it. When the resource is shared
 // by several processes, the check must live in the resource itself: see
-// FencedSet for a Redis value, and the README for an SQL pattern.
+// FencedSet for a Redis value, and docs/FENCING.md for an SQL pattern.
 type Fence struct {
 	mu      sync.Mutex
 	highest int64

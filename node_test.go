@@ -14,13 +14,13 @@ import (
 func TestStartIsDatedNoEarlierThanTheServerStarted(t *testing.T) {
 	recv := time.Unix(1000, 0)
 	trueStart := recv.Add(-10 * time.Millisecond)
-	res := probeResult{uptime: time.Second, sent: recv.Add(-time.Millisecond), recv: recv}
+	res := serverMarks{uptime: time.Second, sent: recv.Add(-time.Millisecond), recv: recv}
 	start := dateStart(res, time.Time{}, false)
 	if start.Before(trueStart) {
 		t.Fatalf("start dated %v before the server started", trueStart.Sub(start))
 	}
 	const grace = time.Second
-	g := &nodeGuard{upSince: start}
+	g := &nodeGuard{server: serverEpoch{since: start, why: "started"}}
 	for at := trueStart; at.Before(trueStart.Add(grace)); at = at.Add(10 * time.Millisecond) {
 		if err := g.voteErr(at, grace, ""); !errors.Is(err, ErrNodeSittingOut) {
 			t.Fatalf("%v after the start, within the %v grace: vote error %v, want sitting out", at.Sub(trueStart), grace, err)
@@ -42,17 +42,24 @@ func TestStartIsDatedNoEarlierThanTheServerStarted(t *testing.T) {
 
 func TestRestartGraceWording(t *testing.T) {
 	now := time.Unix(1000, 0)
-	young := now.Add(-100 * time.Millisecond)
+	young := serverMarks{runID: "a", uptime: 1100 * time.Millisecond, recv: now} // dated 100ms ago
+	persistent := young
+	persistent.persistent = true
+	old := young
+	old.uptime = time.Hour
+	guard := func(prev *serverEpoch, m serverMarks, known bool, grace time.Duration) nodeGuard {
+		return nodeGuard{server: nextEpoch(prev, m, time.Time{}, known), grace: grace}
+	}
 	cases := []struct {
 		guard nodeGuard
 		want  string // "" if the node votes
 	}{
-		{nodeGuard{upSince: young}, "started without persistence (it keeps its keys only with appendonly yes and appendfsync always)"},
-		{nodeGuard{upSince: young}, "sits out the 1s restart grace and votes in at most 900ms"},
-		{nodeGuard{upSince: young, known: true}, "restarted without persistence"},
-		{nodeGuard{upSince: young, persistent: true}, ""},
-		{nodeGuard{upSince: young, grace: 10 * time.Second}, "the 10s restart grace and votes in at most 9.9s"}, // a grace learned at the probe outlasts a shorter one now
-		{nodeGuard{upSince: now.Add(-2 * time.Second)}, ""},
+		{guard(nil, young, false, 0), "started without persistence (it keeps its keys only with appendonly yes and appendfsync always)"},
+		{guard(nil, young, false, 0), "sits out the 1s restart grace and votes in at most 900ms"},
+		{guard(&serverEpoch{runID: "b"}, young, true, 0), "restarted without persistence"},
+		{guard(nil, persistent, false, 0), ""},
+		{guard(nil, young, false, 10*time.Second), "the 10s restart grace and votes in at most 9.9s"}, // a grace learned at the probe outlasts a shorter one now
+		{guard(nil, old, false, 0), ""},
 	}
 	for _, tc := range cases {
 		err := tc.guard.voteErr(now, time.Second, "")
@@ -63,7 +70,8 @@ func TestRestartGraceWording(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.guard, err, tc.want)
 		}
 	}
-	if err := (&nodeGuard{upSince: young}).voteErr(now, NoRestartGrace, ""); err != nil {
+	g := guard(nil, young, false, 0)
+	if err := g.voteErr(now, NoRestartGrace, ""); err != nil {
 		t.Errorf("guard off: %v", err)
 	}
 }
@@ -108,8 +116,8 @@ func TestClockPeersFindTheNodeThatDisagrees(t *testing.T) {
 func TestClusterGuardFollowsTheSlotsMaster(t *testing.T) {
 	now := time.Now()
 	g := &nodeGuard{shards: []shardGuard{
-		{addr: "a:1", upSince: now.Add(-time.Hour), slots: []SlotRange{{0, 8191}}},
-		{addr: "b:2", upSince: now.Add(-time.Second), known: true, slots: []SlotRange{{8192, 16382}}},
+		{serverEpoch: serverEpoch{addr: "a:1", since: now.Add(-time.Hour), why: "started", slots: []SlotRange{{0, 8191}}}},
+		{serverEpoch: serverEpoch{addr: "b:2", since: now.Add(-time.Second), why: "is new", slots: []SlotRange{{8192, 16382}}}},
 	}}
 	keyIn := func(first, last int) string {
 		for i := 0; ; i++ {

@@ -103,8 +103,8 @@ type Options struct {
 	// RestartGrace is how long a node that (re)started without persistence
 	// (appendonly with appendfsync always) does not vote, counted from its
 	// start. It is never less than the largest TTL any client uses on these
-	// nodes, which the client learns from a register on every node (see the
-	// README's "node guards"). NoRestartGrace turns the guard off: safe only
+	// nodes, which the client learns from a register on every node (see
+	// docs/GUARANTEES.md, "The node guards, precisely"). NoRestartGrace turns the guard off: safe only
 	// when every node persists.
 	RestartGrace time.Duration
 	// ClockJumpThreshold is how far a node's clock may move against ours
@@ -152,8 +152,19 @@ type Options struct {
 	// while a lock is held still loses the vote of that node: with this
 	// option, count every node that may fail over as one that may lose
 	// its keys, and keep such failovers to fewer than a quorum's margin
-	// (see the README's deployments table).
+	// (see docs/DEPLOYMENTS.md).
 	AllowFailoverNodes bool
+	// AllowEvictingNodes accepts nodes that may evict keys: a maxmemory
+	// with a maxmemory-policy other than noeviction (volatile-* included:
+	// every lock key has a TTL). Without it such nodes are refused with
+	// ErrEvictingNode. With it, a node whose evicted_keys changed since
+	// the client's last probe (or is not 0 when the client first meets
+	// it) sits out the restart grace, counted from that probe. An eviction
+	// is seen at the next probe, at most a second after the last one plus
+	// a probe's round trips (docs/PROTOCOL.md §11): a lock key evicted
+	// within that window before another client's vote can still give a
+	// second holder. Prefer noeviction, or a Redis of its own for locks.
+	AllowEvictingNodes bool
 	// DurableVotes makes votes survive a failover: after every script
 	// whose answer is a vote (acquire, extend, the fence and TTL
 	// registers' raises; releases need none), a node's vote counts only

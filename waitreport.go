@@ -147,8 +147,8 @@ func (w *waitReport) tellGrace(now time.Time) {
 	if !w.graceUntil.CompareAndSwap(told, now.Add(wait).UnixNano()) {
 		return // another waiter tells it
 	}
-	msg := fmt.Sprintf("%d of %d nodes sit out the %v restart grace (%s %s): a quorum votes in at most %v",
-		len(sitting), len(c.nodes), why.Grace, why.What, graceWhy, wait)
+	msg := fmt.Sprintf("%d of %d nodes sit out the %v restart grace (the last to vote in %s, so it may have lost locks' keys): a quorum votes in at most %v",
+		len(sitting), len(c.nodes), why.Grace, why.What, wait)
 	c.logger.Warn("redlock: waiting for the restart grace", "lock", w.name, "wait", wait, "nodes", strings.Join(sitting, ","), "why", msg)
 	c.emit(Event{Kind: EventGraceWait, Name: w.name, Wait: wait, Reason: SitOutRestart,
 		Err: fmt.Errorf("%w: %s", ErrNodeSittingOut, msg)})

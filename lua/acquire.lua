@@ -10,8 +10,16 @@
 -- The node's TIME rides along so the client can spot a clock jump for free.
 local now = redis.call('TIME')
 local sec, usec = tonumber(now[1]), tonumber(now[2])
--- A value equal to ours means a retried command already won here.
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) or redis.call('GET', KEYS[1]) == ARGV[1] then
+-- A value equal to ours means a retried command already won here. Its
+-- yes must still write (here the same value, same expiry): from Redis 7.2
+-- a WAIT behind this call covers only this connection's own writes, and
+-- without one it would be answered by the replicas' earlier
+-- acknowledgements (PROTOCOL §12).
+local won = redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])
+if not won and redis.call('GET', KEYS[1]) == ARGV[1] then
+  won = redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+end
+if won then
   if KEYS[3] then
     -- Prefixed with the owner value: a reader shows it only beside that owner's key.
     redis.call('SET', KEYS[3], ARGV[1] .. ARGV[5], 'PX', ARGV[2])

@@ -162,8 +162,20 @@ if op == 'wait' or op == 'take' then
     if g[1] == me and g[2] ~= '0' then
       local round = tonumber(g[2])
       if not round or round > tonumber(ARGV[5]) then
+        if op == 'take' then
+          -- A take runs again after a take of the same round pinned
+          -- the grant (the client sent it again: the first reply was
+          -- lost), or after the holder's extend did. The caller reads
+          -- this answer's value as the fence register before the take:
+          -- the claim answers with the register now, at least the value
+          -- the first run read, so the token still exceeds every earlier
+          -- holder's (at worst by a raise the first run made needless).
+          -- The claim's writes also give a WAIT behind this call a write
+          -- of this connection to cover (PROTOCOL §12).
+          return claim(tonumber(ARGV[11]))
+        end
         -- Pinned by a take round the caller has not seen fail, or by its
-        -- extend: this call was sent before that take, and reached us
+        -- extend: this wait was sent before that take, and reached us
         -- late (a call that timed out on the client). The take stands,
         -- and the holder registers no more.
         return {1, redis.call('PTTL', KEYS[1]), sec, usec}

@@ -15,5 +15,10 @@ if ARGV[3] ~= '0' then
   redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) -- token >= fence here
 elseif token > fence then
   redis.call('SET', KEYS[2], ARGV[2])
+else
+  -- Already raised (a retried command): the yes still writes, the same
+  -- value, so that a WAIT behind it covers a write of its own
+  -- connection (see acquire.lua).
+  redis.call('SET', KEYS[2], ARGV[2], 'KEEPTTL')
 end
 return {1}

@@ -34,9 +34,22 @@ local function admitted()
   end
   return {1, fence, sec, usec}
 end
--- A retried command that already won here.
+-- The entry lives exactly the TTL on this node's clock, as a key set with
+-- PX would; the set itself outlives its longest entry by a millisecond, so
+-- it never vanishes under a live entry.
+local function enter()
+  redis.call('ZADD', KEYS[3], nowus + ttl * 1000, ARGV[1])
+  if redis.call('PTTL', KEYS[3]) < ttl + 1 then
+    redis.call('PEXPIRE', KEYS[3], ttl + 1)
+  end
+end
+-- A retried command that already won here. Its yes still writes (the
+-- entry, from now: it only lives longer than the reader counts on), so
+-- that a WAIT behind this call covers a write of its own connection (see
+-- acquire.lua).
 local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if mine and tonumber(mine) > nowus then
+  enter()
   return admitted()
 end
 local writer = redis.call('PTTL', KEYS[1])
@@ -47,11 +60,5 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowus)
 if redis.call('ZCARD', KEYS[4]) > 0 then
   return {0, -1, sec, usec}
 end
--- The entry lives exactly the TTL on this node's clock, as a key set with
--- PX would; the set itself outlives its longest entry by a millisecond, so
--- it never vanishes under a live entry.
-redis.call('ZADD', KEYS[3], nowus + ttl * 1000, ARGV[1])
-if redis.call('PTTL', KEYS[3]) < ttl + 1 then
-  redis.call('PEXPIRE', KEYS[3], ttl + 1)
-end
+enter()
 return admitted()

@@ -15,12 +15,18 @@ local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not score or tonumber(score) <= nowus then
   return {0}
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-if tonumber(ARGV[2]) > fence then
+local stored = redis.call('GET', KEYS[2])
+if tonumber(ARGV[2]) > tonumber(stored or '0') then
   if ARGV[3] ~= '0' then
     redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])
   else
     redis.call('SET', KEYS[2], ARGV[2])
   end
+else
+  -- The register holds the token already (another reader's raise, or a
+  -- retried command): the yes still writes, the same value, so that a
+  -- WAIT behind this call covers a write of its own connection (see
+  -- acquire.lua).
+  redis.call('SET', KEYS[2], stored, 'KEEPTTL')
 end
 return {1}

@@ -18,9 +18,14 @@ local nowus = sec * 1000000 + usec
 local owner = redis.call('GET', KEYS[1])
 local won = owner == ARGV[1] -- a retried command that already won here
 local hint = -1
-if owner and not won then
+if won then
+  -- Its yes still writes (the same value, same expiry), so that a WAIT
+  -- behind this call covers a write of its own connection (see
+  -- acquire.lua).
+  redis.call('SET', KEYS[1], ARGV[1], 'KEEPTTL')
+elseif owner then
   hint = redis.call('PTTL', KEYS[1])
-elseif not owner then
+else
   redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', nowus)
   local last = redis.call('ZRANGE', KEYS[3], -1, -1, 'WITHSCORES')
   if #last == 0 then

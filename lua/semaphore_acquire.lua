@@ -36,6 +36,10 @@ for j = 0, k - 1 do
   -- that slot rather than take a second one.
   if owner == ARGV[1] then
     slot = i
+    -- Its yes still writes (the same value, same expiry), so that a
+    -- WAIT behind this call covers a write of its own connection (see
+    -- lua/acquire.lua).
+    redis.call('SET', KEYS[i + 1], ARGV[1], 'KEEPTTL')
     break
   end
   if not owner and free < 0 then

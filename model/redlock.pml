@@ -17,10 +17,13 @@
  *   client that starts at any moment (with no history of any node), and a
  *   client that pauses for any time (past its validity too).
  *   Faults, each switched on by a -D flag: one node crash+restart (CRASH),
- *   with or without persistence (PERSIST); one forward clock jump of a node
- *   (JUMP); one failover of node 0 (FAILOVER, below).  Guards, selected by
- *   -D flags: restart grace NOGRACE | OWN | FLEET_SCRIPT | FLEET_PRE, clock
- *   guard CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS; durable votes (DURABLE).
+ *   with or without persistence (PERSIST: every server keeps its own writes
+ *   across its own restart); one forward clock jump of a node (JUMP); one
+ *   failover of node 0 (FAILOVER, below), optionally followed by a fail-back
+ *   to the old master (FAILBACK); one eviction (EVICT, below).  Guards,
+ *   selected by -D flags: the epoch rule, or the old one (OLDRULE, below);
+ *   restart grace NOGRACE | OWN | FLEET_SCRIPT | FLEET_PRE, clock guard
+ *   CLOCK_OFF | CLOCK_OWN | CLOCK_CROSS; durable votes (DURABLE).
  *   The extension counts only if its quorum answered before the current
  *   deadline (LATE_EXTEND: the old rule, any answer while the new validity
  *   is positive); NOFENCE: the repair ignores F, as extend.lua does with
@@ -55,6 +58,42 @@
  *   the guards, a node restarted at the moment of the promotion (upat, the
  *   earliest moment a client can first see it: dating it at a later first
  *   sight only makes it sit out longer); the grace flags apply to it.
+ *
+ * The epoch rule (DESIGN sec. 7), and the old rule (OLDRULE)
+ *   Every event that may lose a granted key starts a new epoch of the node,
+ *   and the node sits out the grace from it: a restart without persistence,
+ *   a promotion (the failover and the fail-back alike), an eviction.  The
+ *   guards date the epoch at the event itself, the earliest moment a client
+ *   can see it: a client dates it no earlier (by uptime for a restart, at
+ *   its first sight of the change of master_replid or evicted_keys
+ *   otherwise), and a later date only makes the node sit out longer.  A
+ *   persistent server's own restart starts no epoch: that is all that
+ *   persistence covers.
+ *   OLDRULE is the guard before issue 25 (node.go at 993bc3d): a persistent
+ *   node votes whatever happened (no grace at all); an eviction is not seen;
+ *   a restart is dated by uptime; and node 0's master is known to each
+ *   client by run_id: every client met node 0's first master A (long up)
+ *   before its attempt, a master new to the client and promoted (R, or A
+ *   again after the client met R) is dated at the client's first sight, and
+ *   a master met again under the same run_id keeps the date the client gave
+ *   it, whatever happened to its role in between.
+ *
+ * The eviction (EVICT)
+ *   One eviction, at any time t <= CRASH_BY, on any node holding a key: the
+ *   lock key goes (volatile-* or allkeys-*: every lock key has a TTL), and,
+ *   at the choice of the search, the fence register and the TTL register
+ *   with it (allkeys-*, or a register with a TTL).  The node's clock and
+ *   uptime stay.  An eviction that removes no key the model has is no event
+ *   for the lock (the library may still make the node sit out: only safer).
+ *
+ * The fail-back (FAILBACK, with FAILOVER)
+ *   After the failover the old master A is the replica of the promoted R:
+ *   it resyncs in full, losing every write R does not have, so its copy is
+ *   R's state at the promotion, and the replicate step copies R's later
+ *   state as it did A's.  At most once, after the failover and at a time
+ *   t <= CRASH_BY, A is promoted back (same address, same run_id): node 0
+ *   keeps only what A's copy held, and R becomes A's replica (again a copy
+ *   of the promoted state).  Not with DURABLE.
  *
  * Abstractions, and why they keep the property
  *   - Time is a global counter 0..TMAX that ticks by one; node clocks run at
@@ -142,7 +181,7 @@ byte F[NN];         /* fence register */
 byte R[NN];         /* largest TTL in use */
 byte off[NN];       /* node clock = now + off */
 byte upat[NN];      /* time of the last restart */
-bool restarted[NN];
+bool restarted[NN]; /* a new epoch started at upat (the data may have been lost then) */
 bool crashed;       /* the one crash has happened */
 bool jumped;        /* the one jump has happened */
 #ifdef FAILOVER
@@ -155,6 +194,17 @@ byte revOwner;        /* the key the promotion put back on node 0, */
 byte revExp;          /* with its expiry (see LEFT_BEHIND) */
 bool acked[2] = 1;    /* 0: client c's write to node 0 is not yet on the replica */
 #define rlive (rowner != 0 && now + off[0] < rkexp)
+#ifdef OLDRULE
+byte msrv;            /* node 0's master: 0 A (the first), 1 R (the replica promoted) */
+#define SETSRV(s) msrv = s
+#else
+#define SETSRV(s) skip
+#endif
+#ifdef FAILBACK
+#if defined(DURABLE)
+#error "FAILBACK is not modelled with DURABLE"
+#endif
+#endif
 #endif
 
 /* ---- clients ---- */
@@ -214,6 +264,32 @@ active proctype ticker() {
   od
 }
 
+#ifdef FAILOVER
+/* a promotion of node 0's replica (server s: see msrv).  With FAILBACK the
+   old master stays as the new one's replica and resyncs in full: its copy
+   is the promoted state. */
+#ifdef FAILBACK
+#define KEEP_REPLICA(s) rowner = owner[0]; rkexp = kexp[0]; rF = F[0]
+#else
+#define KEEP_REPLICA(s) rowner = 0; rkexp = 0; rF = 0; hasReplica = 0
+#endif
+#ifdef OLDRULE
+#define PROMOTED skip     /* the old rule dates it by the client's memory (guards) */
+#else
+#define PROMOTED restarted[0] = 1; upat[0] = now    /* a new epoch */
+#endif
+#define PROMOTE(s) \
+  owner[0] = rowner; kexp[0] = rkexp; F[0] = rF; R[0] = 0; \
+  revOwner = rowner; revExp = rkexp; \
+  KEEP_REPLICA(s); SETSRV(s); PROMOTED
+#endif
+
+#if NN > 3
+#define ANYKEY (owner[0] != 0 || owner[1] != 0 || owner[2] != 0 || owner[3] != 0 || owner[4] != 0)
+#else
+#define ANYKEY (owner[0] != 0 || owner[1] != 0 || owner[2] != 0)
+#endif
+
 active proctype faults() {
   byte n;
   if
@@ -222,10 +298,32 @@ active proctype faults() {
   :: atomic {
        now <= CRASH_BY;
        select(n : 0 .. NN-1);
-       crashed = 1; restarted[n] = 1; upat[n] = now;
+       crashed = 1;
 #ifndef PERSIST
+       restarted[n] = 1; upat[n] = now;   /* its own restart: an epoch only without persistence */
        owner[n] = 0; kexp[n] = 0; F[n] = 0; R[n] = 0;
 #endif
+     }
+#endif
+#ifdef EVICT
+  /* the node evicts the lock key, and maybe the registers; it stays up */
+  :: atomic {
+       now <= CRASH_BY && ANYKEY ->
+       if
+       :: owner[0] != 0 -> n = 0
+       :: owner[1] != 0 -> n = 1
+       :: owner[2] != 0 -> n = 2
+#if NN > 3
+       :: owner[3] != 0 -> n = 3
+       :: owner[4] != 0 -> n = 4
+#endif
+       fi;
+       owner[n] = 0; kexp[n] = 0;
+       if :: skip :: F[n] = 0; R[n] = 0 fi;
+#ifndef OLDRULE
+       restarted[n] = 1; upat[n] = now;   /* evicted_keys rose: a new epoch */
+#endif
+       n = 0
      }
 #endif
 #ifdef JUMP
@@ -233,13 +331,14 @@ active proctype faults() {
 #endif
 #ifdef FAILOVER
   /* the replica is promoted: node 0 keeps only what the replica held */
-  :: atomic {
-       now <= CRASH_BY;
-       owner[0] = rowner; kexp[0] = rkexp; F[0] = rF; R[0] = 0;
-       revOwner = rowner; revExp = rkexp;
-       rowner = 0; rkexp = 0; rF = 0; hasReplica = 0;
-       restarted[0] = 1; upat[0] = now    /* a new server for the guards */
-     }
+  :: atomic { now <= CRASH_BY; PROMOTE(1) }
+#ifdef FAILBACK
+     /* and maybe the old master, resynced, is promoted back */
+     ; if
+     :: skip
+     :: atomic { now <= CRASH_BY; PROMOTE(0) }
+     fi
+#endif
 #endif
   fi
 }
@@ -310,6 +409,24 @@ inline deliver(i) {
   pend[i] = 0
 }
 
+/* the restart grace in force for node i (sets g) */
+#if defined(NOGRACE)
+#define GRACE(i) g = 0
+#elif defined(OWN)
+#define GRACE(i) g = ttl               /* old bug: this client's largest TTL only */
+#else
+#define GRACE(i) \
+  g = ttl;                             /* fleet-wide: R of the other nodes */ \
+  for (j : 0 .. NN-1) { if :: j != i && R[j] > g -> g = R[j] :: else -> skip fi }
+#endif
+
+/* the epoch rule: a node sits out the grace from the start of its epoch */
+#define SIT_OUT(i) \
+  if \
+  :: restarted[i] -> GRACE(i); if :: g > 0 && now - upat[i] <= g -> ok = 0 :: else -> skip fi \
+  :: else -> skip \
+  fi
+
 /* the node guards: does node i's vote count now? (sets ok) */
 inline guards(i) {
 #ifdef CLOCK_OWN
@@ -327,19 +444,21 @@ inline guards(i) {
   for (j : 0 .. NN-1) { if :: off[j] == off[i] -> g++ :: else -> skip fi }
   if :: g < QQ -> ok = 0 :: else -> skip fi;
 #endif
+#if defined(OLDRULE) && defined(PERSIST)
+  skip                             /* old rule: a persistent node always votes */
+#elif defined(OLDRULE) && defined(FAILOVER)
   if
-  :: restarted[i] ->
-#if defined(NOGRACE)
-     g = 0;
-#elif defined(OWN)
-     g = ttl;                      /* old bug: this client's largest TTL only */
-#else
-     g = ttl;                      /* fleet-wide: R of the other nodes */
-     for (j : 0 .. NN-1) { if :: j != i && R[j] > g -> g = R[j] :: else -> skip fi }
-#endif
-     if :: g > 0 && now - upat[i] <= g -> ok = 0 :: else -> skip fi
-  :: else -> skip
+  :: i == 0 ->                     /* old rule: node 0's master as this client knows it */
+     if
+     :: met0 != msrv -> met0 = msrv; d0 = now  /* new to us and promoted: dated at first sight */
+     :: else -> skip                           /* met again: keeps its date */
+     fi;
+     if :: d0 != INF -> GRACE(i); if :: g > 0 && now - d0 <= g -> ok = 0 :: else -> skip fi :: else -> skip fi
+  :: else -> SIT_OUT(i)
   fi
+#else
+  SIT_OUT(i)
+#endif
 }
 
 inline startRelease() {
@@ -438,6 +557,10 @@ proctype client(byte c; byte ttl; byte skew) {
   byte phase;       /* 0 acquire, 1 raise, 2 extend, 3 hold, 4 release */
   byte yes, no, maxf, p, t0, token, ext, i, j, g;
   bool ok, wrote;
+#if defined(OLDRULE) && defined(FAILOVER)
+  byte met0;        /* node 0's master this client met last (msrv; A, long up, before the attempt) */
+  byte d0 = INF;    /* the date it gave it (INF: long up, no grace) */
+#endif
 #if defined(FAILOVER) && defined(DURABLE)
   bool waiting;     /* node 0's yes waits for WAIT's answer */
   byte rval0;       /* and its fence register value, read with it */
@@ -530,6 +653,9 @@ proctype client(byte c; byte ttl; byte skew) {
        grantedSince[c] = 0;
 #endif
        phase = 0; yes = 0; no = 0; maxf = 0; p = 0; t0 = 0; token = 0; ext = 0; i = 0; j = 0; wrote = 0;
+#if defined(OLDRULE) && defined(FAILOVER)
+       met0 = 0; d0 = 0;
+#endif
        break
      }
   od

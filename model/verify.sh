@@ -9,7 +9,7 @@
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-command -v spin >/dev/null && command -v gcc >/dev/null || { echo "model: needs spin and gcc (scripts/install-deps.sh)" >&2; exit 1; }
+command -v spin >/dev/null && command -v gcc >/dev/null || { echo "model: needs spin and gcc (tools/install-deps.sh)" >&2; exit 1; }
 work=$(mktemp -d -t redlock-model.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -19,7 +19,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # SET: all (default), quick (all but LONG, for make test) or long (only LONG,
 # make model-long; CI runs both). LONG are the rows of over a minute.
 SET=${SET:-all}
-LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace fair-take fair-take-late unsafe-fair-take-date-grant unsafe-fair-take-late-unpins"
+LONG="mutex-extend-late unsafe-extend-late restart-fleet-grace failover-durable-long failover-not-durable-grace failback evict fair-take fair-take-late unsafe-fair-take-date-grant unsafe-fair-take-late-unpins"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -27,7 +27,7 @@ configs=(
 "mutex-writes|ok|redlock.pml|full|-DWRITES -DTMAX=4"
 "mutex-extend|ok|redlock.pml|full|-DEXTEND -DTMAX=2"
 "mutex-extend-late|ok|redlock.pml|full|-DEXTEND -DEXTEND_A -DNOFENCE -DTTL_A=4 -DTMAX=4"
-"restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DNOGRACE -DTMAX=4 -DCRASH_BY=1"
+"restart-persist|ok|redlock.pml|full|-DCRASH -DPERSIST -DTMAX=4 -DCRASH_BY=1"
 "restart-fleet-grace|ok|redlock.pml|full|-DCRASH -DFLEET_PRE -DTMAX=4 -DCRASH_BY=1"
 "clock-cross|ok|redlock.pml|full|-DJUMP -DCLOCK_CROSS -DTMAX=4"
 "unsafe-restart-no-grace|held[0]/lastGranted|redlock.pml|full|-DCRASH -DNOGRACE"
@@ -39,8 +39,13 @@ configs=(
 "unsafe-extend-late|grantedSince|redlock.pml|full|-DEXTEND -DEXTEND_A -DNOFENCE -DLATE_EXTEND -DTTL_A=4 -DTMAX=4"
 "failover-durable|ok|redlock.pml|full|-DFAILOVER -DDURABLE -DNOGRACE -DTMAX=2"
 "failover-durable-long|ok|redlock.pml|full|-DFAILOVER -DDURABLE -DNOGRACE -DTMAX=3 -DCRASH_BY=2"
-"failover-not-durable-grace|ok|redlock.pml|full|-DFAILOVER -DFLEET_PRE -DTMAX=4 -DCRASH_BY=0"
+"failover-not-durable-grace|ok|redlock.pml|full|-DFAILOVER -DPERSIST -DFLEET_PRE -DTMAX=4 -DCRASH_BY=0"
 "unsafe-failover-not-durable-no-grace|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DNOGRACE"
+"unsafe-failover-persist-old|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DPERSIST -DOLDRULE -DFLEET_PRE -DTMAX=0"
+"failback|ok|redlock.pml|full|-DFAILOVER -DFAILBACK -DFLEET_PRE -DTTL_A=2 -DTMAX=3 -DCRASH_BY=0"
+"unsafe-failback-old|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DFAILBACK -DOLDRULE -DFLEET_PRE -DTMAX=0"
+"evict|ok|redlock.pml|full|-DEVICT -DPERSIST -DFLEET_PRE -DTMAX=4 -DCRASH_BY=1"
+"unsafe-evict-old|held[0]/lastGranted|redlock.pml|full|-DEVICT -DPERSIST -DOLDRULE -DFLEET_PRE -DTMAX=1"
 "fair-handoff|ok|fair.pml|full|-DTMAX=3 -DWR=1"
 "fair-cleanup|ok|fair.pml|full|-DTMAX=3 -DWR=1 -DGIVEUP -DNOFENCE -DDIE"
 "unsafe-fair-date-grant|held[0]|fair.pml|full|-DTMAX=3 -DWR=1 -DDATE_GRANT"

@@ -5,7 +5,7 @@
 // and nothing outlives Stop.
 //
 // It needs the redis-server binary in PATH and, for FakeTime, Debian's
-// libfaketime; scripts/install-deps.sh installs both.
+// libfaketime; tools/install-deps.sh installs both.
 package redistest
 
 import (
@@ -121,7 +121,7 @@ func Start(n int, opts Options) (*Cluster, error) {
 	}
 	binary, err := exec.LookPath("redis-server")
 	if err != nil {
-		return nil, fmt.Errorf("redistest: redis-server binary not found (run scripts/install-deps.sh): %w", err)
+		return nil, fmt.Errorf("redistest: redis-server binary not found (run tools/install-deps.sh): %w", err)
 	}
 	root, err := os.MkdirTemp(opts.Dir, "redistest-")
 	if err != nil {
@@ -170,7 +170,7 @@ func (o Options) validate() error {
 	}
 	if o.FakeTime {
 		if _, err := os.Stat(fakeTimeLibrary); err != nil {
-			return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or scripts/install-deps.sh): %w", fakeTimeLibrary, err)
+			return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or tools/install-deps.sh): %w", fakeTimeLibrary, err)
 		}
 	}
 	return nil

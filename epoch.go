@@ -1,0 +1,227 @@
+package redlock
+
+import (
+	"context"
+	"crypto/rand"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The node guards ask one question of every server that holds a lock's
+// keys (DESIGN §7): since when may it have forgotten a key it granted? The
+// answer is an epoch: a server's data may have been lost at its start; a
+// vote counts only once the whole restart grace (the largest TTL in use)
+// has passed since the last event that may have lost keys, when every key
+// it may have forgotten would have expired anyway. Every such event starts
+// a new epoch, and nextEpoch below is the one place that says which events
+// those are, for a node that is one server (standalone, or the master a
+// Sentinel names) and for each master of a Cluster node alike:
+//
+//   - a start without persistence (appendonly yes, appendfsync always):
+//     dated at the start;
+//   - a promotion from replica (second_repl_offset set) of a server not met
+//     before, and any change of master_replid of a server met before (a
+//     fail-back: a master that was a replica in between and resynced from
+//     another master, even under the same address and run_id). Neither is
+//     dated by the server: dated at the probe that sees it, the latest it
+//     can have been;
+//   - a master new to a Cluster node the client knew (a failover, a new
+//     master), or one serving slots it did not serve at the last probe (a
+//     reshard, with or without its keys): dated at the probe;
+//   - an eviction: evicted_keys changed since the last probe, or is not 0
+//     when the client first meets the server: dated at the probe;
+//   - a flush, or any loss of the dataset: the data-kept marker (below) is
+//     gone, or not the one the client saw: dated at the probe.
+//
+// Persistence answers one question only: did this server keep its own
+// writes across its own restart? It dates no event but a restart, and it
+// never excuses a promotion, a slot gained, an eviction or a flush.
+
+// serverEpoch is what a guard knows of one server that holds a node's keys.
+type serverEpoch struct {
+	addr, runID string
+	replID      string      // master_replid at the last probe
+	evicted     int64       // evicted_keys at the last probe
+	marker      string      // the data-kept marker's value after the last probe; "" if unknown
+	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
+	// since is the start of the current epoch: the server may have lost
+	// keys granted before it. Zero if it lost none since the client met
+	// it, as far as the guard can tell.
+	since time.Time
+	// why names the event, for the sit-out reason.
+	why string
+}
+
+// serverMarks are what one probe read of one server for nextEpoch.
+type serverMarks struct {
+	addr, runID, replID string
+	uptime              time.Duration
+	persistent          bool
+	promoted            bool // second_repl_offset set: a replica turned master since it started
+	evicted             int64
+	evicting            bool // maxmemory set and a policy other than noeviction
+	// markerWas is the marker's value the probe found ("" if none), and
+	// markerIs the value it left; both "" if it could not be read.
+	markerWas, markerIs string
+	claims              []SlotRange
+	sent, recv          time.Time
+}
+
+// nextEpoch is the guard's one rule: the epoch of the server a probe read
+// as m, given what the guard knew of the server at the same address (old,
+// nil if none), when the previous server there last answered (lastAnswer),
+// and whether the client knew the node before (nodeKnown: a server met at
+// the client's first contact has no history to compare with).
+func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, marker: m.markerIs, slots: m.claims}
+	// lost records an event that may have lost keys: the epoch starts at
+	// the latest one.
+	lost := func(at time.Time, why string) {
+		if e.since.IsZero() || at.After(e.since) {
+			e.since, e.why = at, why
+		}
+	}
+	same := old != nil && old.runID == m.runID
+	if same {
+		e.since, e.why = old.since, old.why
+	} else {
+		what := "started"
+		if old != nil || nodeKnown {
+			what = "restarted"
+		}
+		// A restart of a server that may evict may hide evictions since
+		// the last probe (INFO's counters restart at 0): only the
+		// restart itself is known to have lost nothing more.
+		if !m.persistent || m.evicting {
+			lost(dateStart(m, lastAnswer, old != nil), what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		}
+	}
+	switch {
+	case !same && m.promoted:
+		lost(m.recv, "was promoted from replica since it started (a promotion is not dated: counted from this probe)")
+	case same && m.replID != old.replID:
+		lost(m.recv, "changed its replication id since the last probe (a failover or fail-back, a resync from another master): counted from this probe")
+	}
+	if old == nil && nodeKnown && m.claims != nil {
+		lost(m.recv, "is new to the node (a failover, a new master, or one met after the others): counted from this probe")
+	}
+	if old != nil && slotsGained(old.slots, m.claims) {
+		// Nothing on the server dates the move.
+		lost(m.recv, "serves slots it did not serve at the last probe (a reshard may move a slot without its keys): counted from this probe")
+	}
+	switch {
+	case same && m.evicted != old.evicted:
+		lost(m.recv, fmt.Sprintf("evicted keys since the last probe (evicted_keys %d, was %d): counted from this probe", m.evicted, old.evicted))
+	case !same && m.evicted > 0:
+		lost(m.recv, fmt.Sprintf("has evicted %d keys since it started (evictions are not dated: counted from this probe)", m.evicted))
+	}
+	if old != nil && old.marker != "" && m.markerIs != "" && m.markerWas != old.marker {
+		// Another client may have written a marker again since: a value
+		// other than the one we saw shows the loss as well as none.
+		lost(m.recv, "lost its data since the last probe (its data-kept marker key is gone: a flush, or a reload without persistence): counted from this probe")
+	}
+	return e
+}
+
+// dateStart dates a server's start from a probe, never earlier than the
+// server truly started: a start dated too early would end the restart
+// grace too soon.
+//
+// INFO's uptime_in_seconds is the difference of two wall-clock readings
+// truncated to whole seconds, so it reads 1 a few milliseconds after the
+// start: the true uptime is only known to exceed the reported one minus a
+// second, counted in the node's seconds, which may run up to driftRate fast.
+// The node read it no later than we received the reply.
+//
+// A server with a run_id we had not met at that address started after the
+// previous server there last answered us (lastAnswer, the send of that
+// call), which bounds the start when the uptime is misleading (a node whose
+// wall clock jumped reports a jumped uptime).
+func dateStart(m serverMarks, lastAnswer time.Time, newServer bool) time.Time {
+	up := max(m.uptime-time.Second, 0)
+	up -= time.Duration(float64(up) * driftRate)
+	start := m.recv.Add(-up)
+	if newServer && lastAnswer.After(start) {
+		start = lastAnswer
+	}
+	return start
+}
+
+// voteErr tells why a vote of the server does not count at now, with the
+// restart grace grace; nil if it counts. who names the server in the
+// reason ("" for a node that is one server).
+func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) error {
+	if e.since.IsZero() || !now.Before(e.since.Add(grace)) {
+		return nil
+	}
+	// The epoch starts as late as the event may have been, so the time
+	// left is an upper bound; the grace may come from another client's
+	// longer TTL, through the nodes' register.
+	return &GraceError{What: who + e.why, Grace: grace, Left: e.since.Add(grace).Sub(now).Round(time.Millisecond)}
+}
+
+// The data-kept marker: a key without a TTL, under the key prefix, that
+// every probe sets if it is missing (SET NX GET, one command) and reads.
+// A server that lost it lost its data since: a FLUSHALL or FLUSHDB, a
+// reload or restart that kept nothing. Each write of it is a new random
+// value, so a client that finds another value than the one it saw knows
+// that the marker was lost and written again (by another client's probe)
+// meanwhile. It is a few dozen bytes per server, and a client that meets a
+// server for the first time learns nothing from it (a missing marker may
+// be a new server); docs/PROTOCOL.md §11 states the limits.
+
+// markerKey is the marker's key for a node that is one server: in the hash
+// slot of the register of the largest TTL in use (its key is the marker's
+// hash tag), which a server in cluster mode must serve anyway.
+func (c *Client) markerKey() string {
+	return c.opts.KeyPrefix + "data-kept{" + c.registerKey() + "}"
+}
+
+// markerKeyIn is a marker key in the first hash slot of slots, for one
+// master of a Cluster node; "" if slots is empty.
+func (c *Client) markerKeyIn(slots []SlotRange) string {
+	if len(slots) == 0 {
+		return ""
+	}
+	return c.opts.KeyPrefix + "data-kept{" + slotTags()[slots[0].First] + "}"
+}
+
+// slotTags maps every hash slot to a short hash tag in it, found once.
+var slotTags = sync.OnceValue(func() []string {
+	tags := make([]string, slotCount)
+	for i, left := 0, slotCount; left > 0; i++ {
+		tag := strconv.Itoa(i)
+		if s := keySlot(tag); tags[s] == "" {
+			tags[s] = tag
+			left--
+		}
+	}
+	return tags
+})
+
+// markerValue is a new value of the marker.
+func markerValue() string {
+	return "redlock data-kept marker, do not delete: " + rand.Text()
+}
+
+// markerCmd queues the marker's SET NX GET in a probe's pipeline.
+func markerCmd(ctx context.Context, pipe redis.Pipeliner, key, value string) *redis.StatusCmd {
+	return pipe.SetArgs(ctx, key, value, redis.SetArgs{Mode: "NX", Get: true})
+}
+
+// markerReply reads the marker's reply into was and is; both "" when the
+// marker could not be read or set (a refused command: no signal).
+func markerReply(cmd *redis.StatusCmd, value string) (was, is string) {
+	switch v, err := cmd.Result(); {
+	case err == redis.Nil:
+		return "", value
+	case err != nil:
+		return "", ""
+	default:
+		return v, v
+	}
+}

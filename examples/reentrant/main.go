@@ -1,0 +1,53 @@
+// Command reentrant takes a lock that a function it calls takes again: the
+// held lock travels in the context, so the inner call does not wait for it.
+//
+// Start three local masters first (or set REDLOCK_NODES to your own):
+//
+//	for p in 7001 7002 7003; do redis-server --port $p --save '' --daemonize yes; done
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+)
+
+var client *redlock.Client
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
+	if env := os.Getenv("REDLOCK_NODES"); env != "" {
+		nodes = strings.Split(env, ",")
+	}
+	var err error
+	client, err = redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	return client.Do(ctx, "account:42", func(ctx context.Context, l *redlock.Lock) error {
+		fmt.Printf("outer: token %d\n", l.Token())
+		return transfer(ctx) // transfer calls client.Do(ctx, "account:42", ...) itself
+	})
+}
+
+func transfer(ctx context.Context) error {
+	return client.Do(ctx, "account:42", func(ctx context.Context, l *redlock.Lock) error {
+		fmt.Printf("inner: token %d, the same lock\n", l.Token()) // no wait for our own release
+		return nil
+	})
+}

@@ -1,0 +1,90 @@
+// Command refill keeps a cache miss from becoming a stampede: of twenty
+// concurrent misses, one recomputes the value under a lock, the others wait
+// for it and read the cache.
+//
+// Start three local lock masters and one Redis as the cache (or set
+// REDLOCK_NODES and REDLOCK_CACHE to your own):
+//
+//	for p in 7001 7002 7003 7004; do redis-server --port $p --save '' --daemonize yes; done
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/refill"
+)
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
+	if env := os.Getenv("REDLOCK_NODES"); env != "" {
+		nodes = strings.Split(env, ",")
+	}
+	cacheURL := "redis://127.0.0.1:7004" // not a lock node
+	if env := os.Getenv("REDLOCK_CACHE"); env != "" {
+		cacheURL = env
+	}
+	locks, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
+	opts, err := redlock.ParseURL(cacheURL)
+	if err != nil {
+		return err
+	}
+	cache := redis.NewClient(opts)
+	defer cache.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := cache.Del(ctx, "orders:today").Err(); err != nil { // start with a miss
+		return err
+	}
+
+	guard, err := refill.New(locks, cache, refill.Options{
+		ValueTTL: time.Minute,         // how long a refilled value lives in the cache
+		MaxWait:  10 * time.Second,    // how long a caller waits for someone else's refill
+		Fallback: refill.FallbackLoad, // or FallbackError: return refill.ErrWaitTimeout
+	})
+	if err != nil {
+		return err
+	}
+	var queries atomic.Int32
+	expensiveQuery := func(ctx context.Context) (string, error) { // ctx is cancelled if the refill lock is lost
+		queries.Add(1)
+		return "1234 orders today", nil
+	}
+
+	var wg sync.WaitGroup
+	errs := make([]error, 20)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = guard.Get(ctx, "orders:today", expensiveQuery)
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	fmt.Printf("20 concurrent misses, the query ran %d time(s)\n", queries.Load())
+	return nil
+}

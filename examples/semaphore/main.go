@@ -1,0 +1,82 @@
+// Command semaphore lets at most 2 workers encode at once, across every
+// process that uses the same lock nodes.
+//
+// Start three local masters first (or set REDLOCK_NODES to your own):
+//
+//	for p in 7001 7002 7003; do redis-server --port $p --save '' --daemonize yes; done
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+)
+
+func main() {
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func run() error {
+	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
+	if env := os.Getenv("REDLOCK_NODES"); env != "" {
+		nodes = strings.Split(env, ",")
+	}
+	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	sem, err := client.Semaphore("encoder", 2) // 2 permits; a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
+	if err != nil {
+		return err
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = sem.Do(ctx, func(ctx context.Context, p *redlock.Permit) error {
+				// At most 2 workers run here at once. Tokens rise per slot:
+				// a resource keeps the highest token it saw for each slot.
+				fmt.Printf("worker %d encodes in slot %d\n", i, p.Slot())
+				st, err := sem.Holders(ctx) // per slot: owner, remaining validity, fence
+				if err != nil {
+					return err
+				}
+				if st.Held() > sem.Permits() {
+					return fmt.Errorf("%d holders of %d permits", st.Held(), sem.Permits())
+				}
+				return encode(ctx, p.Slot(), p.Token())
+			})
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// encode stands for the guarded work.
+func encode(ctx context.Context, slot int, token int64) error {
+	select {
+	case <-time.After(50 * time.Millisecond):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
