@@ -7,7 +7,7 @@ GO ?= go
 # (chaos/, bench/, cmd/redlock/) that keep heavy dependencies out of it.
 MODULES := $(sort $(patsubst %/go.mod,%,$(shell find . -name go.mod -not -path './.git/*')))
 
-.PHONY: deps servers test vet fmt-check demo
+.PHONY: deps servers test test-matrix test-matrix-root test-matrix-chaos vet fmt-check demo
 
 deps:
 	@./tools/install-deps.sh
@@ -31,7 +31,7 @@ fmt-check:
 # the library's run is printed when both are done. The long chaos scenarios
 # run on processes here and on Docker in chaos-long (chaos/make.mk), with the
 # scenarios on Redis Cluster nodes (both backends).
-test: deps fmt-check vet
+test: deps servers fmt-check vet
 	@rootlog=$$(mktemp -t redlock-test.XXXXXX); \
 		($(GO) test -race -count=1 -timeout 30m ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \
 		rc=0; for m in $(filter-out . ./chaos,$(MODULES)); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; done; \
@@ -42,6 +42,45 @@ test: deps fmt-check vet
 		grep -E 'backend=[a-z]+ scenario=|SKIPPED ON [A-Z]+ HERE|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
 		if [ $$rc -ne 0 ]; then tail -n 150 $$log; exit $$rc; fi; rm -f $$log
 	@$(MAKE) --no-print-directory model
+
+# The server matrix: the root module's real-server tests and a subset of the
+# chaos scenarios on Redis 8.6 and Valkey 9.1, beside make test's runs on the
+# system's Redis 7.0 (which runs every scenario, with make chaos-long). CI
+# runs it after make test. redistest and the chaos backends run the build
+# that REDLOCK_TEST_SERVER names; a build asked for and missing fails.
+# The two root-module runs go side by side, as make test runs the library
+# beside the nested modules: most of their time is spent waiting on servers.
+MATRIX_SERVERS ?= redis-8.6 valkey-9.1
+# A representative, time-bounded subset of the chaos scenarios, each
+# verdict kind and each node kind: safe ones under every fault family
+# (network, pause, restart, clock, failover, Cluster nodes; mutex,
+# semaphore, rw and fair locks) and the unsafe-by-design ones, whose
+# violations must still show, plus the baselines. On processes; the Docker
+# backend runs a few of them too, to show the image of each server works.
+MATRIX_CHAOS ?= no-faults|partition-majority|node-pause|client-pause|restart-aof|restart-empty-grace|restart-empty-no-grace|clock-jump-guard|clock-jump-no-guard|clock-fast|failover-majority-durable|failover-majority-not-durable|cluster-shard-restart-empty|cluster-shard-restart-empty-no-grace|semaphore-rotating-partitions|semaphore-restart-empty-no-grace|fair-node-pause|rw-partition-flapping|rw-restart-empty-no-grace|baseline-setnx-del|baseline-failover
+MATRIX_CHAOS_DOCKER ?= node-pause|restart-empty-no-grace|clock-jump-no-guard
+test-matrix: test-matrix-root test-matrix-chaos
+
+test-matrix-root: deps servers
+	@rc=0; logs=""; for s in $(MATRIX_SERVERS); do \
+		log=$$(mktemp -t redlock-matrix-$$s.XXXXXX); logs="$$logs $$s=$$log"; \
+		(start=$$(date +%s); REDLOCK_TEST_SERVER=$$s $(GO) test -race -count=1 -timeout 30m ./... > $$log 2>&1; \
+			echo "$$? $$(( $$(date +%s) - start ))" >> $$log) & \
+	done; wait; \
+	for sl in $$logs; do s=$${sl%%=*}; log=$${sl#*=}; set -- $$(tail -n 1 $$log); \
+		echo "== go test -race . on $$s: $$([ $$1 = 0 ] && echo pass || echo FAIL) in $$2s"; \
+		sed '$$d' $$log | grep -E '^(--- FAIL|FAIL|ok|panic:)|redistest: the servers are' | sort -u; \
+		if [ $$1 != 0 ]; then rc=1; sed '$$d' $$log | tail -n 150; fi; rm -f $$log; done; exit $$rc
+
+test-matrix-chaos: deps servers
+	@rc=0; for s in $(MATRIX_SERVERS); do for b in process docker; do \
+		pick='$(MATRIX_CHAOS)'; [ $$b = docker ] && pick='$(MATRIX_CHAOS_DOCKER)'; \
+		log=$$(mktemp -t redlock-matrix-chaos.XXXXXX); start=$$(date +%s); r=0; \
+		(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
+			-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$log 2>&1) || r=$$?; \
+		echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
+		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+		if [ $$r != 0 ]; then rc=1; tail -n 150 $$log; fi; rm -f $$log; done; done; exit $$rc
 
 # Nested modules add their own targets (demo, chaos, bench) in a make.mk beside them.
 -include cmd/redlock/make.mk chaos/make.mk bench/make.mk model/make.mk

@@ -308,13 +308,23 @@ func (s *script) args(keys []string, argv ...any) []any {
 	return append(args, argv...)
 }
 
-// explain names the command an ACL refused inside the script: Redis 7.0
-// tells only the line ("The user executing the script can't run this
-// command or subcommand script: <sha>, on @user_script:17."), so the
-// commands called on that line of the source are named instead. Other
-// errors are returned as they are.
+// explain turns an ACL refusal of a command inside the script into a
+// NOPERM error that names the command. Redis 7.0 tells only the line ("ERR
+// The user executing the script can't run this command or subcommand
+// script: <sha>, on @user_script:17."), so the commands called on that line
+// of the source are named instead. Redis 8 and Valkey 9 name the command but
+// say ERR, not NOPERM ("ERR ACL failure in script: User u has no
+// permissions to run the 'set' command script: <sha>, on
+// @user_script:17."). Other errors are returned as they are.
 func (s *script) explain(err error) error {
-	if err == nil || !strings.Contains(err.Error(), "can't run this command") {
+	if err == nil {
+		return nil
+	}
+	if _, refused, ok := strings.Cut(err.Error(), aclRefusalNamed); ok && strings.Contains(err.Error(), "ACL failure in script") {
+		name, _, _ := strings.Cut(refused, "'")
+		return fmt.Errorf("NOPERM the ACL refused the lock script the command '%s' (see ACLRule): %w", strings.ToLower(name), err)
+	}
+	if !strings.Contains(err.Error(), "can't run this command") {
 		return err
 	}
 	if _, call, ok := strings.Cut(err.Error(), batchCallMarker); ok { // a batched run's
@@ -352,6 +362,10 @@ func (s *script) explain(err error) error {
 	}
 	return fmt.Errorf("NOPERM the ACL refused the lock script the command %s (see ACLRule): %w", strings.Join(cmds, " or "), err)
 }
+
+// aclRefusalNamed precedes the refused command's name in the ACL error of
+// Redis 8 and Valkey 9 inside a script.
+const aclRefusalNamed = "has no permissions to run the '"
 
 // scriptRunner runs a script on one node. The real one talks to Redis; the
 // quorum unit tests use fakes.

@@ -58,9 +58,12 @@ func DockerAvailable(ctx context.Context) bool {
 // publish 6379 on a fixed 127.0.0.1 port picked at creation, so a node
 // killed and started again keeps its address.
 type DockerBackend struct {
-	cli      *testcontainers.DockerClient
-	image    string
-	faketime bool
+	cli   *testcontainers.DockerClient
+	image string
+	// preload is the LD_PRELOAD that runs a node under libfaketime; empty
+	// when the image has no libfaketime.
+	preload string
+	build   redistest.ServerBuild
 }
 
 // NewDockerBackend connects to the Docker engine and makes sure the node
@@ -85,12 +88,20 @@ func NewDockerBackend(ctx context.Context) (*DockerBackend, error) {
 		cli.Close()
 		return nil, err
 	}
-	image, faketime, err := ensureImage(ctx, cli)
+	build, err := redistest.LookupServer("")
+	if err != nil {
+		cli.Close()
+		if redistest.SelectedServer() == redistest.Redis70 {
+			return nil, fmt.Errorf("%w: %v", ErrBackendUnavailable, err)
+		}
+		return nil, err // a newer build asked for and missing: a failure, not a skip
+	}
+	image, preload, err := ensureImage(ctx, cli, build)
 	if err != nil {
 		cli.Close()
 		return nil, err
 	}
-	return &DockerBackend{cli: cli, image: image, faketime: faketime}, nil
+	return &DockerBackend{cli: cli, image: image, preload: preload, build: build}, nil
 }
 
 // Name is "docker".
@@ -107,7 +118,7 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	if spec.Nodes < 1 {
 		return nil, fmt.Errorf("chaos: cluster of %d nodes: need at least 1", spec.Nodes)
 	}
-	if spec.FakeTime && !b.faketime {
+	if spec.FakeTime && b.preload == "" {
 		return nil, fmt.Errorf("%w: clock faults need libfaketime in the image; install the faketime package (make deps) and rebuild", ErrBackendUnavailable)
 	}
 	if spec.ClusterMasters > 0 {
@@ -347,7 +358,7 @@ func (n *dockerNode) fakeClock(dir string, env map[string]string) (string, error
 	if err := n.writeClock(0); err != nil {
 		return "", err
 	}
-	env["LD_PRELOAD"] = libfaketimePath + ":" + libcPath
+	env["LD_PRELOAD"] = n.backend.preload
 	env["FAKETIME_TIMESTAMP_FILE"] = "/faketime/clock"
 	env["FAKETIME_NO_CACHE"] = "1"
 	// Only the wall clock moves, as on a real machine; a monotonic

@@ -14,71 +14,144 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/moby/moby/client"
+
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // The Docker engine on the test machines cannot pull, so the node image is
-// built locally FROM scratch out of the host's own redis-server and the
+// built locally FROM scratch out of the host's own server binary and the
 // shared libraries it loads, plus libfaketime for clock faults. It is built
-// once per content (the tag carries a hash of the files) and kept.
+// once per content (the tag carries a hash of the files) and kept. The
+// server is the build REDLOCK_TEST_SERVER names (redistest.LookupServer):
+// the system's redis-server, or Redis 8.6 or Valkey 9.1 from make servers,
+// which start through their own glibc's loader in the image as on the host.
 
 const (
 	imageRepo = "redlock-chaos-redis"
-	// libfaketimePath is where Debian's libfaketime package puts it.
-	libfaketimePath = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
-	// libcPath is preloaded after libfaketime: preloading libfaketime alone
-	// makes redis-server hang at start (jemalloc recursion).
-	libcPath = "/lib/x86_64-linux-gnu/libc.so.6"
+	// privateRoot is where a build under ServersDir goes in the image.
+	privateRoot = "/opt/redlock"
 )
 
-// imageFile is one file copied from the host into the image, at the same path.
+// imageFile is one file copied from the host into the image.
 type imageFile struct {
 	host, image string
 }
 
-// imageFiles lists what the image holds: the real redis-server binary
-// (resolving the Debian symlink), every library ldd lists for it, and
-// libfaketime with its libraries when the host has it.
-func imageFiles() (files []imageFile, faketime bool, err error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, false, fmt.Errorf("%w: redis-server not found on PATH (run make deps): %v", ErrBackendUnavailable, err)
+// nodeImage is what goes into the image and how it starts.
+type nodeImage struct {
+	files      []imageFile
+	entrypoint []string
+	// preload is LD_PRELOAD for a node under libfaketime; empty when the
+	// host has no libfaketime.
+	preload string
+}
+
+// imageFiles lists what the image holds for build: the real server binary
+// (resolving the Debian symlink), every library its loader lists for it,
+// and libfaketime with what it needs when the host has it.
+func imageFiles(build redistest.ServerBuild) (img nodeImage, err error) {
+	if build.Dir != "" {
+		return privateImageFiles(build)
 	}
-	real, err := filepath.EvalSymlinks(bin)
+	real, err := filepath.EvalSymlinks(build.Binary)
 	if err != nil {
-		return nil, false, fmt.Errorf("chaos: resolve %s: %w", bin, err)
+		return img, fmt.Errorf("chaos: resolve %s: %w", build.Binary, err)
 	}
-	files = append(files, imageFile{host: real, image: "/usr/bin/redis-server"})
+	img.files = append(img.files, imageFile{host: real, image: "/usr/bin/redis-server"})
+	img.entrypoint = []string{"/usr/bin/redis-server"}
 	libs, err := lddLibraries(real)
 	if err != nil {
-		return nil, false, err
+		return img, err
 	}
-	if _, statErr := os.Stat(libfaketimePath); statErr == nil {
-		faketime = true
-		files = append(files, imageFile{host: libfaketimePath, image: libfaketimePath})
-		more, err := lddLibraries(libfaketimePath)
+	if preload := build.FakeTimePreload(); fileExists(preload[0]) {
+		more, err := lddLibraries(preload[0])
 		if err != nil {
-			return nil, false, err
+			return img, err
 		}
-		libs = append(libs, more...)
-		libs = append(libs, libcPath)
+		libs = append(append(libs, more...), preload...)
+		img.preload = strings.Join(preload, ":")
 	}
 	slices.Sort(libs)
 	for _, l := range slices.Compact(libs) {
-		files = append(files, imageFile{host: l, image: l})
+		img.files = append(img.files, imageFile{host: l, image: l})
 	}
-	return files, faketime, nil
+	return img, nil
+}
+
+// privateImageFiles is imageFiles for a build under ServersDir: its files
+// go under privateRoot, the system libraries it takes keep their paths, and
+// the entry point is its loader, as its bin/redis-server script does on the
+// host (the image has no shell to run the script).
+func privateImageFiles(build redistest.ServerBuild) (img nodeImage, err error) {
+	inImage := func(host string) string {
+		if rel, ok := strings.CutPrefix(host, build.Dir+"/"); ok {
+			return privateRoot + "/" + rel
+		}
+		return host
+	}
+	list := func(path string) ([]string, error) {
+		return listLibraries(build.Loader(), "--library-path", build.LibraryPath(), "--list", path)
+	}
+	bin := build.RealBinary()
+	real, err := filepath.EvalSymlinks(bin)
+	if err != nil {
+		return img, fmt.Errorf("chaos: resolve %s: %w", bin, err)
+	}
+	// The binary keeps its name: the server reads its role from argv[0]
+	// (valkey-check-rdb, which it links to, is another program).
+	img.files = append(img.files, imageFile{host: real, image: inImage(bin)})
+	libs, err := list(bin)
+	if err != nil {
+		return img, err
+	}
+	libs = append(libs, build.Loader())
+	if preload := build.FakeTimePreload(); fileExists(preload[0]) {
+		more, err := list(preload[0])
+		if err != nil {
+			return img, err
+		}
+		libs = append(append(libs, more...), preload...)
+		var in []string
+		for _, p := range preload {
+			in = append(in, inImage(p))
+		}
+		img.preload = strings.Join(in, ":")
+	}
+	slices.Sort(libs)
+	for _, l := range slices.Compact(libs) {
+		img.files = append(img.files, imageFile{host: l, image: inImage(l)})
+	}
+	var libPath []string
+	for _, d := range strings.Split(build.LibraryPath(), ":") {
+		libPath = append(libPath, inImage(d))
+	}
+	img.entrypoint = []string{inImage(build.Loader()), "--library-path", strings.Join(libPath, ":"), inImage(bin)}
+	return img, nil
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // lddLine matches "libx.so => /path (0x...)" and "/lib64/ld-linux... (0x...)".
 var lddLine = regexp.MustCompile(`(?:=>\s*)?(/\S+)\s+\(0x[0-9a-f]+\)`)
 
 func lddLibraries(path string) ([]string, error) {
-	out, err := exec.Command("ldd", path).Output()
+	return listLibraries("ldd", path)
+}
+
+// listLibraries runs ldd, or a loader with --list, and returns the
+// libraries it names.
+func listLibraries(cmd string, args ...string) ([]string, error) {
+	path := args[len(args)-1]
+	out, err := exec.Command(cmd, args...).Output()
 	if err != nil {
-		return nil, fmt.Errorf("chaos: ldd %s: %w", path, err)
+		return nil, fmt.Errorf("chaos: %s %s: %w", filepath.Base(cmd), strings.Join(args, " "), err)
 	}
 	var libs []string
 	for _, line := range strings.Split(string(out), "\n") {
@@ -92,17 +165,23 @@ func lddLibraries(path string) ([]string, error) {
 	return libs, nil
 }
 
-const dockerfile = `FROM scratch
-COPY rootfs/ /
-ENTRYPOINT ["/usr/bin/redis-server"]
-`
+// dockerfile is the image's Dockerfile for an entry point.
+func dockerfile(entrypoint []string) string {
+	quoted := make([]string, len(entrypoint))
+	for i, e := range entrypoint {
+		quoted[i] = strconv.Quote(e)
+	}
+	return "FROM scratch\nCOPY rootfs/ /\nENTRYPOINT [" + strings.Join(quoted, ", ") + "]\n"
+}
 
 // buildContext returns the tar stream docker build reads and a hash of its
 // content, which names the image.
-func buildContext(files []imageFile) ([]byte, string, error) {
+func buildContext(img nodeImage) ([]byte, string, error) {
+	files, dockerfile := img.files, dockerfile(img.entrypoint)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	sum := sha256.New()
+	io.WriteString(sum, dockerfile)
 	addDir := func(name string) error {
 		return tw.WriteHeader(&tar.Header{Name: name + "/", Mode: 0o755, Typeflag: tar.TypeDir})
 	}
@@ -139,20 +218,21 @@ func buildContext(files []imageFile) ([]byte, string, error) {
 	return buf.Bytes(), hex.EncodeToString(sum.Sum(nil))[:12], nil
 }
 
-// ensureImage returns the name of the node image, building it if the
-// engine does not have it yet. It never pulls.
-func ensureImage(ctx context.Context, cli client.APIClient) (name string, faketime bool, err error) {
-	files, faketime, err := imageFiles()
+// ensureImage returns the name of the node image of build, building it if
+// the engine does not have it yet, and the LD_PRELOAD that runs a node of
+// it under libfaketime (empty without libfaketime). It never pulls.
+func ensureImage(ctx context.Context, cli client.APIClient, build redistest.ServerBuild) (name, preload string, err error) {
+	img, err := imageFiles(build)
 	if err != nil {
-		return "", false, err
+		return "", "", err
 	}
-	tarball, hash, err := buildContext(files)
+	tarball, hash, err := buildContext(img)
 	if err != nil {
-		return "", false, err
+		return "", "", err
 	}
 	name = imageRepo + ":" + hash
 	if _, err := cli.ImageInspect(ctx, name); err == nil {
-		return name, faketime, nil
+		return name, img.preload, nil
 	}
 	res, err := cli.ImageBuild(ctx, bytes.NewReader(tarball), client.ImageBuildOptions{
 		Tags:        []string{name},
@@ -162,21 +242,21 @@ func ensureImage(ctx context.Context, cli client.APIClient) (name string, faketi
 		Labels:      map[string]string{"org.quorumlabs.redlock": "chaos-node"},
 	})
 	if err != nil {
-		return "", false, fmt.Errorf("chaos: build image %s: %w", name, err)
+		return "", "", fmt.Errorf("chaos: build image %s: %w", name, err)
 	}
 	defer res.Body.Close()
 	out, err := io.ReadAll(res.Body)
 	if err != nil {
-		return "", false, fmt.Errorf("chaos: build image %s: %w", name, err)
+		return "", "", fmt.Errorf("chaos: build image %s: %w", name, err)
 	}
 	// The build streams JSON messages; a failed step reports "error".
 	if bytes.Contains(out, []byte(`"error"`)) {
-		return "", false, fmt.Errorf("chaos: build image %s: %s", name, lastLine(out))
+		return "", "", fmt.Errorf("chaos: build image %s: %s", name, lastLine(out))
 	}
 	if _, err := cli.ImageInspect(ctx, name); err != nil {
-		return "", false, errors.Join(fmt.Errorf("chaos: image %s missing after build: %s", name, lastLine(out)), err)
+		return "", "", errors.Join(fmt.Errorf("chaos: image %s missing after build: %s", name, lastLine(out)), err)
 	}
-	return name, faketime, nil
+	return name, img.preload, nil
 }
 
 func lastLine(b []byte) string {

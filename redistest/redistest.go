@@ -4,8 +4,11 @@
 // without data, SIGSTOP pause, a moved or fast clock) is applied to a known PID
 // and nothing outlives Stop.
 //
-// It needs the redis-server binary in PATH and, for FakeTime, Debian's
-// libfaketime; tools/install-deps.sh installs both.
+// It runs the system's redis-server from PATH, or Redis 8.6 or Valkey 9.1 as
+// installed by tools/install-servers.sh (make servers), chosen per cluster by
+// Options.Server or for the whole test binary by REDLOCK_TEST_SERVER (see
+// LookupServer). FakeTime needs Debian's libfaketime; tools/install-deps.sh
+// installs it and the system's redis-server.
 package redistest
 
 import (
@@ -31,6 +34,10 @@ import (
 // Options configures the servers of a Cluster. The zero value starts plain
 // in-memory masters.
 type Options struct {
+	// Server names the server build to run (Redis70, Redis86, Valkey91);
+	// empty means the one REDLOCK_TEST_SERVER names, Redis70 by default.
+	// A build asked for and not installed makes Start fail.
+	Server      string
 	Dir         string   // parent dir for node dirs; default os.MkdirTemp
 	Persistence bool     // appendonly yes, appendfsync always
 	FakeTime    bool     // start under libfaketime driven by a per-node timestamp file (see SetClockOffset)
@@ -80,6 +87,8 @@ var errPortTaken = errors.New("port already in use")
 // Cluster is a set of independent redis-server processes.
 type Cluster struct {
 	Servers []*Server
+	// Build is the server build every node runs.
+	Build ServerBuild
 
 	root     string // temp dir holding every node dir; removed by Stop
 	stopOnce sync.Once
@@ -99,7 +108,7 @@ type Server struct {
 
 	opts      Options
 	sentinel  string // Sentinel only: the config file (topology.go)
-	binary    string
+	build     ServerBuild
 	clockFile string      // FakeTime only
 	tlsConfig *tls.Config // TLS only: the helper's own client's
 	aclFile   string      // Users only
@@ -108,6 +117,8 @@ type Server struct {
 	mu     sync.Mutex
 	pid    int
 	exited chan struct{} // closed once the current process has been reaped
+	paused bool          // SIGSTOPped by Pause and not resumed
+	offset time.Duration // FakeTime only: the clock offset last set
 }
 
 // Start starts n redis-server processes and waits until each answers PING.
@@ -119,9 +130,14 @@ func Start(n int, opts Options) (*Cluster, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	binary, err := exec.LookPath("redis-server")
+	build, err := LookupServer(opts.Server)
 	if err != nil {
-		return nil, fmt.Errorf("redistest: redis-server binary not found (run tools/install-deps.sh): %w", err)
+		return nil, err
+	}
+	if opts.FakeTime {
+		if err := build.checkFakeTime(); err != nil {
+			return nil, err
+		}
 	}
 	root, err := os.MkdirTemp(opts.Dir, "redistest-")
 	if err != nil {
@@ -131,9 +147,9 @@ func Start(n int, opts Options) (*Cluster, error) {
 	if root, err = filepath.Abs(root); err != nil {
 		return nil, errors.Join(fmt.Errorf("redistest: %w", err), os.RemoveAll(root))
 	}
-	c := &Cluster{root: root}
+	c := &Cluster{root: root, Build: build}
 	for i := range n {
-		s, err := startServer(binary, filepath.Join(root, fmt.Sprintf("node%d", i)), opts)
+		s, err := startServer(build, filepath.Join(root, fmt.Sprintf("node%d", i)), opts)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("redistest: node %d: %w", i, err), c.Stop())
 		}
@@ -143,13 +159,15 @@ func Start(n int, opts Options) (*Cluster, error) {
 }
 
 // StartT is Start for tests: it fails tb if the servers cannot start, and
-// stops them in tb.Cleanup.
+// stops them in tb.Cleanup. The first cluster of each server build in a test
+// binary reports the build in tb's log.
 func StartT(tb testing.TB, n int, opts Options) *Cluster {
 	tb.Helper()
 	c, err := Start(n, opts)
 	if err != nil {
 		tb.Fatal(err)
 	}
+	reportOnce(tb, c.Build)
 	tb.Cleanup(func() {
 		if err := c.Stop(); err != nil {
 			tb.Errorf("stopping redis servers: %v", err)
@@ -167,11 +185,6 @@ func (o Options) validate() error {
 	}
 	if o.TLS != nil && (o.TLS.CAFile == "" || o.TLS.Server.Cert == "" || o.TLS.Server.Key == "") {
 		return fmt.Errorf("redistest: TLS needs CAFile and the server's Cert and Key (see PKI)")
-	}
-	if o.FakeTime {
-		if _, err := os.Stat(fakeTimeLibrary); err != nil {
-			return fmt.Errorf("redistest: FakeTime needs libfaketime at %s (apt-get install faketime, or tools/install-deps.sh): %w", fakeTimeLibrary, err)
-		}
 	}
 	return nil
 }
@@ -231,11 +244,11 @@ func (c *Cluster) Stop() error {
 
 // startServer makes the node dir and starts the process, choosing another
 // free port when the first one was taken before redis-server could bind it.
-func startServer(binary, dir string, opts Options) (*Server, error) {
+func startServer(build ServerBuild, dir string, opts Options) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
 	}
-	s := &Server{Dir: dir, opts: opts, binary: binary}
+	s := &Server{Dir: dir, opts: opts, build: build}
 	if opts.TLS != nil {
 		var err error
 		if s.tlsConfig, err = helperTLSConfig(opts.TLS); err != nil {
@@ -348,21 +361,21 @@ func (s *Server) runLocked(args []string) error {
 	}
 	defer out.Close()
 
-	cmd := exec.Command(s.binary, args...)
+	cmd := exec.Command(s.build.Binary, args...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = childProcAttr()
 	if s.opts.FakeTime {
-		cmd.Env = fakeTimeEnv(os.Environ(), s.clockFile)
+		cmd.Env = s.build.fakeTimeEnvFor(os.Environ(), s.clockFile)
 	}
 	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("starting %s: %w", s.binary, err)
+		return fmt.Errorf("starting %s: %w", s.build.Binary, err)
 	}
 	exited := make(chan struct{})
 	go func() {
 		cmd.Wait() // the exit status is of no interest: we killed it, or the log says why
 		close(exited)
 	}()
-	s.pid, s.exited = cmd.Process.Pid, exited
+	s.pid, s.exited, s.paused = cmd.Process.Pid, exited, false
 
 	if err := s.awaitReady(exited); err != nil {
 		s.killLocked()
@@ -452,6 +465,11 @@ func (s *Server) PID() int {
 	return s.pid
 }
 
+// Build is the server build the node runs.
+func (s *Server) Build() ServerBuild {
+	return s.build
+}
+
 // Running reports whether the process is alive (a paused node is running).
 func (s *Server) Running() bool {
 	s.mu.Lock()
@@ -538,6 +556,7 @@ func (s *Server) signal(sig syscall.Signal) error {
 	if err := syscall.Kill(-s.pid, sig); err != nil {
 		return fmt.Errorf("redistest: %v to redis-server pid %d: %w", sig, s.pid, err)
 	}
+	s.paused = sig == syscall.SIGSTOP
 	return nil
 }
 

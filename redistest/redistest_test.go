@@ -5,7 +5,6 @@ import (
 	"errors"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -204,15 +203,12 @@ func TestTakenPortIsRecognised(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	binary, err := exec.LookPath("redis-server")
-	if err != nil {
-		t.Fatal(err)
-	}
+	build := TestServer(t)
 	dir := t.TempDir()
 	if err := os.Mkdir(filepath.Join(dir, "data"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{Dir: dir, binary: binary, Port: l.Addr().(*net.TCPAddr).Port, Addr: l.Addr().String()}
+	s := &Server{Dir: dir, build: build, Port: l.Addr().(*net.TCPAddr).Port, Addr: l.Addr().String()}
 	s.client = newClient(s.Addr, nil)
 	defer s.client.Close()
 	s.mu.Lock()

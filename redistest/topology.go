@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -598,15 +597,13 @@ func (ss *Sentinels) start(opts Options) error {
 			return err
 		}
 	}
-	binary, err := exec.LookPath("redis-server")
-	if err != nil {
-		return err
-	}
 	conf := fmt.Sprintf("sentinel monitor %s 127.0.0.1 %d 2\nsentinel down-after-milliseconds %s %d\nsentinel failover-timeout %s 5000\n",
 		ss.Name, ss.Master.Port, ss.Name, NodeTimeout.Milliseconds(), ss.Name)
+	// The Sentinels are the data nodes' build: Valkey's Sentinel watches
+	// Valkey, Redis' Redis.
 	so := Options{sentinelConf: conf}
 	for i := range 3 {
-		s, err := startServer(binary, filepath.Join(ss.root, fmt.Sprintf("sentinel%d", i)), so)
+		s, err := startServer(ss.Build, filepath.Join(ss.root, fmt.Sprintf("sentinel%d", i)), so)
 		if err != nil {
 			return fmt.Errorf("redistest: sentinel %d: %w", i, err)
 		}

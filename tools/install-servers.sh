@@ -83,9 +83,12 @@ verify() {
 	verify_pid=$!
 	for i in $(seq 100); do
 		if "$dir/bin/redis-cli" -s "$tmp/sock" ping 2>/dev/null | grep -q PONG; then
-			version=$("$dir/bin/redis-cli" -s "$tmp/sock" info server | tr -d '\r' | sed -n "s/^$field://p")
+			# "|| true": a failed read must not end this subshell with the
+			# server still running (set -e), only fail the check below.
+			version=$("$dir/bin/redis-cli" -s "$tmp/sock" info server | tr -d '\r' | sed -n "s/^$field://p") || true
 			if [ -n "$faketime" ]; then
-				t=$("$dir/bin/redis-cli" -s "$tmp/sock" time | head -n 1)
+				t=$("$dir/bin/redis-cli" -s "$tmp/sock" time | head -n 1) || t=0
+				[[ $t =~ ^[0-9]+$ ]] || t=0
 				now=$(date +%s)
 				if [ $((t - now)) -lt 86000 ] || [ $((t - now)) -gt 86800 ]; then
 					say "$dir: under libfaketime a day ahead the server's TIME is $t, the real clock $now"
