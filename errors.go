@@ -196,6 +196,7 @@ const (
 func writeNodeErrors(b *strings.Builder, errs []error) {
 	type group struct {
 		names []string
+		first error       // the first node's error, told as it is when it is alone
 		text  string      // the cause, without the node's name
 		grace *GraceError // the longest sit-out, for a group of sit-outs
 	}
@@ -216,7 +217,7 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 		}
 		g := byKey[key]
 		if g == nil {
-			g = &group{text: text}
+			g = &group{text: text, first: err}
 			byKey[key] = g
 			groups = append(groups, g)
 		}
@@ -233,34 +234,23 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 			return
 		}
 		b.WriteString("; ")
-		who := ""
-		switch n := len(g.names); {
-		case n == 1:
-			who = g.names[0]
-		case n > 1:
-			shown := g.names[:min(n, maxGroupNames)]
-			who = fmt.Sprintf("%d nodes (%s", n, strings.Join(shown, ", "))
-			if n > len(shown) {
-				who += fmt.Sprintf(" and %d more", n-len(shown))
-			}
-			who += ")"
-		}
-		if ge := g.grace; ge != nil {
-			verb := "sits"
-			if len(g.names) > 1 {
-				verb = "sit"
-			}
-			what, lost := ge.What, "it may have lost"
-			if len(g.names) > 1 {
-				what, lost = strings.Replace(what, "(it keeps", "(a node keeps", 1), "they may have lost"
-			}
-			fmt.Fprintf(b, "%s %s out the %v restart grace for up to %v: %s, so %s locks' keys (%s)", who, verb, ge.Grace, ge.Left, what, lost, graceWhose)
+		if len(g.names) <= 1 {
+			b.WriteString(g.first.Error()) // one node (or none): its own error, which names it
 			continue
 		}
-		if who != "" {
-			b.WriteString(who + ": ")
+		n := len(g.names)
+		shown := g.names[:min(n, maxGroupNames)]
+		who := fmt.Sprintf("%d nodes (%s", n, strings.Join(shown, ", "))
+		if n > len(shown) {
+			who += fmt.Sprintf(" and %d more", n-len(shown))
 		}
-		b.WriteString(g.text)
+		who += ")"
+		if ge := g.grace; ge != nil {
+			fmt.Fprintf(b, "%s sit out the %v restart grace for up to %v: %s, so they may have lost locks' keys (%s)",
+				who, ge.Grace, ge.Left, strings.Replace(ge.What, "(it keeps", "(a node keeps", 1), graceWhose)
+			continue
+		}
+		b.WriteString(who + ": " + g.text)
 	}
 }
 

@@ -603,12 +603,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		}
 	}
 	if res.role != "master" {
-		what := "is a " + res.role
-		if res.master != "" {
-			what += " of " + res.master // which may be another of the nodes, refused then for its replica
-		}
-		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: what + ", not a master: Redlock needs independent masters", Err: ErrNotIndependent}
+		g.excluded = replicaRefusal(n, res)
 	}
 	if res.shards == nil {
 		// A node that is one server (a standalone master, or Sentinel's):
@@ -653,8 +648,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		}
 		for _, id := range res.servers {
 			if slices.Contains(og.servers, id) {
-				g.excluded = &ConfigError{Field: "node", Value: n.name,
-					Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
+				g.excluded = sameServerRefusal(n, other, id)
 			}
 		}
 	}

@@ -285,22 +285,54 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	return c, nil
 }
 
-// probeAtStart is the first contact with every node, made by New so that a
-// set of nodes known to be wrong is refused where it is configured, naming
-// the wrong node, rather than at the first acquire. It only reads the
-// nodes' registers of the largest TTL in use: a client that never takes a
-// lock must not raise them (an acquire raises them before it counts a
-// vote).
+// probeAtStart probes every node once, in parallel, when New builds the
+// client, so that a set of nodes known to be wrong is refused where it is
+// configured, naming the wrong node, rather than at the first acquire: a
+// replica, or one server reached under two addresses. It uses the guard's
+// probe but installs no guard: the first acquire still makes the first
+// contact (checkIndependence), so the guard's history starts where it did.
+// A node that does not answer is left to that first contact.
 func (c *Client) probeAtStart() error {
 	ctx, cancel := c.perNode(context.Background())
-	c.each(func(_ int, n *node) { _, _ = c.refresh(ctx, n, 0) })
-	cancel()
-	c.compareClocks()
-	c.probed.Store(true)
-	if err := c.independence(); errors.Is(err, ErrNotIndependent) {
-		return err
+	defer cancel()
+	res := make([]probeResult, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0) })
+	for i, n := range c.nodes {
+		if err := replicaRefusal(n, res[i]); errs[i] == nil && err != nil {
+			return err
+		}
+	}
+	seen := make(map[string]*node)
+	for i, n := range c.nodes {
+		if errs[i] != nil {
+			continue
+		}
+		for _, id := range res[i].servers {
+			if other, dup := seen[id]; dup && other != n {
+				return sameServerRefusal(n, other, id)
+			}
+			seen[id] = n
+		}
 	}
 	return nil
+}
+
+// replicaRefusal refuses n if its probe res shows a replica; nil otherwise.
+func replicaRefusal(n *node, res probeResult) error {
+	if res.role == "" || res.role == "master" {
+		return nil
+	}
+	what := "is a " + res.role
+	if res.master != "" {
+		what += " of " + res.master // which may be another of the nodes, refused then for its replica
+	}
+	return &ConfigError{Field: "node", Value: n.name, Reason: what + ", not a master: Redlock needs independent masters", Err: ErrNotIndependent}
+}
+
+// sameServerRefusal refuses n, the same server (run_id id) as other.
+func sameServerRefusal(n, other *node, id string) error {
+	return &ConfigError{Field: "node", Value: n.name, Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
 }
 
 // newClient builds a client over nodes; the quorum tests give it fakes.
