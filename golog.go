@@ -172,7 +172,7 @@ func (r *logRoute) log(ctx context.Context, addr, line string) {
 	}
 	r.seen[key] = &lineSeen{at: now}
 	r.mu.Unlock()
-	attrs := []any{"node", addr, "line", strings.TrimPrefix(line, "redis: ")}
+	attrs := []any{"from", "go-redis", "node", addr, "line", strings.TrimPrefix(line, "redis: ")}
 	if held > 0 {
 		attrs = append(attrs, "held_back", held) // the same line, since it was last logged
 	}

@@ -66,13 +66,14 @@ const fenceSuffix = ":fence"
 const MinNodeTimeout = time.Millisecond
 
 // MinTTL is the shortest TTL accepted, as Options.TTL, WithTTL or any
-// primitive's TTL. Of a 20ms lock the drift allowance (DriftFactor of it
-// plus 2ms) takes 2.2ms, and the default node timeout, a tenth, is 2ms: what
-// a first contact over loopback (a dial, then the probe's round trips)
-// needs on a busy machine. At 10ms, with a 1ms node timeout, every first
-// acquire on localhost timed out. A TTL this short suits tests and
-// local coordination only; across a network use seconds.
-const MinTTL = 20 * time.Millisecond
+// primitive's TTL. Of a 100ms lock the drift allowance (DriftFactor of it
+// plus 2ms) takes 3ms, and the default node timeout, a tenth, is 10ms: room
+// for a first contact over loopback (a dial, then the probe's round trips)
+// on a busy machine. At 10ms (a 1ms node timeout) every first acquire on
+// localhost timed out, and at 20ms they all did on a loaded two-core
+// machine. A TTL this short suits tests and local coordination only;
+// across a network use seconds.
+const MinTTL = 100 * time.Millisecond
 
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
@@ -80,7 +81,7 @@ type Options struct {
 	// released. Default 10s. WithTTL overrides it per lock.
 	//
 	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
-	// 200ms) to answer. The smallest TTL accepted is MinTTL (20ms).
+	// 200ms) to answer. The smallest TTL accepted is MinTTL (100ms).
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -194,6 +195,12 @@ type Options struct {
 	// (EventGraceWait) and not bounded by this. Default 30s;
 	// NoUnreachableTimeout waits for ever.
 	UnreachableTimeout time.Duration
+	// DeferNodeChecks keeps New from probing the nodes: a replica or a
+	// server given twice is then refused by the first acquire (or Verify,
+	// Nodes) instead of by New. For tools that show what is wrong with a
+	// set of nodes, such as the CLI's nodes and status commands; a client
+	// that takes locks is better refused at once.
+	DeferNodeChecks bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -277,6 +284,9 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			// server's client (probeCluster watches those made before).
 			cc.OnNewNode(n.watch)
 		}
+	}
+	if opts.DeferNodeChecks {
+		return c, nil
 	}
 	if err := c.probeAtStart(); err != nil {
 		_ = c.Close()

@@ -486,9 +486,9 @@ func TestLockErrors(t *testing.T) {
 			{strings.Repeat("x", redlock.MaxNameLen+1), nil, "longer than"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(0)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(-time.Second)}, "TTL"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 20ms (MinTTL)"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 20ms (MinTTL)"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 19.999999ms: is below the minimum TTL"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 99.999999ms: is below the minimum TTL"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
 		} {
 			_, err := c.TryAcquire(ctx, tc.name, tc.opts...)
@@ -509,8 +509,8 @@ func TestLockErrors(t *testing.T) {
 			{redlock.Options{DriftFactor: 1.5}, "DriftFactor"},
 			{redlock.Options{RetryDelayMin: time.Second, RetryDelayMax: time.Millisecond}, "RetryDelayMax"},
 			{redlock.Options{RestartGrace: -2}, "RestartGrace"},
-			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: is below the minimum TTL of 20ms"},
-			{redlock.Options{TTL: redlock.MinTTL, DriftFactor: 0.95}, "leaves no validity: the drift allowance alone is 21ms"},
+			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: is below the minimum TTL of 100ms"},
+			{redlock.Options{TTL: redlock.MinTTL, DriftFactor: 0.99}, "leaves no validity: the drift allowance alone is 101ms"},
 			{redlock.Options{TTL: time.Second, NodeTimeout: 500 * time.Microsecond}, "NodeTimeout 500µs"},
 		} {
 			_, err := redlock.New(cl.Clients(), tc.opts)
@@ -544,7 +544,7 @@ func TestLockErrors(t *testing.T) {
 	})
 
 	t.Run("extend after expiry", func(t *testing.T) {
-		l, err := c.Acquire(ctx, "expired", redlock.WithTTL(50*time.Millisecond)) // 5ms per node: retry if the machine is busy
+		l, err := c.Acquire(ctx, "expired", redlock.WithTTL(redlock.MinTTL)) // 10ms per node: retry if the machine is busy
 		if err != nil {
 			t.Fatal(err)
 		}

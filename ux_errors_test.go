@@ -110,8 +110,8 @@ func TestTheMinimumTTLWorksOnLocalhost(t *testing.T) {
 	}
 	_, err := c.TryAcquire(ctx, "short", redlock.WithTTL(redlock.MinTTL-time.Millisecond))
 	var ce *redlock.ConfigError
-	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "19ms") || !strings.Contains(err.Error(), "minimum TTL of 20ms") {
-		t.Fatalf("a TTL below the minimum: %v, want a ConfigError naming 19ms and the minimum", err)
+	if !errors.As(err, &ce) || !strings.Contains(err.Error(), "99ms") || !strings.Contains(err.Error(), "minimum TTL of 100ms") {
+		t.Fatalf("a TTL below the minimum: %v, want a ConfigError naming 99ms and the minimum", err)
 	}
 }
 

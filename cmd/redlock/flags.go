@@ -274,7 +274,13 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	// below instead of the library's refusal: an operator reads it on every run.
 	opts.AllowNoFaultTolerance = true
 	c, err := redlock.NewFromURLs(urls, opts)
-	if err != nil {
+	var ce *redlock.ConfigError
+	switch {
+	case errors.Is(err, redlock.ErrNotIndependent) && !(errors.As(err, &ce) && strings.HasPrefix(ce.Reason, "given twice")):
+		// A replica, or one server under two addresses: found on the nodes, not in the
+		// command line (a URL given twice is), so 69 as for a node down (see exec's help).
+		return nil, withExitCode(exitUnavailable, err)
+	case err != nil:
 		return nil, withExitCode(exitUsage, failoverHint(err))
 	}
 	if len(urls) < 3 {
@@ -298,6 +304,9 @@ func failoverHint(err error) error {
 // show the nodes, through a client that accepts such nodes, and report the refusal, which
 // exec would meet, in refused.
 func (nf *nodeFlags) connectForView(a *app, opts redlock.Options) (c *redlock.Client, refused, err error) {
+	// The nodes are judged and shown by the command itself, a replica or a duplicate
+	// among them too: New must not refuse them first.
+	opts.DeferNodeChecks = true
 	c, err = nf.connect(a, opts)
 	if !errors.Is(err, redlock.ErrFailoverNode) {
 		return c, nil, err
