@@ -46,6 +46,7 @@ var aclCommands = []string{
 // else, on the keys and pub/sub channels under the prefix: the locks
 // ("<prefix>{<name>}"), their fence registers ("<prefix>{<name>}:fence"),
 // the register of the largest TTL in use ("<prefix>ttl-in-use"), the
+// data-kept marker the probe sets and reads ("<prefix>data-kept{...}"), the
 // read-write and fair locks' sets and a semaphore's slots and record of its
 // number of permits beside them, and the release channels
 // ("<prefix>{<name>}:released"). One rule serves every primitive.

@@ -93,11 +93,14 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		if old != nil || nodeKnown {
 			what = "restarted"
 		}
-		// A restart of a server that may evict may hide evictions since
-		// the last probe (INFO's counters restart at 0): only the
-		// restart itself is known to have lost nothing more.
-		if !m.persistent || m.evicting {
-			lost(dateStart(m, lastAnswer, old != nil), what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		switch start := dateStart(m, lastAnswer, old != nil); {
+		case !m.persistent:
+			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		case m.evicting:
+			// INFO's counters restart at 0: evictions before the start
+			// (since the last probe, or before we met it) are not
+			// counted, only known to be older than the start.
+			lost(start, what+" and may evict keys (evicted_keys restarts at 0, so evictions before the start are not counted)")
 		}
 	}
 	switch {

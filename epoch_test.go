@@ -36,7 +36,7 @@ func TestEveryEventThatMayLoseKeysStartsAnEpoch(t *testing.T) {
 		{"the marker unreadable: no signal", func(m *serverMarks) { m.markerWas, m.markerIs = "", "" }, ""},
 		{"a persistent restart", func(m *serverMarks) { m.runID, m.uptime = "r2", time.Second }, ""},
 		{"a restart without persistence", func(m *serverMarks) { m.runID, m.uptime, m.persistent = "r2", time.Second, false }, "restarted without persistence"},
-		{"a persistent restart of a server that evicts", func(m *serverMarks) { m.runID, m.uptime, m.evicting = "r2", time.Second, true }, "restarted without persistence"},
+		{"a persistent restart of a server that evicts", func(m *serverMarks) { m.runID, m.uptime, m.evicting = "r2", time.Second, true }, "restarted and may evict keys"},
 		{"a persistent promoted replica in its place", func(m *serverMarks) { m.runID, m.promoted = "r3", true }, "promoted"},
 		{"a persistent server whose evictions predate the restart", func(m *serverMarks) { m.runID, m.evicted = "r2", 5 }, "has evicted 5 keys"},
 	} {

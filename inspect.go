@@ -208,10 +208,21 @@ type NodeInfo struct {
 	// NODES, connected or not). Promoted tells that a
 	// master was promoted from replica since it started: it is dated as
 	// started when the client first saw it.
-	Replicas     int
-	Promoted     bool
-	Voting       bool   // whether its vote counts now
-	SitOutReason string // why not
+	Replicas int
+	Promoted bool
+	// MaxMemory (bytes, 0 for no limit) and MaxMemoryPolicy are the
+	// node's memory limit and eviction policy (INFO memory; for a Cluster
+	// node, a master's that may evict, else the first master's), and
+	// EvictedKeys the keys it evicted since it started (INFO stats; a
+	// Cluster node's masters' together). A node that may evict (a limit
+	// and a policy other than noeviction) is refused with ErrEvictingNode
+	// unless Options.AllowEvictingNodes; with it, an eviction makes the
+	// node sit out the restart grace.
+	MaxMemory       int64
+	MaxMemoryPolicy string
+	EvictedKeys     int64
+	Voting          bool   // whether its vote counts now
+	SitOutReason    string // why not
 	// Kind is what the node is: a standalone master, a Redis Cluster (a
 	// *redis.ClusterClient) or a master managed by Sentinel (a client of
 	// redis.NewFailoverClient).
@@ -317,6 +328,7 @@ func (c *Client) nodeInfos(ctx context.Context, key string) []NodeInfo {
 		info.ClockOffset = res.nodeTime.Sub(res.timeSent.Add(info.RTT / 2))
 		info.LargestTTL = res.fleetTTL
 		info.Replicas, info.Promoted = res.replicas, res.promoted
+		info.MaxMemory, info.MaxMemoryPolicy, info.EvictedKeys = res.maxMemory, res.policy, res.evicted
 		info.Cluster = res.cluster
 		if st := n.tls.Load(); st != nil && st.version != 0 {
 			info.TLS = tls.VersionName(st.version)

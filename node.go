@@ -723,7 +723,7 @@ func (c *Client) evictionErr(n *node, res probeResult) error {
 			who = "its master " + r.addr
 		}
 		return &ConfigError{Field: "node", Value: n.name,
-			Reason: fmt.Sprintf("may evict lock keys: %s has maxmemory %d bytes and maxmemory-policy %s, and every lock key has a TTL; set maxmemory-policy noeviction (or give the locks a Redis of their own), or set Options.AllowEvictingNodes to accept that (an eviction then makes the node sit out the restart grace)",
+			Reason: fmt.Sprintf("may evict lock keys: %s has maxmemory %d bytes and maxmemory-policy %s, and every lock key has a TTL; set maxmemory-policy noeviction, or give the locks a Redis of its own, or set Options.AllowEvictingNodes to accept that (an eviction then makes the node sit out the restart grace)",
 				who, r.maxMemory, r.policy),
 			Err: ErrEvictingNode}
 	}

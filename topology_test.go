@@ -181,11 +181,20 @@ func TestFailoverClientNodesAreRefusedForWhatTheyAre(t *testing.T) {
 // out the grace as a restarted master would, for the client that saw the
 // failover and for a client that meets the node afterwards: its uptime is
 // the replica's, long, and cannot date the promotion.
+//
+// Persistent servers change nothing (issue 25): persistence kept the
+// replica's own writes, not the old master's.
 func TestFailoverClientNodesWithTheOptIn(t *testing.T) {
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("persistence=%v", persistent), func(t *testing.T) { failoverClientNodesWithTheOptIn(t, persistent) })
+	}
+}
+
+func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	plain := redistest.StartT(t, 2, redistest.Options{})
-	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
+	plain := redistest.StartT(t, 2, redistest.Options{Persistence: persistent})
+	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{Persistence: persistent})
 	newClient := func() *redlock.Client {
 		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = fc.Close() })
@@ -516,8 +525,18 @@ func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
 // grace for it. (A client that meets the nodes only after the move cannot
 // tell: nothing on the server dates when a master took a slot; see
 // docs/PROTOCOL.md section 11.)
+//
+// Persistent masters change nothing (issue 25): persistence keeps a
+// server's own writes across its own restart, not a slot's keys it never
+// had.
 func TestClusterNodeSlotMovedEmptyGivesNoSecondHolder(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	for _, persistent := range []bool{false, true} {
+		t.Run(fmt.Sprintf("persistence=%v", persistent), func(t *testing.T) { slotMovedEmptyGivesNoSecondHolder(t, persistent) })
+	}
+}
+
+func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{Persistence: persistent})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second}

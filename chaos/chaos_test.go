@@ -85,6 +85,11 @@ var dockerLong = map[string]bool{
 	"failover-minority-durable": true, "failover-majority-durable": true,
 	"semaphore-failover-majority-durable": true, "fair-failover-majority-durable": true,
 	"rw-failover-majority-not-durable": true, "rw-failover-majority-durable": true, // TestRWScenarios
+	// Issue 25's nodes that forget without a restart (scenario_epoch.go):
+	// ten servers, or a grace waited out after the fault.
+	"failover-persistent": true, "failover-persistent-no-grace": true, "failback": true, "failback-no-grace": true,
+	"durable-replica-joins": true, "replica-joins-not-durable": true,
+	"evict-refused": true, "evict-allowed": true, "evict-allowed-no-grace": true,
 }
 
 // longRun tells whether the scenario's run on this backend is one of the

@@ -29,6 +29,9 @@ type Env struct {
 	// replicas maps a master's node index to its replica and link (none
 	// unless the scenario has replicas).
 	replicas map[int]replication
+	// spares is the number of lock nodes when each has a spare server
+	// beside it (Scenario.SpareReplicas: n<spares+i> for n<i>), else 0.
+	spares int
 	// ScanKeys are every key no node may keep once no client holds the
 	// lock (the lock key first; see scannedKeys), Clients the number of
 	// workload clients (for Quiesce).

@@ -159,3 +159,114 @@ func rejoin(ctx context.Context, env *Env, m int) error {
 	env.Note("n%d back, empty, as a replica of n%d", m, r.replica)
 	return nil
 }
+
+// FailBack fails each master over to its replica and back, without a
+// restart: the replica is promoted, the old master becomes its replica
+// and resyncs in full from it (losing every write the replica had not
+// received, since it holds writes beyond the offset the replica was
+// promoted at), and is then promoted back, the replica following it
+// again. The master ends where it began, at the same address and under
+// the same run_id, without the writes the replica missed: the fail-back
+// of CLUSTER FAILOVER or a Sentinel that prefers the old master. The
+// clients' proxy is never moved: whoever reaches the node meanwhile meets
+// a replica. Heal does nothing.
+type FailBack struct{ Masters []int }
+
+// Name says what the fault does and to which masters.
+func (f FailBack) Name() string {
+	return "fail-back(" + nodeList(f.Masters) + ": replica promoted, old master resynced from it and promoted back)"
+}
+
+// Apply fails every master over and back, in parallel.
+func (f FailBack) Apply(ctx context.Context, env *Env) error {
+	errs := make([]error, len(f.Masters))
+	var wg sync.WaitGroup
+	for i, m := range f.Masters {
+		wg.Go(func() { errs[i] = failBack(ctx, env, m) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// failBack promotes master m's replica, makes m its replica (a full
+// resync: m's writes the replica lacked are gone), promotes m again and
+// lets the replica follow m over a fresh link. The replica's old link
+// (the one ReplicationCut cuts) is left as it is.
+func failBack(ctx context.Context, env *Env, m int) error {
+	r, err := env.replicationOf(m)
+	if err != nil {
+		return err
+	}
+	master, err := env.node(m)
+	if err != nil {
+		return err
+	}
+	replica, err := env.node(r.replica)
+	if err != nil {
+		return err
+	}
+	rc, mc := directClient(replica), directClient(master)
+	defer rc.Close()
+	defer mc.Close()
+	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("chaos: promote n%d: %w", r.replica, err)
+	}
+	if _, err := replicate(ctx, env.Cluster, env.Net, m, r.replica); err != nil {
+		return err
+	}
+	env.Note("replica n%d promoted; n%d resynced from it as its replica", r.replica, m)
+	if err := mc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		return fmt.Errorf("chaos: promote n%d back: %w", m, err)
+	}
+	if _, err := replicate(ctx, env.Cluster, env.Net, r.replica, m); err != nil {
+		return err
+	}
+	env.Note("n%d promoted back (same address, same run_id); n%d follows it again", m, r.replica)
+	return nil
+}
+
+// Heal does nothing: the masters are back in their role when Apply returns.
+func (FailBack) Heal(context.Context, *Env) error { return nil }
+
+// ReplicaJoin gives each master a replica while the run goes on: the
+// spare server beside it (Scenario.SpareReplicas) starts replicating it,
+// through a link of its own that ReplicationCut can cut, and Apply
+// returns once the replica is in sync. A client that probed the master
+// before saw no replica. Heal does nothing: the replica stays.
+type ReplicaJoin struct{ Masters []int }
+
+// Name says what the fault does and to which masters.
+func (f ReplicaJoin) Name() string { return "replica-join(" + nodeList(f.Masters) + ")" }
+
+// Apply starts the replications, in parallel.
+func (f ReplicaJoin) Apply(ctx context.Context, env *Env) error {
+	if env.spares == 0 {
+		return errors.New("chaos: replica-join needs spare servers (Scenario.SpareReplicas)")
+	}
+	for _, m := range f.Masters {
+		if _, joined := env.replicas[m]; joined || m < 0 || m >= env.spares {
+			return fmt.Errorf("chaos: replica-join: n%d is not a lock node without a replica", m)
+		}
+	}
+	links := make([]int, len(f.Masters))
+	errs := make([]error, len(f.Masters))
+	var wg sync.WaitGroup
+	for i, m := range f.Masters {
+		wg.Go(func() { links[i], errs[i] = replicate(ctx, env.Cluster, env.Net, env.spares+m, m) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	if env.replicas == nil {
+		env.replicas = map[int]replication{}
+	}
+	for i, m := range f.Masters {
+		env.replicas[m] = replication{replica: env.spares + m, link: links[i]}
+		env.Note("n%d joined n%d as its replica, in sync", env.spares+m, m)
+	}
+	return nil
+}
+
+// Heal does nothing: a replica that joined stays.
+func (ReplicaJoin) Heal(context.Context, *Env) error { return nil }

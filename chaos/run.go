@@ -52,8 +52,8 @@ func runLog(cfg RunConfig, sc Scenario, b Backend) *slog.Logger {
 // of its own; stop closes the proxies, then stops the nodes.
 func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, nw *Net, stop func() error, err error) {
 	servers := sc.nodes()
-	if sc.Replicas {
-		servers *= 2 // n<N+i> is n<i>'s replica
+	if sc.Replicas || sc.SpareReplicas {
+		servers *= 2 // n<N+i> is n<i>'s replica, or its spare
 	}
 	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters})
 	if err != nil {
@@ -89,6 +89,9 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	if env.replicas, err = replicateAll(ctx, cluster, nw, sc); err != nil {
 		return nil, err
 	}
+	if sc.SpareReplicas {
+		env.spares = sc.nodes()
+	}
 
 	resource := directClient(cluster.Resource)
 	defer resource.Close()
@@ -112,6 +115,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			ClockGuard:         !sc.NoClockGuard,
 			AllowFailoverNodes: sc.AllowFailoverNodes,
 			DurableVotes:       sc.DurableVotes,
+			AllowEvictingNodes: sc.AllowEvictingNodes,
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
 			},

@@ -214,13 +214,21 @@ type Scenario struct {
 	// Replicas makes every lock node a master with an asynchronous replica
 	// of its own (started beside the N nodes; the clients never see it).
 	Replicas bool
+	// SpareReplicas starts a spare server beside each lock node (n<N+i>
+	// for n<i>), replicating nothing until a ReplicaJoin fault makes it
+	// the node's replica.
+	SpareReplicas bool
 	// AllowFailoverNodes is redlock.Options.AllowFailoverNodes: the
 	// clients accept nodes whose masters have replicas.
 	AllowFailoverNodes bool
 	// DurableVotes is redlock.Options.DurableVotes: a vote counts once the
 	// master's replicas acknowledged it.
 	DurableVotes bool
-	TLS          bool // clients reach the lock nodes over TLS with client certificates
+	// AllowEvictingNodes is redlock.Options.AllowEvictingNodes: the
+	// clients accept nodes that may evict keys (maxmemory with a policy
+	// other than noeviction).
+	AllowEvictingNodes bool
+	TLS                bool // clients reach the lock nodes over TLS with client certificates
 	// Once runs the schedule a single time even in a soak (a failover
 	// cannot be repeated on the same cluster).
 	Once bool
@@ -392,6 +400,8 @@ func Scenarios() []Scenario {
 	}
 	table = append(table, failoverScenarios()...)
 	table = append(table, clusterScenarios()...)
+	table = append(table, epochScenarios()...)
+	table = append(table, evictScenarios()...)
 	table = append(table, tlsScenarios(table)...)
 	table = append(table, fairScenarios(table)...)
 	return append(table, semaphoreScenarios()...)

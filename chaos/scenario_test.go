@@ -72,6 +72,7 @@ func TestScenarioTable(t *testing.T) {
 			t.Errorf("%s: the redlock scheme is never a baseline and a baseline scheme always is (verdict %s)", sc.Name, sc.Expect.Verdict)
 		}
 		applied := map[string]bool{}
+		joined := map[int]bool{} // masters a ReplicaJoin gave a replica so far
 		for _, st := range sc.Schedule {
 			switch st.Kind {
 			case StepApply:
@@ -81,9 +82,18 @@ func TestScenarioTable(t *testing.T) {
 				}
 				switch f := st.Fault.(type) {
 				case ReplicationCut:
-					replicated(t, sc, f.Masters)
+					replicated(t, sc, joined, f.Masters)
 				case Failover:
-					replicated(t, sc, f.Masters)
+					replicated(t, sc, joined, f.Masters)
+				case FailBack:
+					replicated(t, sc, joined, f.Masters)
+				case ReplicaJoin:
+					for _, m := range f.Masters {
+						if !sc.SpareReplicas || sc.Replicas || joined[m] || m >= sc.nodes() {
+							t.Errorf("%s: n%d has no spare server to join it, or has a replica already", sc.Name, m)
+						}
+						joined[m] = true
+					}
 				case ClockJump, ClockFast, ShardClockJump:
 					if !sc.needsFakeTime() {
 						t.Errorf("%s: clock fault without libfaketime", sc.Name)
@@ -109,11 +119,11 @@ func TestScenarioTable(t *testing.T) {
 }
 
 // replicated fails t unless every master of a replication fault has a
-// replica in sc.
-func replicated(t *testing.T, sc Scenario, masters []int) {
+// replica in sc: from the start, or joined before the fault (joined).
+func replicated(t *testing.T, sc Scenario, joined map[int]bool, masters []int) {
 	t.Helper()
 	for _, m := range masters {
-		if !sc.Replicas && !(sc.Replica && m == 0) || m >= sc.nodes() {
+		if !sc.Replicas && !(sc.Replica && m == 0) && !joined[m] || m >= sc.nodes() {
 			t.Errorf("%s: n%d has no replica to fail over to or cut", sc.Name, m)
 		}
 	}

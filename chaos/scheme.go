@@ -51,6 +51,8 @@ type SchemeEnv struct {
 	// of those names.
 	AllowFailoverNodes bool
 	DurableVotes       bool
+	// AllowEvictingNodes sets the redlock client's option of that name.
+	AllowEvictingNodes bool
 	// Note records what the library reports (a node sitting out, a lost
 	// lock) into the history.
 	Note func(detail string)
@@ -157,6 +159,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		Logger:             env.Log,
 		AllowFailoverNodes: env.AllowFailoverNodes,
 		DurableVotes:       env.DurableVotes,
+		AllowEvictingNodes: env.AllowEvictingNodes,
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = redlock.NoClockGuard
@@ -200,7 +203,8 @@ func failureKind(err error) string {
 		name string
 	}{
 		{redlock.ErrLocked, "locked"}, {redlock.ErrNotIndependent, "not independent"},
-		{redlock.ErrValidityTooShort, "validity too short"}, {redlock.ErrNoQuorum, "no quorum"},
+		{redlock.ErrValidityTooShort, "validity too short"}, {redlock.ErrEvictingNode, "evicting node"},
+		{redlock.ErrNoQuorum, "no quorum"},
 	} {
 		if errors.Is(err, k.err) {
 			return k.name

@@ -150,7 +150,9 @@ type nodeFlags struct {
 	allowFailover bool
 	// durableVotes makes every vote wait for the master's replicas: Options.DurableVotes.
 	durableVotes bool
-	log          *slog.Logger // the -v logger, made on first use
+	// allowEvicting accepts nodes that may evict keys: Options.AllowEvictingNodes.
+	allowEvicting bool
+	log           *slog.Logger // the -v logger, made on first use
 }
 
 func (nf *nodeFlags) register(fs *flag.FlagSet) {
@@ -160,6 +162,7 @@ func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
 	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a failover keeps every counted vote; accepts nodes with replicas")
 	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, masters with replicas) without durable votes: a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
+	fs.BoolVar(&nf.allowEvicting, "allow-evicting-nodes", false, "accept nodes that may evict keys (maxmemory with a policy other than noeviction): a node that evicted sits out the restart grace, but an eviction within about a second before another client's acquire is not seen")
 	nf.tls.register(fs)
 }
 
@@ -192,7 +195,7 @@ func (nf *nodeFlags) urls(a *app) ([]string, error) {
 // go-redis' log lines go to stderr through one slog logger.
 func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
 	opts := redlock.Options{TTL: ttl, NodeTimeout: nf.nodeTimeout, KeyPrefix: nf.keyPrefix,
-		AllowFailoverNodes: nf.allowFailover, DurableVotes: nf.durableVotes}
+		AllowFailoverNodes: nf.allowFailover, DurableVotes: nf.durableVotes, AllowEvictingNodes: nf.allowEvicting}
 	if nf.verbose {
 		opts.Logger = nf.logger(a)
 		opts.Observer = eventLog{opts.Logger}
@@ -295,6 +298,9 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 func failoverHint(err error) error {
 	if errors.Is(err, redlock.ErrFailoverNode) {
 		return fmt.Errorf("%w (the CLI's --durable-votes or --allow-failover-nodes)", err)
+	}
+	if errors.Is(err, redlock.ErrEvictingNode) {
+		return fmt.Errorf("%w (the CLI's --allow-evicting-nodes)", err)
 	}
 	return err
 }

@@ -387,19 +387,20 @@ func printNodes(w io.Writer, rows []nodeRow) {
 	// TTL_IN_USE the node's register of the largest TTL any client uses
 	// (how long it would sit out after a restart without persistence).
 	// TLS is the version and when the node's certificate expires, "off" for plain TCP.
-	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tTTL_IN_USE\tCLOCK_OFFSET\tVS_OTHERS\tRTT\tTLS\tINDEPENDENT\tVOTES")
+	// EVICTION is the node's maxmemory-policy, its limit and the keys it evicted.
+	fmt.Fprintln(tw, "NODE\tROLE\tRUN_ID\tUPTIME\tAOF\tEVICTION\tTTL_IN_USE\tCLOCK_OFFSET\tVS_OTHERS\tRTT\tTLS\tINDEPENDENT\tVOTES")
 	for _, r := range rows {
 		n := r.info
 		if n.Err != nil {
-			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
+			fmt.Fprintf(tw, "%s\t-\t-\t-\t-\t-\t-\t-\t-\t-\t-\t%s\t%s\n", n.Node, r.independent, r.votes)
 			continue
 		}
 		ttlInUse := "-"
 		if n.LargestTTL > 0 {
 			ttlInUse = formatDuration(n.LargestTTL)
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
-			n.Uptime.Round(time.Second), persistence(n), ttlInUse, signedDuration(n.ClockOffset), signedDuration(n.ClockSkew),
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", n.Node, n.Role, shortID(n.RunID),
+			n.Uptime.Round(time.Second), persistence(n), eviction(n), ttlInUse, signedDuration(n.ClockOffset), signedDuration(n.ClockSkew),
 			formatDuration(n.RTT), tlsState(n), r.independent, r.votes)
 	}
 	tw.Flush()
@@ -491,6 +492,19 @@ func certWarnings(infos []redlock.NodeInfo, now time.Time, soon time.Duration) [
 		}
 	}
 	return out
+}
+
+// eviction shows a node's eviction policy: "noeviction", or the policy with
+// its maxmemory and how many keys the node evicted since it started.
+func eviction(n redlock.NodeInfo) string {
+	policy := cmp.Or(n.MaxMemoryPolicy, "?")
+	if n.MaxMemory == 0 {
+		if n.EvictedKeys > 0 {
+			return fmt.Sprintf("%s, no maxmemory, %d evicted", policy, n.EvictedKeys)
+		}
+		return policy + ", no maxmemory"
+	}
+	return fmt.Sprintf("%s %dB, %d evicted", policy, n.MaxMemory, n.EvictedKeys)
 }
 
 // persistence summarises what a node keeps across a crash: with "fsync always" every lock

@@ -99,6 +99,10 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 		if errors.Is(n.Refused, redlock.ErrFailoverNode) {
 			fmt.Fprintf(a.stderr, "redlock status: warning: %v: exec refuses this node\n", failoverHint(n.Refused))
 		}
+		if n.Err == nil && (n.EvictedKeys > 0 || n.MaxMemory > 0 && n.MaxMemoryPolicy != "noeviction") {
+			// An evicted lock key is a lock another client can take.
+			fmt.Fprintf(a.stderr, "redlock status: warning: %s: eviction %s (a node that may evict is refused unless --allow-evicting-nodes)\n", n.Node, eviction(n))
+		}
 	}
 	notIndependent := notIndependentNodes(judgeNodes(infos, client.KeySlot(name)))
 	printStatus(a.stdout, client, st, notIndependent)
