@@ -92,12 +92,13 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
 	x := en.client(t, opts)
 	before := en.client(t, opts)
-	warm, err := before.Acquire(ctx, "warm-up") // persistent servers: no grace to wait out
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
+	// Persistence spares no start on a node that fails over (C's master
+	// may have been promoted before it): both wait out its start's grace.
+	for _, c := range []*redlock.Client{x, before} {
+		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
+			info := c.Nodes(ctx)[2]
+			return info.Err == nil && info.Voting
+		})
 	}
 	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
-	refusedWhileHeld(t, ctx, held, name, before, fresh)
+	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, before, fresh)
 	info, err := fresh.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	// on any machine, and this wait only makes sure of it.
 	time.Sleep(time.Until(yMet.Add(1100 * time.Millisecond)))
 	fresh := en.client(t, opts)
-	refusedWhileHeld(t, ctx, held, name, y, fresh)
+	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, y, fresh)
 	info, err := y.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -189,10 +190,11 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 
 // refusedWhileHeld tries the lock that held holds, three times from each of
 // a client that used the nodes before and a fresh one, while X's validity
-// lasts: each must be refused, with C sitting out. (Another attempt's key
-// on P1, not yet released, may make a refusal ErrLocked rather than
-// ErrNoQuorum: a refusal all the same.)
-func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, name string, before, fresh *redlock.Client) {
+// lasts: each must be refused, with C sitting out. Each attempt's key on
+// P1 (which X does not hold) is awaited gone before the next: left there,
+// it would make the next attempt stop at ErrLocked on P0 and P1 before C
+// answered, which happened on a loaded machine.
+func refusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, before, fresh *redlock.Client) {
 	t.Helper()
 	for _, tc := range []struct {
 		who string
@@ -222,6 +224,17 @@ func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, nam
 			if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
 				t.Fatalf("%s: want a refusal with C sitting out, got %v", tc.who, err)
 			}
+			awaitNoKey(t, ctx, p1, tc.c.LockKey(name))
 		}
 	}
+}
+
+// awaitNoKey waits until s holds no key at key: a refused attempt's release
+// sweep is done there.
+func awaitNoKey(t *testing.T, ctx context.Context, s *redistest.Server, key string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the refused attempt's key released on "+s.Addr, func() bool {
+		n, err := s.Client().Exists(ctx, key).Result()
+		return err == nil && n == 0
+	})
 }
