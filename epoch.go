@@ -21,8 +21,9 @@ import (
 // those are, for a node that is one server (standalone, or the master a
 // Sentinel names) and for each master of a Cluster node alike:
 //
-//   - a start without persistence (appendonly yes, appendfsync always):
-//     dated at the start;
+//   - a start without persistence (appendonly yes, appendfsync always),
+//     or any start on a node that may fail over (a promotion before the
+//     start no longer shows after it): dated at the start;
 //   - a promotion from replica (second_repl_offset set) of a server not met
 //     before, and any change of master_replid of a server met before (a
 //     fail-back: a master that was a replica in between and resynced from
@@ -62,8 +63,13 @@ type serverMarks struct {
 	uptime              time.Duration
 	persistent          bool
 	promoted            bool // second_repl_offset set: a replica turned master since it started
-	evicted             int64
-	evicting            bool // maxmemory set and a policy other than noeviction
+	// failover: the node may fail over (Sentinel's, or servers with
+	// replicas now or before). A promotion before the server's last start
+	// no longer shows in INFO (second_repl_offset is -1 again), so
+	// persistence does not excuse its start.
+	failover bool
+	evicted  int64
+	evicting bool // maxmemory set and a policy other than noeviction
 	// markerWas is the marker's value the probe found ("" if none), and
 	// markerIs the value it left; both "" if it could not be read.
 	markerWas, markerIs string
@@ -78,6 +84,13 @@ type serverMarks struct {
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
 	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, marker: m.markerIs, slots: m.claims}
+	if m.markerIs == "" && old != nil {
+		// A probe that could not read the marker (a node at its
+		// maxmemory refuses the SET with OOM until someone frees memory,
+		// often by FLUSHALL) learnt nothing of it: keep the value seen
+		// before, so that the next probe that reads it still compares.
+		e.marker = old.marker
+	}
 	// lost records an event that may have lost keys: the epoch starts at
 	// the latest one.
 	lost := func(at time.Time, why string) {
@@ -101,6 +114,11 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 			// (since the last probe, or before we met it) are not
 			// counted, only known to be older than the start.
 			lost(start, what+" and may evict keys (evicted_keys restarts at 0, so evictions before the start are not counted)")
+		case m.failover:
+			// Persistence kept the server's own writes, but it may have
+			// been a replica promoted without a lock's key before this
+			// start: after a start INFO no longer shows a promotion.
+			lost(start, what+" on a node that fails over (it may have been promoted from replica before that start, which INFO no longer shows; persistence keeps only its own writes)")
 		}
 	}
 	switch {

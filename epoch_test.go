@@ -110,3 +110,23 @@ func TestMarkerTagsCoverEverySlot(t *testing.T) {
 		t.Fatalf("marker key %q: slot %d, want the register's %d, under the prefix", k, keySlot(k), keySlot(c.registerKey()))
 	}
 }
+
+// A probe that cannot read the data-kept marker (a full node refuses its
+// SET with OOM) keeps the value seen before: a flush after it is still seen
+// by the next probe that reads the marker.
+func TestAnUnreadableMarkerIsNotForgotten(t *testing.T) {
+	t0 := time.Unix(10_000, 0)
+	m := serverMarks{addr: "m:1", runID: "r1", replID: "id1", uptime: time.Hour, persistent: true,
+		markerWas: "v1", markerIs: "v1", sent: t0, recv: t0}
+	e := nextEpoch(nil, m, time.Time{}, false)
+	m.markerWas, m.markerIs = "", "" // full: OOM
+	m.sent, m.recv = t0.Add(time.Second), t0.Add(time.Second)
+	if e = nextEpoch(&e, m, t0, true); !e.since.IsZero() || e.marker != "v1" {
+		t.Fatalf("an unreadable marker: epoch from %v, marker %q; want no epoch and v1 kept", e.since, e.marker)
+	}
+	m.markerWas, m.markerIs = "", "v2" // flushed, written again by this probe
+	m.sent, m.recv = t0.Add(2*time.Second), t0.Add(2*time.Second)
+	if e = nextEpoch(&e, m, t0, true); !e.since.Equal(m.recv) || !strings.Contains(e.why, "data-kept marker") {
+		t.Fatalf("a flush after an unreadable marker: epoch from %v (%s), want from the probe that saw it", e.since, e.why)
+	}
+}

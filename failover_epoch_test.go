@@ -92,12 +92,13 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
 	x := en.client(t, opts)
 	before := en.client(t, opts)
-	warm, err := before.Acquire(ctx, "warm-up") // persistent servers: no grace to wait out
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
+	// Persistence spares no start on a node that fails over (C's master
+	// may have been promoted before it): both wait out its start's grace.
+	for _, c := range []*redlock.Client{x, before} {
+		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
+			info := c.Nodes(ctx)[2]
+			return info.Err == nil && info.Voting
+		})
 	}
 	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
 		t.Fatal(err)
@@ -112,7 +113,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
-	en.refusedWhileHeld(t, ctx, held, name, before, fresh)
+	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, before, fresh)
 	info, err := fresh.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -177,7 +178,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	// on any machine, and this wait only makes sure of it.
 	time.Sleep(time.Until(yMet.Add(1100 * time.Millisecond)))
 	fresh := en.client(t, opts)
-	en.refusedWhileHeld(t, ctx, held, name, y, fresh)
+	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, y, fresh)
 	info, err := y.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -189,10 +190,12 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 
 // refusedWhileHeld tries the lock that held holds, three times from each of
 // a client that used the nodes before and a fresh one, while X's validity
-// lasts: each must be refused, with C sitting out.
-func (en epochNodes) refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, name string, before, fresh *redlock.Client) {
+// lasts: each must be refused, with C sitting out. Each attempt's key on
+// P1 (which X does not hold) is awaited gone before the next: left there,
+// it would make the next attempt stop at ErrLocked on P0 and P1 before C
+// answered, which happened on a loaded machine.
+func refusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, before, fresh *redlock.Client) {
 	t.Helper()
-	p1 := en.plain.Servers[1].Client()
 	for _, tc := range []struct {
 		who string
 		c   *redlock.Client
@@ -202,13 +205,6 @@ func (en epochNodes) refusedWhileHeld(t *testing.T, ctx context.Context, held *r
 			if left < 500*time.Millisecond {
 				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
 			}
-			// X's key is not on P1: a key there is the previous refused
-			// attempt's, whose release may still be on its way, and
-			// would answer for C (a refusal without C's answer).
-			eventually(t, 5*time.Second, "P1 without the previous attempt's key", func() bool {
-				n, err := p1.Exists(ctx, fresh.LockKey(name)).Result()
-				return err == nil && n == 0
-			})
 			l, err := tc.c.TryAcquire(ctx, name)
 			if err == nil {
 				_ = l.Release(ctx)
@@ -217,6 +213,17 @@ func (en epochNodes) refusedWhileHeld(t *testing.T, ctx context.Context, held *r
 			if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
 				t.Fatalf("%s: want a refusal with C sitting out, got %v", tc.who, err)
 			}
+			awaitNoKey(t, ctx, p1, tc.c.LockKey(name))
 		}
 	}
+}
+
+// awaitNoKey waits until s holds no key at key: a refused attempt's release
+// sweep is done there.
+func awaitNoKey(t *testing.T, ctx context.Context, s *redistest.Server, key string) {
+	t.Helper()
+	eventually(t, 10*time.Second, "the refused attempt's key released on "+s.Addr, func() bool {
+		n, err := s.Client().Exists(ctx, key).Result()
+		return err == nil && n == 0
+	})
 }

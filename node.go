@@ -350,6 +350,10 @@ type probeResult struct {
 	// after the probe (epoch.go): "" and a new value if it was missing,
 	// both "" if it could not be read.
 	markerWas, markerIs string
+	// failover: the node may fail over (Sentinel names its master, or its
+	// servers have or had replicas), so a server there may have been
+	// promoted before its last start, which INFO no longer shows after it.
+	failover bool
 	// others are the clock samples of a Cluster node's other masters.
 	others     []probeResult
 	nodeTime   time.Time
@@ -371,7 +375,7 @@ func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "no
 // marks are what nextEpoch reads of the server the probe read.
 func (r probeResult) marks() serverMarks {
 	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
-		persistent: r.persistent(), promoted: r.promoted, evicted: r.evicted, evicting: r.evicting(),
+		persistent: r.persistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
 		markerWas: r.markerWas, markerIs: r.markerIs, claims: r.claims, sent: r.sent, recv: r.recv}
 }
 
@@ -553,6 +557,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	}
 	lastAnswer := c.base.Add(time.Duration(n.lastAnswer.Swap(int64(res.sent.Sub(c.base)))))
 	old := n.guard.Load()
+	res.failover = isFailoverClient(n.rdb) || res.replicas > 0 || n.replicas.Load() > 0 || old.hadReplicas()
 	// Any event that may have lost keys may have lost the node's register
 	// of the largest TTL in use too.
 	lostData := epochsOf(old, res, lastAnswer).lostSince(old)
@@ -676,9 +681,25 @@ func epochsOf(old *nodeGuard, res probeResult, lastAnswer time.Time) *nodeGuard 
 		if o := old.shard(r.addr); o != nil {
 			prev = &o.serverEpoch
 		}
-		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, r.marks(), lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF}
+		m := r.marks()
+		m.failover = res.failover // the node's: a promoted master may have no replica left
+		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, m, lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF}
 	}
 	return g
+}
+
+// hadReplicas tells whether a Cluster node's guard listed a replica for
+// any of its masters.
+func (g *nodeGuard) hadReplicas() bool {
+	if g == nil {
+		return false
+	}
+	for _, sh := range g.shards {
+		if sh.replicas > 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // lostSince tells whether g holds an epoch that old did not: an event that
