@@ -947,14 +947,29 @@ func (c *Client) ready(ctx context.Context, n *node, key string) error {
 // its next vote. Events that lose keys without breaking a connection (an
 // eviction, a flush, a fail-back under the same run_id) show only in a
 // probe: a vote counts on a guard at most this old plus one probe's round
-// trips, the window docs/PROTOCOL.md §11 states. A probe a second per node
-// is a few small replies; an idle client probes only when it is used.
+// trips, the window docs/PROTOCOL.md §11 states (for an extension, one
+// renewal round more: renewalGuardsPass). A probe a second per node is a
+// few small replies; an idle client probes only when it is used.
 const guardMaxAge = time.Second
 
 // guardsPass is ready without the down hold-off, which only spares a
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
 func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
+	return c.guardsPassAged(ctx, n, key, false)
+}
+
+// renewalGuardsPass is guardsPass for a renewal round, which reads a guard
+// past guardMaxAge again in the background and judges its votes by the
+// guard in force: a round has its node timeout to answer, and a probe (a
+// few round trips, on a busy client) must not cost a held lock its
+// renewal. Renewals fall due every third of a validity, so the next round
+// has the new guard.
+func (c *Client) renewalGuardsPass(ctx context.Context, n *node, key string) error {
+	return c.guardsPassAged(ctx, n, key, true)
+}
+
+func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, background bool) error {
 	if n.rdb != nil {
 		g := n.guard.Load()
 		if n.stale.Load() || g == nil {
@@ -964,10 +979,21 @@ func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 		} else if c.clock.Now().Sub(g.probed) > guardMaxAge && n.reprobing.CompareAndSwap(false, true) {
 			// One caller probes again; the others go on with the guard
 			// in force, a probe's round trips older than the bound.
-			_, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
-			n.reprobing.Store(false)
-			if err != nil {
-				return err
+			if background {
+				c.bg.add()
+				go func() {
+					defer c.bg.done()
+					defer n.reprobing.Store(false)
+					ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout())
+					defer cancel()
+					_, _ = c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
+				}()
+			} else {
+				_, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
+				n.reprobing.Store(false)
+				if err != nil {
+					return err
+				}
 			}
 		}
 	}
