@@ -38,10 +38,14 @@ func splitBatch(s *script, cmd *redis.IntSliceCmd, err error, calls []int, vals 
 // it (the reply's layout is in batchSrc). The replies share the run's
 // array; they are only read.
 func batchAnswers(cmd *redis.IntSliceCmd, err error, n int, answer func(j int, v []int64, err error)) {
+	// A run that was not answered (its caller gave up while it was
+	// written) may still be getting its reply from the pipe's writer: it
+	// is not read at all then.
+	var flat []int64
 	if err == nil {
 		err = cmd.Err()
+		flat = cmd.Val()
 	}
-	flat := cmd.Val()
 	p := 0
 	for j := range n {
 		if err == nil && p >= len(flat) {

@@ -617,7 +617,7 @@ func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
 	defer cancel()
 	cc := rc.ClusterClient()
 	defer cc.Close()
-	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
+	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}

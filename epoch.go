@@ -186,8 +186,7 @@ func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) er
 	// The epoch starts as late as the event may have been, so the time
 	// left is an upper bound; the grace may come from another client's
 	// longer TTL, through the nodes' register.
-	return fmt.Errorf("%w: %s%s, so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (the grace is the larger of this client's and the largest TTL in use on the nodes)",
-		ErrNodeSittingOut, who, e.why, grace, e.since.Add(grace).Sub(now).Round(time.Millisecond))
+	return &GraceError{What: who + e.why, Grace: grace, Left: e.since.Add(grace).Sub(now).Round(time.Millisecond)}
 }
 
 // The data-kept marker: a key without a TTL, under the key prefix, that

@@ -1,10 +1,12 @@
 package redlock
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/hashicorp/go-multierror"
 )
@@ -25,6 +27,11 @@ var (
 	ErrLockLost = errors.New("redlock: lock lost")
 	// ErrNotHeld: the handle was already released.
 	ErrNotHeld = errors.New("redlock: lock not held (already released)")
+	// ErrMaxWait: Acquire gave up because its max wait (Options.MaxWait,
+	// WithMaxWait) ran out, not the caller's context. The error also
+	// matches context.DeadlineExceeded, and the last attempt's error
+	// (ErrLocked, ErrNoQuorum).
+	ErrMaxWait = errors.New("redlock: max wait ran out")
 	// ErrInvalidConfig: a bad option, lock name, TTL or node URL.
 	// See *ConfigError.
 	ErrInvalidConfig = errors.New("redlock: invalid configuration")
@@ -95,12 +102,9 @@ func (e *LockedError) Error() string {
 		// The round is decided once the refusals alone lose it: nodes that
 		// had not answered yet may hold it too, hence "at least".
 		fmt.Fprintf(&b, "; at least %d of %d nodes said so, %d failed or sat out", e.Refused, e.Nodes, len(e.Errors.Errors))
-		for _, err := range e.Errors.Errors {
-			b.WriteString("; ")
-			b.WriteString(err.Error())
-		}
+		writeNodeErrors(&b, e.Errors.Errors)
 	}
-	return b.String()
+	return capText(b.String())
 }
 
 // Is makes errors.Is(err, ErrLocked) true.
@@ -149,12 +153,9 @@ func (e *QuorumError) Error() string {
 		fmt.Fprintf(&b, ", %d nodes held by another owner", e.Refused)
 	}
 	if e.Errors != nil {
-		for _, err := range e.Errors.Errors {
-			b.WriteString("; ")
-			b.WriteString(err.Error())
-		}
+		writeNodeErrors(&b, e.Errors.Errors)
 	}
-	return b.String()
+	return capText(b.String())
 }
 
 // Unwrap gives ErrNoQuorum and every node's error, so errors.Is and
@@ -175,14 +176,138 @@ type NodeError struct {
 
 func (e *NodeError) Error() string {
 	msg := e.Err.Error()
-	if strings.Contains(msg, e.Node) {
-		return msg // the cause names the node already
+	if strings.HasPrefix(msg, e.Node+": ") || strings.HasPrefix(msg, e.Node+" ") {
+		return msg // the cause starts with the node's name already
 	}
 	return e.Node + ": " + msg
 }
 
+// The caps of an error that lists nodes' errors: a round over many nodes
+// that fail for one reason must still read as one line.
+const (
+	maxGroups     = 5    // causes told, the others counted
+	maxGroupNames = 5    // nodes named per cause, the others counted
+	maxErrorText  = 1200 // bytes; what is cut is still in the node errors
+)
+
+// writeNodeErrors writes the nodes' errors of a round, one entry per cause:
+// nodes that failed for the same reason are named together, and the reason
+// is told once. Every node's own error stays reachable through Unwrap.
+func writeNodeErrors(b *strings.Builder, errs []error) {
+	type group struct {
+		names []string
+		first error       // the first node's error, told as it is when it is alone
+		text  string      // the cause, without the node's name
+		grace *GraceError // the longest sit-out, for a group of sit-outs
+	}
+	var groups []*group
+	byKey := map[string]*group{}
+	for _, err := range errs {
+		var name, text, key string
+		var ne *NodeError
+		if errors.As(err, &ne) {
+			name, text = ne.Node, withoutName(ne.Err.Error(), ne.Node)
+		} else {
+			text = err.Error()
+		}
+		key = text
+		var ge *GraceError
+		if errors.As(err, &ge) {
+			key = "grace: " + ge.What
+		}
+		g := byKey[key]
+		if g == nil {
+			g = &group{text: text, first: err}
+			byKey[key] = g
+			groups = append(groups, g)
+		}
+		if name != "" {
+			g.names = append(g.names, name)
+		}
+		if ge != nil && (g.grace == nil || ge.Left > g.grace.Left) {
+			g.grace = ge
+		}
+	}
+	for i, g := range groups {
+		if i == maxGroups {
+			fmt.Fprintf(b, "; and %d more causes", len(groups)-i)
+			return
+		}
+		b.WriteString("; ")
+		if len(g.names) <= 1 {
+			b.WriteString(g.first.Error()) // one node (or none): its own error, which names it
+			continue
+		}
+		n := len(g.names)
+		shown := g.names[:min(n, maxGroupNames)]
+		who := fmt.Sprintf("%d nodes (%s", n, strings.Join(shown, ", "))
+		if n > len(shown) {
+			who += fmt.Sprintf(" and %d more", n-len(shown))
+		}
+		who += ")"
+		if ge := g.grace; ge != nil {
+			fmt.Fprintf(b, "%s sit out the %v restart grace for up to %v: %s, so they may have lost locks' keys (%s)",
+				who, ge.Grace, ge.Left, strings.Replace(ge.What, "(it keeps", "(a node keeps", 1), graceWhose)
+			continue
+		}
+		b.WriteString(who + ": " + g.text)
+	}
+}
+
+// withoutName takes a node's name out of its error's text, for a cause
+// told once for several nodes ("dial tcp 10.0.0.1:6379: connect: ..."
+// reads "dial tcp: connect: ...").
+func withoutName(text, name string) string {
+	if name == "" || !strings.Contains(text, name) {
+		return text
+	}
+	text = strings.ReplaceAll(text, " "+name+":", ":")
+	text = strings.ReplaceAll(text, " "+name, "")
+	return strings.ReplaceAll(text, name, "the node")
+}
+
+// capText bounds an error's text; the full detail stays in the errors it
+// wraps.
+func capText(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "… (cut; every node's error is in the error's Errors)"
+}
+
 // Unwrap gives the node's own error.
 func (e *NodeError) Unwrap() error { return e.Err }
+
+// GraceError reports a node that sits out the restart grace: it (or, on a
+// Cluster node, a master of the lock's slot) started without persistence,
+// or had another event that may have lost keys (a promotion, evictions, a
+// flush), less than the grace ago, so it may have lost the keys of locks
+// that are still valid. It matches ErrNodeSittingOut.
+type GraceError struct {
+	// What happened, e.g. "started without persistence (...)", "was
+	// promoted from replica ...", on a Cluster node "its master <addr> ...".
+	What  string
+	Grace time.Duration // the restart grace in force
+	Left  time.Duration // the longest it may still sit out
+}
+
+// graceWhose says where the grace comes from.
+const graceWhose = "the grace is the larger of this client's and the largest TTL in use on the nodes"
+
+func (e *GraceError) Error() string {
+	// The event is dated as late as it may have been, so Left is an upper
+	// bound; the grace may come from another client's longer TTL, through
+	// the nodes' register.
+	return fmt.Sprintf("%v: %s, so it may have lost locks' keys: it sits out the %v restart grace and votes in at most %v (%s)",
+		ErrNodeSittingOut, e.What, e.Grace, e.Left, graceWhose)
+}
+
+// Is makes errors.Is(err, ErrNodeSittingOut) true.
+func (e *GraceError) Is(target error) bool { return target == ErrNodeSittingOut }
 
 // ConfigError names a bad setting and the value given for it.
 type ConfigError struct {
@@ -251,6 +376,42 @@ func (e *lostError) Error() string {
 
 // Unwrap gives ErrLockLost and the cause.
 func (e *lostError) Unwrap() []error { return []error{ErrLockLost, e.cause} }
+
+// maxWaitError is the cause of a waiting context that the max wait ended.
+type maxWaitError struct{ d time.Duration }
+
+func (e *maxWaitError) Error() string { return fmt.Sprintf("the max wait of %v ran out", e.d) }
+
+// Is makes errors.Is match ErrMaxWait, and context.DeadlineExceeded as a
+// deadline of the caller's own would.
+func (e *maxWaitError) Is(target error) bool {
+	return target == ErrMaxWait || target == context.DeadlineExceeded
+}
+
+// withMaxWait bounds a wait by d, with a cause that tells the max wait from
+// the caller's own deadline (waitErr).
+func withMaxWait(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, d, &maxWaitError{d})
+}
+
+// waitErr is why a wait's context is done: the max wait that ran out, or
+// the caller's context's error. nil while it is not done.
+func waitErr(ctx context.Context) error {
+	err := ctx.Err()
+	if err == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrMaxWait) {
+		return cause
+	}
+	return err
+}
+
+// notHeld is how a released handle ends: Err, and every later Extend or
+// Release, name the lock (what is a nested handle).
+func notHeld(name, what string) error {
+	return fmt.Errorf("%w: %q%s", ErrNotHeld, name, what)
+}
 
 // configErr is shorthand for the common case.
 func configErr(field string, value any, reason string) error {

@@ -324,7 +324,7 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 		last = &LockedError{Name: name}
 	}
 	c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: last})
-	if err := ctx.Err(); err != nil {
+	if err := waitErr(ctx); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, err, last)
 	}
 	return nil, last

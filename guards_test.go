@@ -42,7 +42,7 @@ func uptime(t *testing.T, s *redistest.Server) int {
 func TestRestartedNodeSitsOutTheWholeGraceWithASubSecondTTL(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
 	const ttl = 500 * time.Millisecond
-	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl}) // the default grace: the largest TTL in use
+	c, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true, TTL: ttl}) // the default grace: the largest TTL in use
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestClientStartedAfterAClockJumpRefusesTheJumpedNode(t *testing.T) {
 // its keys across a restart: it needs no grace, even on its first day.
 func TestPersistentNodeVotesRightAfterItsRestart(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{Persistence: true})
-	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Hour}) // a grace of an hour, were the node not persistent
+	c, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true, TTL: time.Hour}) // a grace of an hour, were the node not persistent
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestPersistentNodeVotesRightAfterItsRestart(t *testing.T) {
 // The wording tells a server met for the first time from a restart.
 func TestFreshNodeIsSaidToHaveStarted(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
-	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Hour})
+	c, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true, TTL: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,13 +5,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/redis/go-redis/v9"
+	"github.com/quorumlabs/redlock"
 )
 
 // TestMain silences go-redis' own log: the tests kill nodes on purpose, and
 // every failed dial would print a line.
 func TestMain(m *testing.M) {
-	redis.SetLogger(quietLogger{})
+	redlock.SetGoRedisLogger(quietLogger{}) // the lines about NewFromURLs' nodes go to their clients' Logger
 	os.Exit(m.Run())
 }
 

@@ -403,27 +403,36 @@ func (c *Client) masters(ctx context.Context, n *node, res probeResult, key stri
 // Verify probes every node and returns an error matching ErrNotIndependent
 // if one is a replica or two are the same server, one matching
 // ErrSlotNotServed if one runs in cluster mode serving no hash slot, or a
-// *QuorumError if too few nodes answer to ever reach a quorum. (Whether a
-// cluster node serves a given lock's slot is checked by every acquire.)
+// *QuorumError (ErrNoQuorum) if fewer than a quorum of nodes can vote now:
+// some do not answer, or sit out (the restart grace of nodes that started
+// without persistence, a clock jump), each node's error kept. A Verify that
+// fails only for sit-outs passes once they end, which the error tells.
+// (Whether a cluster node serves a given lock's slot is checked by every
+// acquire.)
 func (c *Client) Verify(ctx context.Context) error {
-	var errs []error
-	reachable := 0
-	for _, info := range c.Nodes(ctx) {
-		if info.Err != nil {
-			errs = append(errs, &NodeError{Node: info.Node, Err: info.Err})
-			continue
-		}
-		reachable++
-	}
+	infos := c.Nodes(ctx)
 	if err := c.independence(); err != nil {
 		return err
 	}
-	if reachable < c.quorum() {
-		qe := &QuorumError{Op: "verify", Won: reachable, Needed: c.quorum()}
-		for _, err := range errs {
-			qe.Errors = multierror.Append(qe.Errors, err)
+	voting := 0
+	var errs *multierror.Error
+	for i, info := range infos {
+		switch {
+		case info.Err != nil:
+			errs = multierror.Append(errs, &NodeError{Node: info.Node, Err: info.Err})
+		case info.Voting:
+			voting++
+		default:
+			err := c.ready(ctx, c.nodes[i], "")
+			if err == nil { // its sit-out ended since Nodes looked
+				voting++
+				continue
+			}
+			errs = multierror.Append(errs, &NodeError{Node: info.Node, Err: err})
 		}
-		return qe
+	}
+	if voting < c.quorum() {
+		return &QuorumError{Op: "verify", Won: voting, Needed: c.quorum(), Errors: errs}
 	}
 	return nil
 }

@@ -370,9 +370,9 @@ func (l *Lock) Release(ctx context.Context) error {
 	prior := l.err
 	if errors.Is(prior, ErrNotHeld) {
 		l.mu.Unlock()
-		return fmt.Errorf("%w: %q", ErrNotHeld, l.a.name)
+		return prior
 	}
-	l.endLocked(ErrNotHeld)
+	l.endLocked(notHeld(l.a.name, ""))
 	l.mu.Unlock()
 
 	c, a := l.c, l.a

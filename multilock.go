@@ -50,7 +50,7 @@ func (c *Client) AcquireMulti(ctx context.Context, names []string, opts ...LockO
 	}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
+		ctx, cancel = withMaxWait(ctx, lc.maxWait)
 		defer cancel()
 	}
 	for {

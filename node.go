@@ -342,6 +342,7 @@ type probeResult struct {
 	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
 	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
+	master      string        // a replica's master, host:port as its INFO replication tells, for the refusal
 	replID      string        // master_replid: changes at every promotion, resync from another master and restart
 	maxMemory   int64         // maxmemory in bytes, 0: no limit
 	policy      string        // maxmemory_policy
@@ -425,6 +426,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	fields := parseInfo(info.Val())
 	res.runID = fields["run_id"]
 	res.role = fields["role"]
+	if h, p := fields["master_host"], fields["master_port"]; h != "" && p != "" {
+		res.master = net.JoinHostPort(h, p)
+	}
 	secs, err := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
 	if res.runID == "" || res.role == "" || err != nil {
 		if execErr != nil && info.Val() == "" {
@@ -604,8 +608,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		}
 	}
 	if res.role != "master" {
-		g.excluded = &ConfigError{Field: "node", Value: n.name,
-			Reason: "is a " + res.role + ", not a master", Err: ErrNotIndependent}
+		g.excluded = replicaRefusal(n, res)
 	}
 	if res.shards == nil {
 		// A node that is one server (a standalone master, or Sentinel's):
@@ -650,8 +653,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		}
 		for _, id := range res.servers {
 			if slices.Contains(og.servers, id) {
-				g.excluded = &ConfigError{Field: "node", Value: n.name,
-					Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
+				g.excluded = sameServerRefusal(n, other, id)
 			}
 		}
 	}
@@ -945,14 +947,29 @@ func (c *Client) ready(ctx context.Context, n *node, key string) error {
 // its next vote. Events that lose keys without breaking a connection (an
 // eviction, a flush, a fail-back under the same run_id) show only in a
 // probe: a vote counts on a guard at most this old plus one probe's round
-// trips, the window docs/PROTOCOL.md §11 states. A probe a second per node
-// is a few small replies; an idle client probes only when it is used.
+// trips, the window docs/PROTOCOL.md §11 states (for an extension, one
+// renewal round more: renewalGuardsPass). A probe a second per node is a
+// few small replies; an idle client probes only when it is used.
 const guardMaxAge = time.Second
 
 // guardsPass is ready without the down hold-off, which only spares a
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
 func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
+	return c.guardsPassAged(ctx, n, key, false)
+}
+
+// renewalGuardsPass is guardsPass for a renewal round, which reads a guard
+// past guardMaxAge again in the background and judges its votes by the
+// guard in force: a round has its node timeout to answer, and a probe (a
+// few round trips, on a busy client) must not cost a held lock its
+// renewal. Renewals fall due every third of a validity, so the next round
+// has the new guard.
+func (c *Client) renewalGuardsPass(ctx context.Context, n *node, key string) error {
+	return c.guardsPassAged(ctx, n, key, true)
+}
+
+func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, background bool) error {
 	if n.rdb != nil {
 		g := n.guard.Load()
 		if n.stale.Load() || g == nil {
@@ -962,10 +979,21 @@ func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 		} else if c.clock.Now().Sub(g.probed) > guardMaxAge && n.reprobing.CompareAndSwap(false, true) {
 			// One caller probes again; the others go on with the guard
 			// in force, a probe's round trips older than the bound.
-			_, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
-			n.reprobing.Store(false)
-			if err != nil {
-				return err
+			if background {
+				c.bg.add()
+				go func() {
+					defer c.bg.done()
+					defer n.reprobing.Store(false)
+					ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout())
+					defer cancel()
+					_, _ = c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
+				}()
+			} else {
+				_, err := c.refresh(ctx, n, time.Duration(c.maxTTL.Load()))
+				n.reprobing.Store(false)
+				if err != nil {
+					return err
+				}
 			}
 		}
 	}

@@ -32,12 +32,15 @@ const (
 	EventNodeSitOut                         // a node's vote stopped counting (restart, clock jump or skew): Node, Reason, Err
 	EventNodeRestarted                      // a node came back with a new run_id: Node
 	EventWaited                             // an Acquire call ended: Elapsed since the call, Token if it got the lock, else Err
+	EventGraceWait                          // an Acquire waits for nodes in their restart grace: Wait (the longest it may last), Err (which nodes, why); once per client until that wait ends
+	EventUnreachable                        // an Acquire waits while too few nodes are reachable: Elapsed (for how long so far), Err (the last attempt's); once per call
 )
 
 var eventNames = [...]string{
 	EventAcquired: "acquired", EventAcquireFailed: "acquire-failed", EventExtended: "extended",
 	EventExtendFailed: "extend-failed", EventReleased: "released", EventLost: "lost",
 	EventNodeSitOut: "node-sit-out", EventNodeRestarted: "node-restarted", EventWaited: "waited",
+	EventGraceWait: "grace-wait", EventUnreachable: "unreachable",
 }
 
 func (k EventKind) String() string {
@@ -55,6 +58,7 @@ type Event struct {
 	Token    int64         // the lock's fencing token
 	Elapsed  time.Duration // how long the operation took
 	Validity time.Duration // the validity it gave
+	Wait     time.Duration // EventGraceWait: the longest the wait may last
 	Err      error
 
 	// Context is the caller's context, for the events of a call (acquire,

@@ -27,7 +27,7 @@ func TestProbeTimesTheClockSampleWithoutTheDial(t *testing.T) {
 		},
 	})
 	// A node timeout that leaves room for the slow dial (Nodes bounds each probe by it).
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{RestartGrace: redlock.NoRestartGrace, NodeTimeout: 2 * dialDelay})
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{AllowNoFaultTolerance: true, RestartGrace: redlock.NoRestartGrace, NodeTimeout: 2 * dialDelay})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestProbeReportsAWrongPassword(t *testing.T) {
 		"redis://:wrong@" + cl.Addrs()[0]: "WRONGPASS",
 		"redis://" + cl.Addrs()[0]:        "NOAUTH",
 	} {
-		c, err := redlock.NewFromURLs([]string{url}, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+		c, err := redlock.NewFromURLs([]string{url}, redlock.Options{AllowNoFaultTolerance: true, RestartGrace: redlock.NoRestartGrace})
 		if err != nil {
 			t.Fatal(err)
 		}

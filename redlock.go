@@ -65,15 +65,23 @@ const fenceSuffix = ":fence"
 // healthy nodes would time out, and the lock would fail for no fault.
 const MinNodeTimeout = time.Millisecond
 
+// MinTTL is the shortest TTL accepted, as Options.TTL, WithTTL or any
+// primitive's TTL. Of a 100ms lock the drift allowance (DriftFactor of it
+// plus 2ms) takes 3ms, and the default node timeout, a tenth, is 10ms: room
+// for a first contact over loopback (a dial, then the probe's round trips)
+// on a busy machine. At 10ms (a 1ms node timeout) every first acquire on
+// localhost timed out, and at 20ms they all did on a loaded two-core
+// machine. A TTL this short suits tests and local coordination only;
+// across a network use seconds.
+const MinTTL = 100 * time.Millisecond
+
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
 	// TTL is how long a lock lives on the nodes unless extended or
 	// released. Default 10s. WithTTL overrides it per lock.
 	//
 	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
-	// 200ms) to answer, and that tenth must be at least MinNodeTimeout: the
-	// smallest TTL accepted is 10ms. A shorter one would make every node
-	// look down on a real network, and the failure would be blamed on them.
+	// 200ms) to answer. The smallest TTL accepted is MinTTL (100ms).
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -84,7 +92,9 @@ type Options struct {
 	// when the holder releases. Defaults 10ms and 500ms.
 	RetryDelayMin, RetryDelayMax time.Duration
 	// MaxWait bounds how long Acquire waits for a held lock. Default 0:
-	// until the context is done. WithMaxWait overrides it per call.
+	// until the context is done. WithMaxWait overrides it per call. When
+	// it runs out the error says so and matches ErrMaxWait (and, as a
+	// deadline would, context.DeadlineExceeded).
 	MaxWait time.Duration
 	// DriftFactor is the share of the TTL allowed for clock drift between
 	// nodes; 2ms more cover Redis' expiry resolution. Default 0.01.
@@ -169,6 +179,28 @@ type Options struct {
 	// node's votes fail rather than count unsafely. Nodes that fail over
 	// (see AllowFailoverNodes) are accepted with it.
 	DurableVotes bool
+	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
+	// quorum is every node, so a single node down or restarting stops
+	// every lock; New refuses such a set unless this is set (tests, a
+	// single-node setup on purpose). A Semaphore of such a client needs no
+	// opt-in of its own then.
+	AllowNoFaultTolerance bool
+	// UnreachableTimeout bounds how long an Acquire (or Do) with no bound
+	// of its own (no context deadline, no MaxWait) waits while fewer than
+	// a quorum of nodes can be reached: it then fails with an error
+	// matching ErrNoQuorum rather than retry in silence for ever. Every
+	// waiting Acquire also logs a warning, and tells an Observer
+	// (EventUnreachable), once such a wait lasted 2s; a wait for nodes in
+	// their restart grace, which ends by itself, is told once
+	// (EventGraceWait) and not bounded by this. Default 30s;
+	// NoUnreachableTimeout waits for ever.
+	UnreachableTimeout time.Duration
+	// DeferNodeChecks keeps New from probing the nodes: a replica or a
+	// server given twice is then refused by the first acquire (or Verify,
+	// Nodes) instead of by New. For tools that show what is wrong with a
+	// set of nodes, such as the CLI's nodes and status commands; a client
+	// that takes locks is better refused at once.
+	DeferNodeChecks bool
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -183,6 +215,7 @@ type Client struct {
 	// hot path
 	defaultTTLArg, fenceLifetimeArg any
 	owned                           []redis.UniversalClient
+	unrouteLog                      func() // ends the routing of go-redis' log about owned (golog.go)
 
 	guardMu   sync.Mutex   // serialises guard updates across nodes (duplicate check)
 	maxTTL    atomic.Int64 // largest TTL used so far, for the restart grace
@@ -192,18 +225,29 @@ type Client struct {
 	fair      fairWaiters // the fair-lock waiters, told of grants by the release channels
 	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
-	bg        background  // goroutines that outlive a call: stragglers, cleanups, extenders
-	closed    atomic.Bool
+	// graceToldUntil is when the wait for the restart grace last told
+	// (waitReport.tellGrace) ends, in Unix ns: it is not told again before.
+	graceToldUntil atomic.Int64
+	bg             background // goroutines that outlive a call: stragglers, cleanups, extenders
+	closed         atomic.Bool
 }
 
 // New builds a client over nodes, one go-redis client per independent Redis
 // master. The caller keeps ownership of the clients (Close does not close
 // them); New adds a hook to each that lets the client notice reconnections.
-// New does no network I/O: unreachable nodes, replicas and duplicate servers
-// show up on first use, or at once with Verify.
+//
+// New refuses fewer than 3 nodes unless Options.AllowNoFaultTolerance is
+// set. It probes every node once, in parallel, for at most four node
+// timeouts, and refuses a set that is known not to be independent masters
+// (ErrNotIndependent): a replica, or one server reached twice, naming that
+// node. A node that does not answer is not an error here: it may come up
+// later, and Verify tells whether enough nodes vote now.
 func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 	if len(nodes) == 0 {
 		return nil, configErr("nodes", "[]", "at least one Redis master is needed (an odd number, 3 or 5, is usual)")
+	}
+	if n := len(nodes); n < 3 && !opts.AllowNoFaultTolerance {
+		return nil, configErr("number of nodes", n, fmt.Sprintf("leaves no fault tolerance: the quorum is %d of %d, so one node down or restarting stops every lock; use 3 or more independent masters (5 is usual), or set Options.AllowNoFaultTolerance", n/2+1, n))
 	}
 	ns := make([]*node, len(nodes))
 	seen := make(map[string]int)
@@ -241,7 +285,64 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 			cc.OnNewNode(n.watch)
 		}
 	}
+	if opts.DeferNodeChecks {
+		return c, nil
+	}
+	if err := c.probeAtStart(); err != nil {
+		_ = c.Close()
+		return nil, err
+	}
 	return c, nil
+}
+
+// probeAtStart probes every node once, in parallel, when New builds the
+// client, so that a set of nodes known to be wrong is refused where it is
+// configured, naming the wrong node, rather than at the first acquire: a
+// replica, or one server reached under two addresses. It uses the guard's
+// probe but installs no guard: the first acquire still makes the first
+// contact (checkIndependence), so the guard's history starts where it did.
+// A node that does not answer is left to that first contact.
+func (c *Client) probeAtStart() error {
+	ctx, cancel := c.perNode(context.Background())
+	defer cancel()
+	res := make([]probeResult, len(c.nodes))
+	errs := make([]error, len(c.nodes))
+	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0) })
+	for i, n := range c.nodes {
+		if err := replicaRefusal(n, res[i]); errs[i] == nil && err != nil {
+			return err
+		}
+	}
+	seen := make(map[string]*node)
+	for i, n := range c.nodes {
+		if errs[i] != nil {
+			continue
+		}
+		for _, id := range res[i].servers {
+			if other, dup := seen[id]; dup && other != n {
+				return sameServerRefusal(n, other, id)
+			}
+			seen[id] = n
+		}
+	}
+	return nil
+}
+
+// replicaRefusal refuses n if its probe res shows a replica; nil otherwise.
+func replicaRefusal(n *node, res probeResult) error {
+	if res.role == "" || res.role == "master" {
+		return nil
+	}
+	what := "is a " + res.role
+	if res.master != "" {
+		what += " of " + res.master // which may be another of the nodes, refused then for its replica
+	}
+	return &ConfigError{Field: "node", Value: n.name, Reason: what + ", not a master: Redlock needs independent masters", Err: ErrNotIndependent}
+}
+
+// sameServerRefusal refuses n, the same server (run_id id) as other.
+func sameServerRefusal(n, other *node, id string) error {
+	return &ConfigError{Field: "node", Value: n.name, Reason: "is the same server as node " + other.name + " (same run_id " + id + ")", Err: ErrNotIndependent}
 }
 
 // newClient builds a client over nodes; the quorum tests give it fakes.
@@ -268,7 +369,10 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 
 // NewFromURLs builds a client from node URLs of any kind (see
 // ParseNodeURL): standalone masters, Redis Clusters, Sentinel-managed
-// masters. It owns the go-redis clients it creates: Close closes them.
+// masters. It owns the go-redis clients it creates: Close closes them, and
+// go-redis' log lines about their nodes go to Options.Logger, not stderr
+// (see golog.go: the first NewFromURLs installs a process-wide go-redis
+// logger; a program that wants its own calls redis.SetLogger after it).
 // Their connections are dialled once, not retried, and go-redis does not
 // retry commands unless a URL sets max_retries: a node that refuses
 // connections is reported at once, and the client's own Acquire loop does
@@ -288,13 +392,41 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 		}
 		clients = append(clients, n.client(hasQuery(u, "max_retries")))
 	}
+	// Routed before New, whose probe may be the first dial.
+	logger, now := opts.Logger, time.Now
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Clock != nil {
+		now = opts.Clock.Now
+	}
+	unroute := routeGoRedisLog(ownAddrs(clients), logger, now)
 	c, err := New(clients, opts)
 	if err != nil {
+		unroute()
 		closeAll()
 		return nil, err
 	}
-	c.owned = clients
+	c.owned, c.unrouteLog = clients, unroute
 	return c, nil
+}
+
+// ownAddrs lists the addresses of the nodes of clients that go-redis' log
+// lines name: a server's, a Cluster's seeds. (A Sentinel-managed master's
+// address is known only once Sentinel named it.)
+func ownAddrs(clients []redis.UniversalClient) []string {
+	var addrs []string
+	for _, rdb := range clients {
+		switch rdb := rdb.(type) {
+		case *redis.Client:
+			if !isFailoverClient(rdb) {
+				addrs = append(addrs, rdb.Options().Addr)
+			}
+		case *redis.ClusterClient:
+			addrs = append(addrs, rdb.Options().Addrs...)
+		}
+	}
+	return addrs
 }
 
 // hasQuery tells whether a node URL sets the query option key itself: an
@@ -356,6 +488,8 @@ func (o *Options) setDefaults() error {
 		return configErr("NodeTimeout", o.NodeTimeout, "must not be negative")
 	case o.MaxWait < 0:
 		return configErr("MaxWait", o.MaxWait, "must not be negative")
+	case o.UnreachableTimeout < NoUnreachableTimeout:
+		return configErr("UnreachableTimeout", o.UnreachableTimeout, "must be NoUnreachableTimeout, 0 or positive")
 	case o.RestartGrace < NoRestartGrace:
 		return configErr("RestartGrace", o.RestartGrace, "must be NoRestartGrace, 0 or positive")
 	case o.ClockJumpThreshold < NoClockGuard:
@@ -367,6 +501,9 @@ func (o *Options) setDefaults() error {
 	}
 	if o.FenceLifetime == 0 {
 		o.FenceLifetime = DefaultFenceLifetime
+	}
+	if o.UnreachableTimeout == 0 {
+		o.UnreachableTimeout = DefaultUnreachableTimeout
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
@@ -385,18 +522,14 @@ func (o *Options) setDefaults() error {
 
 // nodeTimeout checks ttl and returns the per-node timeout to use with it.
 func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, error) {
-	if ttl < time.Millisecond {
-		return 0, configErr(field, ttl, "must be at least 1ms")
+	if ttl < MinTTL {
+		return 0, configErr(field, ttl, fmt.Sprintf("is below the minimum TTL of %v (MinTTL): the drift allowance and the nodes' round trips would leave a lock too little validity to be taken, even on localhost", MinTTL))
 	}
 	if d := driftAllowance(ttl, o.DriftFactor); d >= ttl {
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
 	}
 	if o.NodeTimeout == 0 {
-		d := min(DefaultNodeTimeout, ttl/10)
-		if d < MinNodeTimeout {
-			return 0, configErr(field, ttl, fmt.Sprintf("leaves a node timeout of %v (a tenth of it), below the %v a node needs to answer over a network; use at least %v", d, MinNodeTimeout, 10*MinNodeTimeout))
-		}
-		return d, nil
+		return min(DefaultNodeTimeout, ttl/10), nil // at least MinNodeTimeout, as ttl >= MinTTL
 	}
 	if o.NodeTimeout < MinNodeTimeout {
 		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", MinNodeTimeout))
@@ -422,6 +555,9 @@ func (c *Client) Close() error {
 	var errs []error
 	for _, rdb := range c.owned {
 		errs = append(errs, rdb.Close())
+	}
+	if c.unrouteLog != nil {
+		c.unrouteLog()
 	}
 	return errors.Join(errs...)
 }
@@ -516,7 +652,8 @@ type lockConfig struct {
 // WithTTL sets this lock's TTL instead of Options.TTL.
 func WithTTL(ttl time.Duration) LockOption { return func(lc *lockConfig) { lc.ttl = ttl } }
 
-// WithMaxWait bounds how long Acquire waits, instead of Options.MaxWait.
+// WithMaxWait bounds how long Acquire waits, instead of Options.MaxWait;
+// the error then matches ErrMaxWait.
 func WithMaxWait(d time.Duration) LockOption { return func(lc *lockConfig) { lc.maxWait = d } }
 
 // WithAutoExtend keeps the lock extended in the background, every third of
@@ -643,9 +780,11 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	if lc.sem != nil {
 		topic = lc.sem.topic
 	}
+	_, deadline := ctx.Deadline()
+	report := waitReport{c: c, name: name, unbounded: !deadline && lc.maxWait == 0, graceUntil: &c.graceToldUntil}
 	if lc.maxWait > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, lc.maxWait)
+		ctx, cancel = withMaxWait(ctx, lc.maxWait)
 		defer cancel()
 	}
 	if lc.fair {
@@ -661,9 +800,9 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	var last error // the last attempt's failure, for the caller to see when we give up
 	gaveUp := func() error {
 		if last == nil {
-			return fmt.Errorf("redlock: acquire %q: %w", name, ctx.Err())
+			return fmt.Errorf("redlock: acquire %q: %w", name, waitErr(ctx))
 		}
-		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, ctx.Err(), last)
+		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, waitErr(ctx), last)
 	}
 	for {
 		l, info, err := c.attemptLock(ctx, name, lc, timeout)
@@ -673,6 +812,9 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		case ctx.Err() != nil:
 			return nil, gaveUp()
 		case !retryable(err):
+			return nil, err
+		}
+		if err := report.failed(err); err != nil {
 			return nil, err
 		}
 		last = err
@@ -885,18 +1027,28 @@ func (c *Client) compareClocks() {
 	}
 }
 
-// independence returns the error of the first node refused as not
-// independent, if any.
+// independence returns the error of a node refused (see nodeGuard.excluded),
+// if any: of the first node that is not independent (a replica, a second
+// address of one server) if there is one, else of the first refused for
+// another reason. A replica among the nodes also makes its master a master
+// with replicas, refused as a node that fails over: the replica is the
+// node to remove, so it is the one named.
 func (c *Client) independence() error {
+	var first error
 	for _, n := range c.nodes {
 		if g := n.guard.Load(); g != nil && g.excluded != nil {
 			if g.cluster != nil {
 				n.stale.Store(true) // slots move: look at the node again next time
 			}
-			return g.excluded
+			if errors.Is(g.excluded, ErrNotIndependent) {
+				return g.excluded
+			}
+			if first == nil {
+				first = g.excluded
+			}
 		}
 	}
-	return nil
+	return first
 }
 
 func (c *Client) noteTTL(ttl time.Duration) {

@@ -27,6 +27,11 @@ func newClient(t *testing.T, cl *redistest.Cluster, opts redlock.Options) *redlo
 	if opts.RestartGrace == 0 {
 		opts.RestartGrace = redlock.NoRestartGrace
 	}
+	// Tests run on 1 or 2 nodes where the quorum arithmetic is not
+	// the point: they opt in, as a deployment would have to.
+	if len(cl.Servers) < 3 {
+		opts.AllowNoFaultTolerance = true
+	}
 	c, err := redlock.New(cl.Clients(), opts)
 	if err != nil {
 		t.Fatal(err)
@@ -481,9 +486,9 @@ func TestLockErrors(t *testing.T) {
 			{strings.Repeat("x", redlock.MaxNameLen+1), nil, "longer than"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(0)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(-time.Second)}, "TTL"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "leaves no validity"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(5 * time.Millisecond)}, "TTL 5ms: leaves a node timeout of 500µs"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(9 * time.Millisecond)}, "use at least 10ms"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 99.999999ms: is below the minimum TTL"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
 		} {
 			_, err := c.TryAcquire(ctx, tc.name, tc.opts...)
@@ -504,7 +509,8 @@ func TestLockErrors(t *testing.T) {
 			{redlock.Options{DriftFactor: 1.5}, "DriftFactor"},
 			{redlock.Options{RetryDelayMin: time.Second, RetryDelayMax: time.Millisecond}, "RetryDelayMax"},
 			{redlock.Options{RestartGrace: -2}, "RestartGrace"},
-			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: leaves a node timeout of 500µs"},
+			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: is below the minimum TTL of 100ms"},
+			{redlock.Options{TTL: redlock.MinTTL, DriftFactor: 0.99}, "leaves no validity: the drift allowance alone is 101ms"},
 			{redlock.Options{TTL: time.Second, NodeTimeout: 500 * time.Microsecond}, "NodeTimeout 500µs"},
 		} {
 			_, err := redlock.New(cl.Clients(), tc.opts)
@@ -515,7 +521,7 @@ func TestLockErrors(t *testing.T) {
 		if _, err := redlock.New(nil, redlock.Options{}); !errors.Is(err, redlock.ErrInvalidConfig) {
 			t.Errorf("zero nodes: got %v", err)
 		}
-		twice := []redis.UniversalClient{cl.Clients()[0], cl.Clients()[0]}
+		twice := []redis.UniversalClient{cl.Clients()[0], cl.Clients()[1], cl.Clients()[0]}
 		if _, err := redlock.New(twice, redlock.Options{}); !errors.Is(err, redlock.ErrNotIndependent) {
 			t.Errorf("the same node twice: got %v", err)
 		}
@@ -538,7 +544,7 @@ func TestLockErrors(t *testing.T) {
 	})
 
 	t.Run("extend after expiry", func(t *testing.T) {
-		l, err := c.Acquire(ctx, "expired", redlock.WithTTL(50*time.Millisecond)) // 5ms per node: retry if the machine is busy
+		l, err := c.Acquire(ctx, "expired", redlock.WithTTL(redlock.MinTTL)) // 10ms per node: retry if the machine is busy
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -592,41 +598,86 @@ func TestLockErrors(t *testing.T) {
 	})
 }
 
+// New probes the nodes and refuses a set that is not independent masters,
+// naming the node to remove: the second address of one server, the replica
+// (not the master it follows, which its replica makes a master with
+// replicas). A node that becomes a replica after New is refused by the
+// acquire, again naming the replica.
 func TestReplicaAndDuplicateServerAreRefused(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	ctx := context.Background()
 
-	dupe := redis.NewClient(&redis.Options{Addr: strings.Replace(cl.Servers[0].Addr, "127.0.0.1", "localhost", 1)})
+	dupeAddr := strings.Replace(cl.Servers[0].Addr, "127.0.0.1", "localhost", 1)
+	dupe := redis.NewClient(&redis.Options{Addr: dupeAddr})
 	defer dupe.Close()
-	c, err := redlock.New([]redis.UniversalClient{cl.Clients()[0], cl.Clients()[1], dupe}, redlock.Options{RestartGrace: redlock.NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	if err := c.Verify(ctx); !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), "same server") {
-		t.Fatalf("same server under two addresses: %v", err)
-	}
-	if _, err := c.TryAcquire(ctx, "dupe"); !errors.Is(err, redlock.ErrNotIndependent) {
-		t.Fatalf("acquire over a duplicate: %v", err)
+	_, err := redlock.New([]redis.UniversalClient{cl.Clients()[0], cl.Clients()[1], dupe}, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	var ce *redlock.ConfigError
+	if !errors.Is(err, redlock.ErrNotIndependent) || !errors.As(err, &ce) || !strings.Contains(err.Error(), "same server") ||
+		(ce.Value != dupeAddr && ce.Value != cl.Servers[0].Addr) {
+		t.Fatalf("New on one server under two addresses: %v, want ErrNotIndependent naming %s or %s", err, dupeAddr, cl.Servers[0].Addr)
 	}
 
+	later := newClient(t, cl, redlock.Options{})
 	replica := cl.Servers[2].Client()
 	if err := replica.ReplicaOf(ctx, "127.0.0.1", fmt.Sprint(cl.Servers[0].Port)).Err(); err != nil {
 		t.Fatal(err)
 	}
 	defer replica.ReplicaOf(ctx, "NO", "ONE")
-	// AllowFailoverNodes: the master the replica follows is otherwise
-	// refused too (ErrFailoverNode), and this is about the replica.
-	c2, err := redlock.New(cl.Clients(), redlock.Options{RestartGrace: redlock.NoRestartGrace, AllowFailoverNodes: true})
-	if err != nil {
-		t.Fatal(err)
+	master := cl.Servers[0].Addr
+	eventually(t, 5*time.Second, "the master to see its replica", func() bool {
+		info, _ := cl.Servers[0].Client().Info(ctx, "replication").Result()
+		return strings.Contains(info, "connected_slaves:1")
+	})
+	// Without AllowFailoverNodes the master is refused too, for its
+	// replica: the replica is still the one named.
+	for _, opts := range []redlock.Options{{RestartGrace: redlock.NoRestartGrace}, {RestartGrace: redlock.NoRestartGrace, AllowFailoverNodes: true}} {
+		_, err = redlock.New(cl.Clients(), opts)
+		if !errors.Is(err, redlock.ErrNotIndependent) || !errors.As(err, &ce) || ce.Value != cl.Servers[2].Addr ||
+			!strings.Contains(err.Error(), "not a master") || !strings.Contains(err.Error(), "of "+master) {
+			t.Fatalf("New with %s a replica of %s (AllowFailoverNodes %v): %v, want ErrNotIndependent naming the replica and its master",
+				cl.Servers[2].Addr, master, opts.AllowFailoverNodes, err)
+		}
 	}
-	defer c2.Close()
-	if err := c2.Verify(ctx); !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), "not a master") {
-		t.Fatalf("a replica among the nodes: %v", err)
+	if err := later.Verify(ctx); !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), cl.Servers[2].Addr+": ") && !strings.Contains(err.Error(), cl.Servers[2].Addr+" is a") {
+		t.Fatalf("Verify with a replica among the nodes: %v, want ErrNotIndependent naming %s", err, cl.Servers[2].Addr)
 	}
-	if _, err := c2.TryAcquire(ctx, "replica"); !errors.Is(err, redlock.ErrNotIndependent) {
-		t.Fatalf("acquire with a replica: %v", err)
+	if _, err := later.TryAcquire(ctx, "replica"); !errors.Is(err, redlock.ErrNotIndependent) || !strings.Contains(err.Error(), cl.Servers[2].Addr) {
+		t.Fatalf("acquire with a replica: %v, want ErrNotIndependent naming %s", err, cl.Servers[2].Addr)
+	}
+}
+
+// Fewer than 3 nodes leave no fault tolerance: New asks for the opt-in the
+// semaphore asked for, naming the number of nodes.
+func TestFewerThanThreeNodesNeedTheOptIn(t *testing.T) {
+	cl := redistest.StartT(t, 2, redistest.Options{})
+	for _, clients := range [][]redis.UniversalClient{cl.Clients()[:1], cl.Clients()} {
+		_, err := redlock.New(clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+		var ce *redlock.ConfigError
+		if !errors.As(err, &ce) || ce.Field != "number of nodes" || !strings.Contains(err.Error(), "AllowNoFaultTolerance") {
+			t.Fatalf("New on %d nodes: %v, want a ConfigError on the number of nodes naming AllowNoFaultTolerance", len(clients), err)
+		}
+		c, err := redlock.New(clients, redlock.Options{RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
+		if err != nil {
+			t.Fatalf("New on %d nodes with the opt-in: %v", len(clients), err)
+		}
+		if _, err := c.Semaphore("s", 2); err != nil {
+			t.Fatalf("a semaphore of that client: %v", err)
+		}
+		_ = c.Close()
+	}
+}
+
+// Verify fails while too few nodes can vote: fresh nodes that sit out the
+// restart grace, with the time it lasts.
+func TestVerifyFailsWhileNodesSitOutTheGrace(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{RestartGrace: time.Minute})
+	err := c.Verify(context.Background())
+	if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "restart grace") {
+		t.Fatalf("Verify on nodes that sit out a grace of a minute: %v, want ErrNoQuorum and ErrNodeSittingOut", err)
+	}
+	if err := newClient(t, cl, redlock.Options{}).Verify(context.Background()); err != nil {
+		t.Fatalf("Verify with the guard off: %v", err)
 	}
 }
 

@@ -160,10 +160,10 @@ func (l *Lock) nestedExtend(ctx context.Context) error {
 func (l *Lock) nestedRelease() error {
 	prior := l.nestedErr()
 	if errors.Is(prior, ErrNotHeld) {
-		return fmt.Errorf("%w: %q (nested handle)", ErrNotHeld, l.a.name)
+		return prior
 	}
 	l.mu.Lock()
-	l.endLocked(ErrNotHeld)
+	l.endLocked(notHeld(l.a.name, " (nested handle)"))
 	l.mu.Unlock()
 	return prior
 }

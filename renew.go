@@ -266,7 +266,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 		go func() {
 			defer wg.Done()
 			got := answers[i]
-			if err := c.guardsPass(ctx, n, ""); err != nil {
+			if err := c.renewalGuardsPass(ctx, n, ""); err != nil {
 				for k := range got {
 					got[k].err = err
 				}

@@ -65,7 +65,7 @@ func TestFairTakeRetriedAfterALostReplyDrawsATokenAboveTheLastHolders(t *testing
 	var loss replyLoss
 	rdb := loss.client(cl.Servers[0].Addr)
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace})
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +207,7 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 	var loss replyLoss
 	rdb := loss.client(m.Addr)
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: 2 * time.Second,
+	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: 2 * time.Second, AllowNoFaultTolerance: true,
 		RestartGrace: redlock.NoRestartGrace, DurableVotes: true, DisableFencing: true})
 	if err != nil {
 		t.Fatal(err)

@@ -56,15 +56,15 @@ const semaphoreChannelSuffix = ":permits" + releasedSuffix
 // SemaphoreOption adjusts a Semaphore.
 type SemaphoreOption func(*semaphoreConfig)
 
-type semaphoreConfig struct {
-	allowNoFaultTolerance bool
-}
+type semaphoreConfig struct{}
 
-// AllowNoFaultTolerance lets Client.Semaphore build a semaphore on fewer
-// than 3 nodes, where the quorum is every node and a single failed node
-// stops every acquire and extension. Without it that is refused.
+// AllowNoFaultTolerance was the semaphore's own opt-in to fewer than 3
+// nodes.
+//
+// Deprecated: New refuses fewer than 3 nodes unless Options.AllowNoFaultTolerance
+// is set, for every primitive alike; this option changes nothing.
 func AllowNoFaultTolerance() SemaphoreOption {
-	return func(sc *semaphoreConfig) { sc.allowNoFaultTolerance = true }
+	return func(*semaphoreConfig) {}
 }
 
 // Semaphore lets at most Permits holders of a name hold a permit at once.
@@ -101,10 +101,10 @@ type Permit struct {
 func (p *Permit) Slot() int { return p.slot }
 
 // Semaphore makes a semaphore of permits permits named name. It does no
-// network I/O. It refuses permits below 1 or above MaxPermits, and a client
-// of fewer than 3 nodes unless AllowNoFaultTolerance is given: with design
+// network I/O. It refuses permits below 1 or above MaxPermits. With design
 // (b) the semaphore tolerates the failure of N - (N/2+1) nodes whatever
-// the number of permits, which is none below 3 nodes.
+// the number of permits, as the mutex does: none below 3 nodes, which New
+// accepts only with Options.AllowNoFaultTolerance.
 func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
 	var sc semaphoreConfig
 	for _, o := range opts {
@@ -118,9 +118,6 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 		return nil, configErr("permits", permits, "must be at least 1")
 	case permits > MaxPermits:
 		return nil, configErr("permits", permits, fmt.Sprintf("must be at most %d (MaxPermits)", MaxPermits))
-	}
-	if n := len(c.nodes); n-c.quorum() < 1 && !sc.allowNoFaultTolerance {
-		return nil, configErr("nodes", n, fmt.Sprintf("leave a semaphore no fault tolerance: its quorum is %d of %d, so one failed node stops it; use 3 or more nodes, or AllowNoFaultTolerance", c.quorum(), n))
 	}
 	s := &Semaphore{c: c, name: name, permits: permits, topic: name + semaphoreTopic, kArg: permits}
 	s.channel = c.semaphoreChannel(name)

@@ -95,6 +95,17 @@ func ParseNodeURL(raw string) (*NodeURL, error) {
 	return parseNodeURL(raw, nil)
 }
 
+// hostPortOnly tells whether s can only be a host, or host:port, written
+// without a scheme.
+func hostPortOnly(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(".-_:[]", r)) {
+			return false
+		}
+	}
+	return s != ""
+}
+
 // parseNodeURL is ParseNodeURL with base, if not nil, as the TLS
 // configuration of a rediss URL, its TLS parameters applied to a copy of it.
 func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
@@ -103,8 +114,22 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 	if strings.TrimSpace(raw) == "" {
 		return nil, configErr("node URL", `""`, "is empty")
 	}
+	if !strings.Contains(raw, "://") && hostPortOnly(raw) {
+		// host:port alone, the way redis-cli takes it. (Nothing else is
+		// shown back: a user or password would not pass hostPortOnly.)
+		return nil, bad("has no scheme: write redis://" + shown + " (redis+cluster:// for a Cluster, redis+sentinel:// for a Sentinel master, rediss for TLS)")
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
+		// url.Parse names a port that is not a number ("invalid port \":76o1\" after
+		// host"); no other part of the URL, which may hold a password.
+		if _, after, ok := strings.Cut(err.Error(), "invalid port "); ok {
+			if port, _, ok := strings.Cut(after, " after host"); ok {
+				if p, qerr := strconv.Unquote(port); qerr == nil {
+					return nil, bad(fmt.Sprintf("has port %q: want a number from 1 to 65535", strings.TrimPrefix(p, ":")))
+				}
+			}
+		}
 		return nil, bad("is not a valid URL")
 	}
 	scheme, kind, known := strings.Cut(u.Scheme, "+")

@@ -156,10 +156,10 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 	urls := []string{clusterURL, sentinelURL}
 
 	// The Sentinel node fails over: refused without the opt-in.
-	if _, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second}); !errors.Is(err, redlock.ErrFailoverNode) {
+	if _, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, AllowNoFaultTolerance: true}); !errors.Is(err, redlock.ErrFailoverNode) {
 		t.Fatalf("a Sentinel URL without AllowFailoverNodes: want ErrFailoverNode, got %v", err)
 	}
-	c, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
+	c, err := redlock.NewFromURLs(urls, redlock.Options{TTL: time.Second, AllowFailoverNodes: true, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,7 +213,7 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 	sentinelURL := "redis+sentinel://" + ss.SentinelAddrs()[0] + "?master_name=" + ss.Name
 
 	// A 10s TTL: probes get 4 node timeouts of 200ms, room for a loaded machine.
-	refused, err := redlock.NewFromURLs([]string{clusterURL}, redlock.Options{TTL: 10 * time.Second})
+	refused, err := redlock.NewFromURLs([]string{clusterURL}, redlock.Options{TTL: 10 * time.Second, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 		t.Fatalf("a cluster with replicas without the opt-in: want Refused to match ErrFailoverNode and no vote, got err %v, refused %v, voting %v", info.Err, info.Refused, info.Voting)
 	}
 
-	c, err := redlock.NewFromURLs([]string{clusterURL, sentinelURL}, redlock.Options{TTL: 10 * time.Second, AllowFailoverNodes: true})
+	c, err := redlock.NewFromURLs([]string{clusterURL, sentinelURL}, redlock.Options{TTL: 10 * time.Second, AllowFailoverNodes: true, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}

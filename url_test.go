@@ -3,7 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -103,19 +103,6 @@ func FuzzParseURL(f *testing.F) {
 	})
 }
 
-// recordingLogger keeps go-redis' own log lines, which say how many dials a
-// connection attempt took.
-type recordingLogger struct {
-	mu    sync.Mutex
-	lines []string
-}
-
-func (l *recordingLogger) Printf(_ context.Context, format string, v ...any) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.lines = append(l.lines, fmt.Sprintf(format, v...))
-}
-
 // refusedAddr is a local address that refuses connections: a port that was
 // just bound and released.
 func refusedAddr(t *testing.T) string {
@@ -131,34 +118,62 @@ func refusedAddr(t *testing.T) string {
 
 // A refused connection is an answer: NewFromURLs' clients dial once, not five
 // times with backoff, and the node's error says "connection refused".
+// go-redis' lines about the client's own node go to Options.Logger, not
+// stderr, and a node that stays down is told once, not at every dial.
 func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
-	rec := &recordingLogger{}
-	redis.SetLogger(rec)
-	t.Cleanup(func() { redis.SetLogger(quietLogger{}) })
-
-	c, err := redlock.NewFromURLs([]string{"redis://" + refusedAddr(t)}, redlock.Options{})
+	rec := &recordingHandler{}
+	addr := refusedAddr(t)
+	c, err := redlock.NewFromURLs([]string{"redis://" + addr}, redlock.Options{AllowNoFaultTolerance: true, Logger: slog.New(rec)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	infos := c.Nodes(context.Background())
-	if !errors.Is(infos[0].Err, syscall.ECONNREFUSED) {
-		t.Fatalf("want connection refused, got %v", infos[0].Err)
+	for range 5 {
+		infos := c.Nodes(context.Background())
+		if !errors.Is(infos[0].Err, syscall.ECONNREFUSED) {
+			t.Fatalf("want connection refused, got %v", infos[0].Err)
+		}
 	}
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
+	lines := rec.lines()
 	dials := 0
-	for _, line := range rec.lines {
+	for _, line := range lines {
 		if strings.Contains(line, "failed to dial after") {
 			dials++
-			if !strings.Contains(line, "after 1 attempts") {
-				t.Errorf("go-redis retried the dial: %s", line)
+			if !strings.Contains(line, "after 1 attempts") || !strings.Contains(line, "node="+addr) {
+				t.Errorf("go-redis retried the dial, or the line does not name the node: %s", line)
 			}
 		}
 	}
-	if dials == 0 {
-		t.Fatalf("go-redis logged no failed dial (the check above cannot tell): %q", rec.lines)
+	if dials != 1 {
+		t.Fatalf("want the failed dial in Options.Logger once for 6 dials (New's probe, 5 Nodes), got %d: %q", dials, lines)
 	}
+}
+
+// recordingHandler is a slog.Handler that keeps every record as a line.
+type recordingHandler struct {
+	mu  sync.Mutex
+	out []string
+}
+
+func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
+func (h *recordingHandler) WithGroup(string) slog.Handler            { return h }
+func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
+	line := r.Level.String() + " " + r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		line += " " + a.Key + "=" + a.Value.String()
+		return true
+	})
+	h.mu.Lock()
+	h.out = append(h.out, line)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *recordingHandler) lines() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.out...)
 }
 
 // A port outside 1..65535 is a configuration error naming it, not a dial

@@ -190,7 +190,13 @@ func TestRunMatrixSmoke(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if c.OpsPerSec <= 0 || c.AcquireP50 <= 0 || c.AllocsPerOp <= 0 || c.ClientCPU <= 0 || c.ServerCPU <= 0 {
+			// Another library may complete nothing in so short a run on a
+			// loaded machine (redsync's fail-fast mode leaves orphan keys
+			// that block the name for their TTL under contention): that is
+			// its figure, not a fault of the matrix. This library's cells
+			// must measure.
+			ours := strings.HasPrefix(contender, ContenderRedlock)
+			if ours && (c.OpsPerSec <= 0 || c.AcquireP50 <= 0 || c.AllocsPerOp <= 0 || c.ClientCPU <= 0 || c.ServerCPU <= 0) {
 				t.Errorf("%s: nothing measured: %+v", key, c)
 			}
 			if c.Violations != 0 {
@@ -203,7 +209,6 @@ func TestRunMatrixSmoke(t *testing.T) {
 			// fault. The other libraries' failures under load are theirs
 			// (rueidislock's 256 waiters time out on a loaded box): the
 			// table reports them, and this smoke test does not judge them.
-			ours := strings.HasPrefix(contender, ContenderRedlock)
 			if ops := c.OpsPerSec * res.Config.Duration.Seconds(); ours && float64(c.Failures) > ops/10 || (workload == WorkloadFencingSlow && c.Failures > 0) {
 				t.Errorf("%s: %d failures in about %.0f operations; first errors: %q", key, c.Failures, ops, firstErrors[key])
 			}

@@ -48,9 +48,10 @@ type redlockContender struct {
 func newRedlockContender(ctx context.Context, name string, nodes []redis.UniversalClient, fencing bool) (*redlockContender, error) {
 	newClient := func(prefix string) (*redlock.Client, error) {
 		client, err := redlock.New(nodes, redlock.Options{
-			RestartGrace:   redlock.NoRestartGrace,
-			DisableFencing: !fencing,
-			KeyPrefix:      prefix,
+			RestartGrace:          redlock.NoRestartGrace,
+			AllowNoFaultTolerance: len(nodes) < 3, // the matrix measures 1 node too
+			DisableFencing:        !fencing,
+			KeyPrefix:             prefix,
 		})
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
@@ -152,9 +153,10 @@ func (r *redlockContender) StartIdle(ctx context.Context, n int, lock string) (_
 	}
 	for range n {
 		c, err := redlock.NewFromURLs(urls, redlock.Options{
-			RestartGrace:   redlock.NoRestartGrace,
-			DisableFencing: !r.fencing,
-			KeyPrefix:      r.name + ":", // the main client's
+			RestartGrace:          redlock.NoRestartGrace,
+			AllowNoFaultTolerance: len(urls) < 3,
+			DisableFencing:        !r.fencing,
+			KeyPrefix:             r.name + ":", // the main client's
 
 		})
 		if err != nil {

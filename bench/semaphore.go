@@ -30,7 +30,7 @@ type semaphoreContender struct {
 // newSemaphoreContender builds its client as the lock's contender does
 // (see newRedlockContender), under a key prefix of its own.
 func newSemaphoreContender(ctx context.Context, nodes []redis.UniversalClient) (*semaphoreContender, error) {
-	client, err := redlock.New(nodes, redlock.Options{RestartGrace: redlock.NoRestartGrace, KeyPrefix: ContenderRedlockSemaphore + ":"})
+	client, err := redlock.New(nodes, redlock.Options{RestartGrace: redlock.NoRestartGrace, KeyPrefix: ContenderRedlockSemaphore + ":", AllowNoFaultTolerance: len(nodes) < 3})
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ContenderRedlockSemaphore, err)
 	}

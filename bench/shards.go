@@ -144,7 +144,7 @@ func startShardLayout(ctx context.Context, k, shards int) (*shardLayout, error) 
 			l.masters = append(l.masters, ms)
 		}
 	}
-	c, err := redlock.New(l.clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
+	c, err := redlock.New(l.clients, redlock.Options{RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: len(l.clients) < 3})
 	if err != nil {
 		return nil, errors.Join(err, l.stop())
 	}

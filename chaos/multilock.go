@@ -99,7 +99,7 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 		for j, a := range nw.Addrs()[:sc.nodes()] {
 			clients[j] = nodeClient(a, cluster.TLS)
 		}
-		c, err := redlock.New(clients, redlock.Options{TTL: sc.ttl(), RestartGrace: sc.RestartGrace, Logger: log.With("client", i)})
+		c, err := redlock.New(clients, redlock.Options{TTL: sc.ttl(), RestartGrace: sc.RestartGrace, Logger: log.With("client", i), AllowNoFaultTolerance: len(clients) < 3})
 		if err != nil {
 			closeClients(clients)
 			return nil, err

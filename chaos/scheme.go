@@ -187,6 +187,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 			}
 		})
 	}
+	opts.AllowNoFaultTolerance = len(clients) < 3 // a schedule on 1 or 2 nodes means it
 	c, err := redlock.New(clients, opts)
 	if err != nil {
 		closeClients(clients)

@@ -380,7 +380,7 @@ func TestRestartedNodeCountsAsASitOut(t *testing.T) {
 func TestLockNameOnMetricsOnlyWhenAsked(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
 	tel := newTelemetry(t, redlockotel.WithLockNameAttribute(), redlockotel.WithAttributes(attribute.String("fleet", "test")))
-	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, Observer: tel.obs})
+	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 10 * time.Second, RestartGrace: redlock.NoRestartGrace, Observer: tel.obs, AllowNoFaultTolerance: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,10 +3,13 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -51,8 +54,9 @@ command finds its slot, 0 to K-1, in REDLOCK_SLOT). Exit 75 then means that all 
 held by others. Every run of NAME must give the same K: the nodes record K while a permit is
 held, and refuse another K with exit 64, at once, whatever --wait.
 
-Flags go before NAME. NAME and COMMAND are always separated by "--", so that a forgotten
-NAME ("exec -- make deploy") is an error instead of a lock named "make".
+Flags go before NAME, or between NAME and "--". NAME and COMMAND are always separated by
+"--", so that a forgotten NAME ("exec -- make deploy") is an error instead of a lock named
+"make".
 
 ` + exitCodesHelp,
 	examples: `
@@ -89,6 +93,28 @@ func splitNameAndCommand(args, rest []string) (string, []string, error) {
 	return name, rest[2:], nil
 }
 
+// flagsAfterName parses the flags written between NAME and "--" ("exec job --wait 1s -- cmd"):
+// everything there can only be a flag, as COMMAND starts after "--". It returns NAME and what
+// follows from "--" on; without a "--" it leaves rest to splitNameAndCommand, which says what
+// is missing.
+func flagsAfterName(fs *flag.FlagSet, rest []string) ([]string, error) {
+	if len(rest) < 2 || rest[1] == "--" || !strings.HasPrefix(rest[1], "-") {
+		return rest, nil
+	}
+	sep := slices.Index(rest, "--")
+	if sep < 0 {
+		return nil, usagef("%q after the lock name %q looks like a flag, but no \"--\" says where COMMAND starts: want \"redlock exec [flags] NAME [flags] -- COMMAND [ARGS...]\"", rest[1], rest[0])
+	}
+	left, err := parseLeadingFlags(fs, rest[1:sep])
+	if err != nil {
+		return nil, err
+	}
+	if len(left) > 0 {
+		return nil, usagef("%q between the lock name %q and \"--\" is not a flag: want \"redlock exec [flags] NAME [flags] -- COMMAND [ARGS...]\"", left[0], rest[0])
+	}
+	return append([]string{rest[0]}, rest[sep:]...), nil
+}
+
 // forwardedSignals reach COMMAND through redlock. SIGINT, SIGTERM, SIGHUP and SIGQUIT also
 // abandon the wait when they arrive before COMMAND starts.
 var forwardedSignals = []os.Signal{syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2}
@@ -114,6 +140,9 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	permits := fs.Int("permits", 0, "run under one of `K` permits of the semaphore NAME instead of the lock NAME; 0: the lock")
 	rest, err := parseLeadingFlags(fs, args)
 	if err != nil {
+		return err
+	}
+	if rest, err = flagsAfterName(fs, rest); err != nil {
 		return err
 	}
 	name, argv, err := splitNameAndCommand(args, rest)
@@ -148,6 +177,8 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		}()
 		addObserver(&opts, obs)
 	}
+	status := &waitStatus{}
+	addObserver(&opts, status)
 	client, err := nf.connect(a, opts)
 	if err != nil {
 		return err
@@ -185,7 +216,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	if !*noMetadata && sem == nil { // a semaphore's permits have no holder key (WithMetadata)
 		lockOpts = append(lockOpts, redlock.WithMetadata(holderMetadata(argv, time.Now())))
 	}
-	lock, stopLock, err := acquireForExec(ctx, a, client, sem, name, lockOpts, *wait, nf.verbose, sigs)
+	lock, stopLock, err := acquireForExec(ctx, a, client, sem, name, lockOpts, *wait, nf.verbose, sigs, status)
 	if err != nil {
 		return err
 	}
@@ -269,7 +300,7 @@ func permitHeld(p *redlock.Permit) heldLock {
 // interrupt while waiting abandons the wait and exits 128+N. The context the lock was
 // acquired with is cancelled only by the returned function, to be called once the lock is
 // released: the library does not promise that a lock outlives it.
-func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *redlock.Semaphore, name string, lockOpts []redlock.LockOption, wait time.Duration, verbose bool, sigs <-chan os.Signal) (heldLock, context.CancelFunc, error) {
+func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *redlock.Semaphore, name string, lockOpts []redlock.LockOption, wait time.Duration, verbose bool, sigs <-chan os.Signal, status *waitStatus) (heldLock, context.CancelFunc, error) {
 	acquireCtx, abandon := context.WithCancel(ctx)
 	type result struct {
 		lock heldLock
@@ -283,7 +314,16 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *re
 			if verbose {
 				fmt.Fprintf(a.stderr, "redlock exec: waiting up to %v for lock %q: %v\n", wait, name, r.err)
 			}
+			// On a terminal, a status line says what the wait is for and how long it has
+			// left; in a pipe nothing is shown until the outcome.
+			stop, shown := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(shown)
+				status.show(newProgress(a.stderr), name, time.Now().Add(wait), stop)
+			}()
 			r.lock, r.err = acquireWaiting(acquireCtx, client, sem, name, append(lockOpts, redlock.WithMaxWait(wait)))
+			close(stop)
+			<-shown
 		}
 		results <- r
 	}()

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // cmdHelp is what `redlock <command> --help` prints around the flag list.
@@ -200,7 +199,7 @@ func (nf *nodeFlags) options(a *app, ttl time.Duration) redlock.Options {
 	if nf.verbose {
 		opts.Logger = nf.logger(a)
 		opts.Observer = eventLog{opts.Logger}
-		redis.SetLogger(redisLog{opts.Logger})
+		redlock.SetGoRedisLogger(redisLog{opts.Logger})
 	}
 	return opts
 }
@@ -274,13 +273,21 @@ func (nf *nodeFlags) connect(a *app, opts redlock.Options) (*redlock.Client, err
 	if opts.TLSConfig, err = nf.tls.config(a); err != nil {
 		return nil, withExitCode(exitUsage, err)
 	}
+	// The CLI accepts 1 or 2 nodes (tests, a single-node setup on purpose) with the warning
+	// below instead of the library's refusal: an operator reads it on every run.
+	opts.AllowNoFaultTolerance = true
 	c, err := redlock.NewFromURLs(urls, opts)
-	if err != nil {
+	var ce *redlock.ConfigError
+	switch {
+	case errors.Is(err, redlock.ErrNotIndependent) && !(errors.As(err, &ce) && strings.HasPrefix(ce.Reason, "given twice")):
+		// A replica, or one server under two addresses: found on the nodes, not in the
+		// command line (a URL given twice is), so 69 as for a node down (see exec's help).
+		return nil, withExitCode(exitUnavailable, err)
+	case err != nil:
 		return nil, withExitCode(exitUsage, failoverHint(err))
 	}
 	if len(urls) < 3 {
-		// Legal (tests, a single-node setup on purpose) but worth a word: with 1 or 2
-		// nodes the quorum is all of them, so any one node down stops every lock.
+		// With 1 or 2 nodes the quorum is all of them, so any one node down stops every lock.
 		fmt.Fprintf(a.stderr, "redlock: warning: with %s, no node may fail (the quorum is all of them); use 3 or 5 independent masters\n", plural(len(urls), "node"))
 	}
 	return c, nil
@@ -303,6 +310,9 @@ func failoverHint(err error) error {
 // show the nodes, through a client that accepts such nodes, and report the refusal, which
 // exec would meet, in refused.
 func (nf *nodeFlags) connectForView(a *app, opts redlock.Options) (c *redlock.Client, refused, err error) {
+	// The nodes are judged and shown by the command itself, a replica or a duplicate
+	// among them too: New must not refuse them first.
+	opts.DeferNodeChecks = true
 	c, err = nf.connect(a, opts)
 	if !errors.Is(err, redlock.ErrFailoverNode) {
 		return c, nil, err

@@ -14,7 +14,6 @@ import (
 	"strings"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/redis/go-redis/v9"
 )
 
 // command is one subcommand: its usage text and the function that runs it.
@@ -48,7 +47,7 @@ type app struct {
 }
 
 func main() {
-	redis.SetLogger(redisLog{})
+	redlock.SetGoRedisLogger(redisLog{}) // the lines about the nodes go to the -v log, or nowhere
 	a := &app{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv}
 	os.Exit(a.main(context.Background(), os.Args[1:]))
 }

@@ -248,7 +248,7 @@ func TestSmallInputCases(t *testing.T) {
 		{"password in the user slot", []string{"status", "--nodes", "redis://s3cretpw@127.0.0.1:99999", "job"}, "redis://xxxxx@127.0.0.1:99999", "s3cretpw"},
 		{"exec without a lock name", []string{"exec", "--", "echo", "x"}, `missing lock NAME before "--"`, ""},
 		{"exec without --", []string{"exec", "echo", "x"}, `missing "--" between the lock name "echo" and the command "x"`, ""},
-		{"TTL too short", []string{"exec", "--ttl", "5ms", "job", "--", "true"}, "TTL 5ms: leaves a node timeout of 500µs", ""},
+		{"TTL too short", []string{"exec", "--ttl", "5ms", "job", "--", "true"}, "TTL 5ms: is below the minimum TTL of 100ms", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := run(t, tc.args...)
@@ -263,7 +263,7 @@ func TestSmallInputCases(t *testing.T) {
 			}
 		})
 	}
-	if r := run(t, "exec", "--ttl", "5ms", "job", "--", "true"); !strings.Contains(r.stderr, "use at least 10ms") {
+	if r := run(t, "exec", "--ttl", "5ms", "job", "--", "true"); !strings.Contains(r.stderr, "minimum TTL of 100ms") {
 		t.Errorf("--ttl 5ms: no smallest TTL that works: %v", r)
 	}
 

@@ -63,7 +63,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	if !*force {
-		return usagef("unlock deletes the lock whoever holds it, without telling the holder: add --force to say you mean it")
+		return usagef("unlock deletes the lock whoever holds it; a holder that still runs learns only at its next extension that the lock is gone: add --force to say you mean it")
 	}
 	if err := positiveDuration("timeout", *timeout); err != nil {
 		return err
@@ -106,6 +106,10 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	answered := total - len(nodeErrors(err))
 	fmt.Fprintf(a.stdout, "deleted the lock key on %d of %s%s\n", deleted, plural(total, "node"), unlockRest(answered-deleted, total-answered))
 	fmt.Fprintf(a.stdout, "raised the fence register by one on %d of %s: the next holder's token is higher than the old holder's\n", answered, plural(total, "node"))
+	if err == nil && deleted > 0 {
+		// As the help says: nothing is sent to the holder, which finds out by itself.
+		fmt.Fprintf(a.stdout, "a holder that still runs learns at its next extension that its lock is gone (redlock exec then stops its command)\n")
+	}
 	return err
 }
 

@@ -1,0 +1,113 @@
+package redlock_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// eventRecorder keeps the events of the kinds it is asked for.
+type eventRecorder struct {
+	mu     sync.Mutex
+	kinds  []redlock.EventKind
+	events []redlock.Event
+}
+
+func (r *eventRecorder) Observe(e redlock.Event) {
+	for _, k := range r.kinds {
+		if e.Kind == k {
+			r.mu.Lock()
+			r.events = append(r.events, e)
+			r.mu.Unlock()
+		}
+	}
+}
+
+func (r *eventRecorder) got() []redlock.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]redlock.Event(nil), r.events...)
+}
+
+// Acquires that wait for fresh nodes' restart grace say so once, through
+// the Logger and an event, with how long and why; not once per waiter or
+// per attempt.
+func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventGraceWait}}
+	log := &recordingHandler{}
+	c := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: 2 * time.Second, Observer: rec, Logger: slog.New(log)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Acquire(ctx, name)
+			if err != nil {
+				t.Errorf("acquire %s: %v", name, err)
+				return
+			}
+			_ = l.Release(ctx)
+		}()
+	}
+	wg.Wait()
+	events := rec.got()
+	if len(events) != 1 {
+		t.Fatalf("want one EventGraceWait for three waiters, got %d: %+v", len(events), events)
+	}
+	e := events[0]
+	if e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
+		!strings.Contains(e.Err.Error(), "3 of 3 nodes sit out the 2s restart grace") || !strings.Contains(e.Err.Error(), "without persistence") {
+		t.Fatalf("event %+v (err %v): want the wait (at most 2s) and why", e, e.Err)
+	}
+	told := 0
+	for _, line := range log.lines() {
+		if strings.Contains(line, "waiting for the restart grace") {
+			told++
+		}
+	}
+	if told != 1 {
+		t.Fatalf("want one log line about the grace, got %d: %q", told, log.lines())
+	}
+}
+
+// An Acquire with no deadline while every node is down is reported after a
+// bounded time, then gives up with an error, rather than retry in silence.
+func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
+	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
+	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+	c := fromURLs(t, urls, redlock.Options{UnreachableTimeout: 3 * time.Second, Observer: rec})
+	start := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		err := c.Do(context.Background(), "job", func(context.Context, *redlock.Lock) error { return nil })
+		done <- err
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Do with every node down is still waiting after 30s")
+	}
+	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes were reachable for") {
+		t.Fatalf("after %v: %v, want ErrNoQuorum saying the nodes were unreachable", time.Since(start), err)
+	}
+	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
+		t.Fatalf("want one EventUnreachable after 2s, got %+v", events)
+	}
+	// A call with a deadline of its own keeps it: no give-up before.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with a deadline: %v, want the deadline", err)
+	}
+}
