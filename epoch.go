@@ -118,10 +118,11 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 			// even if it cannot now: a maxmemory or policy set with
 			// CONFIG SET is undone by a restart that reads the file.
 			lost(start, what+" and may evict keys (evicted_keys restarts at 0, so evictions before the start are not counted)")
-		case m.failover:
+		case m.failover && !m.promoted:
 			// Persistence kept the server's own writes, but it may have
 			// been a replica promoted without a lock's key before this
-			// start: after a start INFO no longer shows a promotion.
+			// start: after a start INFO no longer shows a promotion. (A
+			// promotion it shows is dated below, with its own reason.)
 			lost(start, what+" on a node that fails over (it may have been promoted from replica before that start, which INFO no longer shows; persistence keeps only its own writes)")
 		}
 	}

@@ -118,7 +118,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := info[2]; c.Voting || !strings.Contains(c.SitOutReason, "promoted") || !strings.Contains(c.SitOutReason, promoted.Addr) {
+	if c := info[2]; c.Voting || !strings.Contains(c.SitOutReason, "was promoted from replica since it started") || !strings.Contains(c.SitOutReason, promoted.Addr) {
 		t.Fatalf("the Cluster node to a fresh client: %+v, want its promoted master %s sitting out", c, promoted.Addr)
 	}
 }
