@@ -136,7 +136,7 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 			// clients meet the nodes under noeviction, then the policy
 			// changes at run time, before X takes the lock.
 			cl := evictingNodes(t, "noeviction")
-			opts := redlock.Options{TTL: 20 * time.Second, AllowEvictingNodes: true}
+			opts := redlock.Options{TTL: 20 * time.Second, AllowEvictingNodes: true, RestartGrace: 20 * time.Second}
 			newClient := func() *redlock.Client {
 				// Clients of their own, as other processes have.
 				var clients []redis.UniversalClient

@@ -164,7 +164,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true})
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,5 +209,85 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	}
 	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "may evict keys") {
 		t.Fatalf("want the restarted nodes sitting out, got %v", err)
+	}
+}
+
+// With AllowEvictingNodes, an eviction makes a node sit out the restart
+// grace: the largest TTL in use, which a client that did not know the
+// holder's TTL reads in the nodes' registers. But an eviction is not a
+// restart of one node: the cache that fills one node fills the others, and
+// the registers have a TTL, so volatile-* and allkeys-* policies evict them
+// with the lock's keys, on every node at once. A fresh client with a
+// shorter TTL then finds no register, sits out its own TTL only, and takes
+// the lock the holder still holds. So AllowEvictingNodes needs the grace
+// declared (RestartGrace), and no lock may outlive it.
+func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
+		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	_, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Second, AllowEvictingNodes: true})
+	if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "RestartGrace") {
+		t.Fatalf("AllowEvictingNodes without RestartGrace: want ErrInvalidConfig naming RestartGrace, got %v", err)
+	}
+	const grace = 30 * time.Second
+	_, err = redlock.New(cl.Clients(), redlock.Options{TTL: time.Minute, AllowEvictingNodes: true, RestartGrace: grace})
+	if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "1m0s") {
+		t.Fatalf("AllowEvictingNodes with a TTL above RestartGrace: want ErrInvalidConfig naming the TTL, got %v", err)
+	}
+	newClient := func(ttl time.Duration) *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl, AllowEvictingNodes: true, RestartGrace: grace})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	x := newClient(30 * time.Second)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	// The operator lets the nodes evict (a managed service's default), at
+	// run time: a persistent restart under an evicting policy would have
+	// made X wait out a grace first.
+	for _, s := range cl.Servers {
+		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The cache (keys without a TTL) fills every node: volatile-lru evicts
+	// every key with a TTL before it refuses a write; then the cache frees
+	// some memory.
+	for _, s := range cl.Servers {
+		fillUntilOOM(ctx, t, s)
+		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
+		}
+		for i := range 4 {
+			keys := make([]string, 256)
+			for j := range keys {
+				keys[j] = fmt.Sprintf("cache:%d:%d", i, j)
+			}
+			if err := s.Client().Del(ctx, keys...).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	y := newClient(time.Second)
+	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer wcancel()
+	l, err := y.Acquire(wctx, name)
+	if err == nil {
+		left := time.Until(held.Deadline())
+		_ = l.Release(ctx)
+		if left > 0 {
+			t.Fatalf("a fresh client with a 1s TTL took lock %q after the nodes evicted its keys, while X holds it for %.1fs more", name, left.Seconds())
+		}
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) && !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("want the evicting nodes sitting out X's TTL, got %v", err)
 	}
 }

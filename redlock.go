@@ -165,6 +165,12 @@ type Options struct {
 	// a probe's round trips (docs/PROTOCOL.md §11): a lock key evicted
 	// within that window before another client's vote can still give a
 	// second holder. Prefer noeviction, or a Redis of its own for locks.
+	//
+	// It needs RestartGrace set to at least the largest TTL any client
+	// uses on these nodes, and every lock's TTL at most that: the grace is
+	// otherwise learned from a register on the nodes, and a cache that
+	// fills the nodes evicts that register with the lock keys, on every
+	// node at once, unlike a restart.
 	AllowEvictingNodes bool
 	// DurableVotes makes votes survive a failover: after every script
 	// whose answer is a vote (acquire, extend, the fence and TTL
@@ -514,6 +520,10 @@ func (o *Options) setDefaults() error {
 	if o.Clock == nil {
 		o.Clock = systemClock{}
 	}
+	if o.AllowEvictingNodes && o.RestartGrace == 0 {
+		return configErr("RestartGrace", o.RestartGrace, "must be set, to at least the largest TTL any client uses on these nodes, with AllowEvictingNodes: "+
+			"the grace is otherwise learned from a register on the nodes, which an eviction may take with the lock keys on every node at once")
+	}
 	if _, err := o.nodeTimeout(o.TTL, "TTL"); err != nil {
 		return err
 	}
@@ -524,6 +534,9 @@ func (o *Options) setDefaults() error {
 func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, error) {
 	if ttl < MinTTL {
 		return 0, configErr(field, ttl, fmt.Sprintf("is below the minimum TTL of %v (MinTTL): the drift allowance and the nodes' round trips would leave a lock too little validity to be taken, even on localhost", MinTTL))
+	}
+	if o.AllowEvictingNodes && o.RestartGrace > 0 && ttl > o.RestartGrace {
+		return 0, configErr(field, ttl, fmt.Sprintf("is above RestartGrace %v: with AllowEvictingNodes the grace after an eviction is RestartGrace alone, so no lock may outlive it", o.RestartGrace))
 	}
 	if d := driftAllowance(ttl, o.DriftFactor); d >= ttl {
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))

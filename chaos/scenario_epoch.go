@@ -102,7 +102,7 @@ func evictScenarios() []Scenario {
 			false, 0, Expect{Verdict: VerdictSafe}),
 		evict("evict-allowed",
 			"as evict-refused, with AllowEvictingNodes: a node whose evicted_keys rose sits out the grace",
-			true, 0, Expect{Verdict: VerdictSafe}),
+			true, ttl, Expect{Verdict: VerdictSafe}), // AllowEvictingNodes needs the grace declared
 		evict("evict-allowed-no-grace",
 			"as evict-allowed, restart grace off: the nodes that evicted the lock vote at once, two holders",
 			true, redlock.NoRestartGrace, Expect{Verdict: VerdictUnsafeByDesign}),

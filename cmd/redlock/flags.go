@@ -162,7 +162,7 @@ func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
 	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a failover keeps every counted vote; accepts nodes with replicas")
 	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, masters with replicas) without durable votes: a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
-	fs.BoolVar(&nf.allowEvicting, "allow-evicting-nodes", false, "accept nodes that may evict keys (maxmemory with a policy other than noeviction): a node that evicted sits out the restart grace, but an eviction within about a second before another client's acquire is not seen")
+	fs.BoolVar(&nf.allowEvicting, "allow-evicting-nodes", false, "accept nodes that may evict keys (maxmemory with a policy other than noeviction); needs --restart-grace of at least the largest TTL in use: a node that evicted sits out the restart grace, but an eviction within about a second before another client's acquire is not seen")
 	nf.tls.register(fs)
 }
 
