@@ -162,7 +162,7 @@ func TestTablesAndJSONCarryTheCells(t *testing.T) {
 func TestRunMatrixSmoke(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	res, err := RunMatrix(ctx, Config{Nodes: []int{3}, Repeats: 1, Duration: 150 * time.Millisecond,
+	res, err := RunMatrix(ctx, Config{Nodes: []int{3}, Repeats: 1, Duration: 500 * time.Millisecond,
 		HeldCounts: []int{200}, HeldFor: 1500 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
