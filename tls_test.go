@@ -188,8 +188,14 @@ func TestTLSRefusedNodesGiveClearPerNodeErrors(t *testing.T) {
 			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.As(err, &nodeErr) || nodeErr.Node != cl.Servers[0].Addr {
 				t.Fatalf("TryAcquire: %v; want no quorum with the node's error", err)
 			}
+			// TLS 1.3 refuses a missing client certificate after the
+			// client's handshake ended: a node that closes at once (Valkey
+			// 9 does, seen in CI) may reset the connection before the client
+			// reads the alert, so no reply can explain it. The node is still
+			// named, above.
+			reset := tc.client == nil && strings.Contains(err.Error(), "connection reset by peer")
 			for _, w := range tc.want {
-				if !strings.Contains(err.Error(), w) {
+				if !reset && !strings.Contains(err.Error(), w) {
 					t.Errorf("error %q does not say %q", err, w)
 				}
 			}
