@@ -75,21 +75,15 @@ test-matrix-root: deps servers
 		sed '$$d' $$log | grep -E '^(--- FAIL|FAIL|ok|panic:)|redistest: the servers are' | sort -u; \
 		if [ $$1 != 0 ]; then rc=1; sed '$$d' $$log | tail -n 150; fi; rm -f $$log; done; exit $$rc
 
-# The servers' chaos runs go side by side too (as make test runs the process
-# and Docker backends): a scenario spends its time in its schedule's waits.
 test-matrix-chaos: deps servers
-	@rc=0; logs=""; for s in $(MATRIX_SERVERS); do \
-		log=$$(mktemp -t redlock-matrix-chaos-$$s.XXXXXX); logs="$$logs $$log"; \
-		(for b in process docker; do \
-			pick='$(MATRIX_CHAOS)'; [ $$b = docker ] && pick='$(MATRIX_CHAOS_DOCKER)'; \
-			blog=$$(mktemp -t redlock-matrix-chaos.XXXXXX); start=$$(date +%s); r=0; \
-			(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
-				-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$blog 2>&1) || r=$$?; \
-			echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
-			grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$blog | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
-			if [ $$r != 0 ]; then echo "MATRIX-FAIL"; tail -n 150 $$blog; fi; rm -f $$blog; done > $$log 2>&1) & \
-	done; wait; \
-	for log in $$logs; do cat $$log; grep -q '^MATRIX-FAIL' $$log && rc=1; rm -f $$log; done; exit $$rc
+	@rc=0; for s in $(MATRIX_SERVERS); do for b in process docker; do \
+		pick='$(MATRIX_CHAOS)'; [ $$b = docker ] && pick='$(MATRIX_CHAOS_DOCKER)'; \
+		log=$$(mktemp -t redlock-matrix-chaos.XXXXXX); start=$$(date +%s); r=0; \
+		(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
+			-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$log 2>&1) || r=$$?; \
+		echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
+		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+		if [ $$r != 0 ]; then rc=1; tail -n 150 $$log; fi; rm -f $$log; done; done; exit $$rc
 
 # Nested modules add their own targets (demo, chaos, bench) in a make.mk beside them.
 -include cmd/redlock/make.mk chaos/make.mk bench/make.mk model/make.mk
