@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -407,4 +409,74 @@ func TestREADMEStaysShort(t *testing.T) {
 	if !strings.Contains(readme, "Apache License 2.0") {
 		t.Error("README.md does not name the licence")
 	}
+}
+
+// The README's first program, run on servers started a moment ago, first
+// says what it waits for (the fresh nodes' restart grace: how long, and
+// why), as the README shows, and then takes the lock: a new user does not
+// sit through the grace in silence (issue 28). The test awaits the lines in
+// the order the user sees them; it asserts no timing.
+func TestQuickStartSaysWhatItWaitsFor(t *testing.T) {
+	const notice = "WARN redlock: waiting for the restart grace"
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "<!-- file: examples/mutex/main.go -->") || !strings.Contains(string(readme), "\n"+notice+" lock=payout:") {
+		t.Fatalf("README.md no longer shows examples/mutex as its first program, with the line %q it logs first: update this test", notice)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "mutex")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./examples/mutex").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/mutex: %v\n%s", err, out)
+	}
+
+	// Fresh servers without persistence, as the README starts them. Their
+	// grace is the largest TTL in use on them: another client raises it to
+	// 8s first, so that the program surely meets it, however long it takes
+	// to start on a loaded machine (its own TTL, 2s, gives a short window).
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	other, err := redlock.NewFromURLs(cl.URLs(), redlock.Options{TTL: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.TryAcquire(ctx, "raise-the-register"); !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("a client with an 8s TTL on fresh nodes: %v, want them sitting out the grace", err)
+	}
+
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "REDLOCK_NODES="+strings.Join(cl.URLs(), ","))
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		exited <- err
+	}()
+	var lines []string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("examples/mutex: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if len(lines) < 2 || !strings.Contains(lines[0], notice) || !strings.Contains(lines[0], " wait=") ||
+		!strings.Contains(lines[0], "restart grace") || !strings.Contains(lines[0], "without persistence") {
+		t.Fatalf("examples/mutex on fresh servers: the first line must say what it waits for (%q, how long, why), got:\n%s", notice, strings.Join(lines, "\n"))
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "paying out under fencing token ") {
+		t.Fatalf("examples/mutex: want the job's line after the notice, got:\n%s", strings.Join(lines, "\n"))
+	}
+	t.Logf("examples/mutex:\n%s", strings.Join(lines, "\n"))
 }
