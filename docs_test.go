@@ -480,3 +480,94 @@ func TestQuickStartSaysWhatItWaitsFor(t *testing.T) {
 	}
 	t.Logf("examples/mutex:\n%s", strings.Join(lines, "\n"))
 }
+
+// TestREADMEDescribesMakeTest keeps the README's "What make test does" true
+// to what it runs and installs (issue 28: it did more than the README said):
+// every package tools/install-deps.sh installs, the service it disables,
+// the servers tools/install-servers.sh unpacks and where, every step the
+// Makefile's test target takes, every module it tests, and the model
+// check's set of rows.
+func TestREADMEDescribesMakeTest(t *testing.T) {
+	read := func(path string) string {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	readme := read("README.md")
+	const heading = "## What `make test` does"
+	_, section, ok := strings.Cut(readme, heading)
+	if !ok {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	says := func(what, why string) {
+		t.Helper()
+		if !strings.Contains(section, what) {
+			t.Errorf("README.md's %q does not say %q: %s", heading, what, why)
+		}
+	}
+
+	deps := read("tools/install-deps.sh")
+	pkgs := regexp.MustCompile(`need\+=\(([a-z0-9-]+)\)`).FindAllStringSubmatch(deps, -1)
+	if len(pkgs) == 0 {
+		t.Fatal("found no package in tools/install-deps.sh: the parser is broken")
+	}
+	for _, m := range pkgs {
+		says("`"+m[1]+"`", "tools/install-deps.sh installs it")
+	}
+	if strings.Contains(deps, "systemctl disable") {
+		says("disables", "tools/install-deps.sh disables the system's redis-server service")
+	}
+	servers := regexp.MustCompile(`"(redis|valkey)-([0-9]+\.[0-9]+) `).FindAllStringSubmatch(read("tools/install-servers.sh"), -1)
+	if len(servers) == 0 {
+		t.Fatal("found no server in tools/install-servers.sh: the parser is broken")
+	}
+	for _, m := range servers {
+		says(strings.ToUpper(m[1][:1])+m[1][1:]+" "+m[2], "tools/install-servers.sh unpacks it")
+	}
+	says("~/.cache/redlock/servers", "where tools/install-servers.sh unpacks the servers")
+
+	makefile := read("Makefile")
+	target := regexp.MustCompile(`(?m)^test:([^\n]*)\n((?:\t[^\n]*\n)+)`).FindStringSubmatch(makefile)
+	if target == nil {
+		t.Fatal("found no test target in the Makefile: the parser is broken")
+	}
+	steps := map[string]string{"deps": "tools/install-deps.sh", "servers": "tools/install-servers.sh", "fmt-check": "gofmt", "vet": "go vet"}
+	for _, p := range strings.Fields(target[1]) {
+		what, known := steps[p]
+		if !known {
+			t.Errorf("the Makefile's test target depends on %q, which this test does not know: describe it in README.md and here", p)
+			continue
+		}
+		says(what, "make test runs "+p)
+	}
+	recipe := target[2]
+	if strings.Contains(recipe, "go test -race") {
+		says("go test -race", "make test runs the race tests")
+	}
+	if strings.Contains(recipe, "cd chaos") {
+		says("chaos suite", "make test runs the chaos suite")
+	}
+	if strings.Contains(recipe, "model") {
+		says("make model", "make test runs the model check")
+		if strings.Contains(read("model/make.mk"), "SET=quick ./model/verify.sh") {
+			says("quick rows", "make model runs only the quick rows of the model check")
+		}
+	}
+	mods, err := filepath.Glob("*/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := filepath.Glob("*/*/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(mods, more...) {
+		says("`"+filepath.ToSlash(filepath.Dir(m))+"/`", "a nested module that make test vets and tests")
+	}
+}
