@@ -33,7 +33,7 @@ fmt-check:
 # scenarios on Redis Cluster nodes (both backends).
 test: deps servers fmt-check vet
 	@rootlog=$$(mktemp -t redlock-test.XXXXXX); \
-		($(GO) test -race -count=1 -timeout 30m ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \
+		($(GO) test -race -count=1 -timeout 30m -bench . -benchtime 1x ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \
 		rc=0; for m in $(filter-out . ./chaos,$(MODULES)); do echo "== go test -race $$m"; (cd $$m && $(GO) test -race -count=1 -timeout 30m ./...) || rc=1; done; \
 		wait; echo "== go test -race . (run beside the nested modules)"; sed '$$d' $$rootlog; \
 		[ "$$(tail -n 1 $$rootlog)" = 0 ] || rc=1; rm -f $$rootlog; exit $$rc
