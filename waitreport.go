@@ -55,8 +55,8 @@ type unreachableErr struct {
 }
 
 func (e *unreachableErr) Error() string {
-	return fmt.Sprintf("redlock: acquire %q: gave up: fewer than a quorum of nodes could vote (unreachable, or answering errors) for %v (Options.UnreachableTimeout): %s",
-		e.name, e.after, strings.TrimPrefix(e.last.Error(), fmt.Sprintf("redlock: acquire %q: ", e.name)))
+	return capText(fmt.Sprintf("redlock: acquire %q: gave up: fewer than a quorum of nodes could vote (unreachable, or answering errors) for %v (Options.UnreachableTimeout): %s",
+		e.name, e.after, strings.TrimPrefix(e.last.Error(), fmt.Sprintf("redlock: acquire %q: ", e.name))))
 }
 
 // Unwrap gives ErrNoQuorum and the last attempt's error.
