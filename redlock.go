@@ -781,8 +781,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	return c.acquire(ctx, name, lc, timeout)
 }
 
-// acquire waits for a lock of any kind (the mutex, a read-write lock's
-// side), timed for an Observer's EventWaited.
+// acquire waits for a lock of any kind (lc.kind), timed for an
+// Observer's EventWaited.
 func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if c.opts.Observer == nil {
 		return c.waitFor(ctx, name, lc, timeout)
