@@ -232,7 +232,7 @@ type Scenario struct {
 	// (a holder that starts beside servers just started, whose grace
 	// does not matter to the schedule: the challenger's does).
 	ClientGrace map[int]time.Duration
-	Replica      bool                  // node 1 replicates node 0 (the failover baseline)
+	Replica     bool // node 1 replicates node 0 (the failover baseline)
 	// Replicas makes every lock node a master with an asynchronous replica
 	// of its own (started beside the N nodes; the clients never see it).
 	Replicas bool
