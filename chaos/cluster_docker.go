@@ -275,8 +275,8 @@ func (n *dockerClusterNode) form(ctx context.Context) error {
 			if err != nil {
 				return false, err
 			}
-			if strings.Count(strings.TrimSpace(nodes), "\n")+1 != len(all) || strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
-				return false, nil
+			if known := strings.Count(strings.TrimSpace(nodes), "\n") + 1; known != len(all) || strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
+				return false, fmt.Errorf("%s knows %d of %d servers:\n%s", m.name, known, len(all), nodes)
 			}
 		}
 		return true, nil
