@@ -6,16 +6,11 @@
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local token = tonumber(ARGV[2])
-if fence > token then
+local fence = fenceAt(KEYS[2])
+if fence > tonumber(ARGV[2]) then
   return {0}
 end
-if ARGV[3] ~= '0' then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) -- token >= fence here
-elseif token > fence then
-  redis.call('SET', KEYS[2], ARGV[2])
-else
+if not raise(KEYS[2], ARGV[2], ARGV[3], fence) then
   -- Already raised (a retried command): the yes still writes, the same
   -- value, so that a WAIT behind it covers a write of its own
   -- connection (see acquire.lua).
