@@ -111,13 +111,13 @@ func newResourceScript(file string) *script {
 	return s
 }
 
-// libPiece is one local function of lua/lib.lua, with its comment and
-// state: the lines first to last of the file.
+// libPiece is one piece of lua/lib.lua: the lines first to last of the
+// file.
 type libPiece struct {
-	name        string
+	names       []string // the locals it declares
 	first, last int
 	text        string
-	needs       []string // the other pieces it names
+	needs       []string // the names of earlier pieces it uses
 }
 
 // library holds lua/lib.lua's pieces in the file's order.
@@ -131,42 +131,60 @@ func mustRead(file string) string {
 	return string(b)
 }
 
-// parseLibrary cuts the library into its pieces. The file's opening
-// comment (up to its first blank line) belongs to none. A piece runs from
-// the end of the one before to an "end" in column 1, and is named by the
-// "local function" it defines.
+// parseLibrary cuts the library into its pieces: the runs of lines between
+// blank lines, but the file's opening comment. A piece is named by the
+// locals its lines at column 1 declare ("local function f(", "local a, b =").
 func parseLibrary(src string) []libPiece {
 	lines := strings.SplitAfter(src, "\n")
-	at := 0
-	for at < len(lines) && strings.TrimSpace(lines[at]) != "" {
-		at++
-	}
 	var pieces []libPiece
-	for first := at; at < len(lines); at++ {
-		if strings.TrimRight(lines[at], "\r\n") != "end" {
-			continue
+	for i := 0; i < len(lines); {
+		j := i
+		for j < len(lines) && strings.TrimSpace(lines[j]) != "" {
+			j++
 		}
-		p := libPiece{first: first + 1, last: at + 1, text: strings.Join(lines[first:at+1], "")}
-		for _, l := range lines[first : at+1] {
-			if rest, ok := strings.CutPrefix(l, "local function "); ok {
-				p.name, _, _ = strings.Cut(rest, "(")
-			}
+		if j > i && i > 0 {
+			pieces = append(pieces, libPiece{first: i + 1, last: j, text: strings.Join(lines[i:j], "")})
 		}
-		if p.name == "" {
-			panic(fmt.Sprintf("redlock: lua/lib.lua:%d-%d defines no local function", p.first, p.last))
-		}
-		pieces = append(pieces, p)
-		first = at + 1
+		i = j + 1
 	}
 	for i := range pieces {
-		code := luaCode(pieces[i].text)
+		p := &pieces[i]
+		for _, l := range strings.Split(p.text, "\n") {
+			decl, ok := strings.CutPrefix(l, "local ")
+			if !ok {
+				continue
+			}
+			if f, ok := strings.CutPrefix(decl, "function "); ok {
+				name, _, _ := strings.Cut(f, "(")
+				p.names = append(p.names, name)
+				continue
+			}
+			decl, _, _ = strings.Cut(decl, "=")
+			for _, name := range strings.Split(decl, ",") {
+				p.names = append(p.names, strings.TrimSpace(name))
+			}
+		}
+		if len(p.names) == 0 {
+			panic(fmt.Sprintf("redlock: lua/lib.lua:%d-%d declares no local", p.first, p.last))
+		}
+		code := luaCode(p.text)
 		for _, q := range pieces[:i] {
-			if names(code, q.name) {
-				pieces[i].needs = append(pieces[i].needs, q.name)
+			if namesAny(code, q.names) {
+				p.needs = append(p.needs, q.names[0])
 			}
 		}
 	}
 	return pieces
+}
+
+// namesAny tells whether code uses any of names as a whole word.
+func namesAny(code string, names []string) bool {
+	for _, n := range names {
+		if usesName(code, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // luaCode is src without its comments, for finding the names it uses. The
@@ -181,8 +199,8 @@ func luaCode(src string) string {
 	return b.String()
 }
 
-// names tells whether code uses name as a whole word.
-func names(code, name string) bool {
+// usesName tells whether code uses name as a whole word.
+func usesName(code, name string) bool {
 	for rest := code; ; {
 		i := strings.Index(rest, name)
 		if i < 0 {
@@ -206,12 +224,12 @@ func isWordByte(c byte) bool {
 // also gives the two parts, for the batched form.
 func assemble(file string) (s *script, lib, body string) {
 	body = mustRead(file)
-	want := map[string]bool{}
+	want := map[string]bool{} // by a piece's first name
 	code := luaCode(body)
 	for i := len(library) - 1; i >= 0; i-- { // a piece needs only earlier ones
 		p := library[i]
-		if want[p.name] || names(code, p.name) {
-			want[p.name] = true
+		if want[p.names[0]] || namesAny(code, p.names) {
+			want[p.names[0]] = true
 			for _, n := range p.needs {
 				want[n] = true
 			}
@@ -220,7 +238,7 @@ func assemble(file string) (s *script, lib, body string) {
 	var pieces strings.Builder
 	var lines []lineRun
 	for _, p := range library {
-		if want[p.name] {
+		if want[p.names[0]] {
 			pieces.WriteString(p.text)
 			lines = append(lines, lineRun{"lib.lua", p.first, p.last - p.first + 1})
 		}

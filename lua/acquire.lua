@@ -8,7 +8,6 @@
 -- Returns {1, fence before, sec, usec} when the lock is ours here,
 --         {0, pttl of the holder, sec, usec} when another owner has it.
 -- The node's TIME rides along so the client can spot a clock jump for free.
-local sec, usec = clock()
 -- A value equal to ours means a retried command already won here. Its
 -- yes must still write (here the same value, same expiry): from Redis 7.2
 -- a WAIT behind this call covers only this connection's own writes, and

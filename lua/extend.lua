@@ -7,7 +7,6 @@
 -- ARGV[5] (with KEYS[3]) the holder's metadata
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds it,
 -- -1 a newer token was issued here (our lock is stale).
-local sec, usec = clock()
 local held = renew(KEYS[1], ARGV[1], ARGV[2])
 if held == 1 and KEYS[3] then
   redis.call('PEXPIRE', KEYS[3], ARGV[2]) -- the metadata lives as long as the lock
@@ -15,7 +14,7 @@ end
 if held then
   return {held, sec, usec}
 end
-if not restore(KEYS[2], ARGV[3], ARGV[4]) then
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
   return {-1, sec, usec}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])

@@ -13,7 +13,6 @@
 -- fencing off), ARGV[4] the fence register's lifetime in ms (0: for ever)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds
 -- it, -1 a newer token was issued here (our lock is stale).
-local sec, usec = clock()
 local me, grant = ARGV[1], KEYS[6]
 local function forget()
   redis.call('ZREM', KEYS[3], me)
@@ -33,7 +32,7 @@ end
 if held then
   return {0, sec, usec}
 end
-if not restore(KEYS[2], ARGV[3], ARGV[4]) then
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
   return {-1, sec, usec}
 end
 redis.call('SET', KEYS[1], me, 'PX', ARGV[2])

@@ -29,7 +29,6 @@
 --   leave:   {0, PTTL}: the caller holds the lock by a take round and
 --            leaves this queue
 --   release: {1} the key was ours (handed on or deleted), {0} not
-local sec, usec = clock()
 local nowms = sec * 1000 + math.floor(usec / 1000)
 local op, me = ARGV[1], ARGV[2]
 local queue, expiry, settings, grant = KEYS[3], KEYS[4], KEYS[5], KEYS[6]

@@ -1,30 +1,29 @@
 -- The steps several scripts share, written once (issue 26): the fence rule
 -- of DESIGN §2 above all. scripts.go puts in front of each script the
--- pieces of this file it names (a piece is a local function with its
--- comment and state, ending at the first "end" in column 1), and a batched
--- run defines them once for all its calls. Only the named pieces go in
--- front: the server makes a closure of every local function at every run,
--- which a script should not pay for functions it never calls. The whole
--- file is valid Lua too, so it may also stand in front of a script as it is.
+-- pieces of this file it names, and those they name; a batched run defines
+-- them once for all its calls. A piece is a comment and the code after it,
+-- up to a blank line, and is named by the locals it declares. Only the
+-- named pieces go in front: the server makes a closure of every local
+-- function at every run (a few hundredths of a µs each, on a script of
+-- 5-15µs), which a script should not pay for functions it never calls;
+-- the clock is plain statements for the same reason. The whole file is
+-- valid Lua too, so it may also stand in front of a script as it is.
 -- Arguments stay the strings the client sent, as KEYS and ARGV are: a
 -- value written back stays a string (a Lua number may be written in
 -- exponent form).
 
--- The node's clock, read once per run: in a batched run every call gets
--- the run's first TIME. A run is atomic and the server judges its keys'
+-- The node's clock (sec, usec), read once per run: in a batched run every
+-- call gets the run's TIME. A run is atomic and the server judges its keys'
 -- expiry by the run's start time too, so the run decides each lock as if
--- every call had run at that first instant, a schedule that could have
--- happened; the time each call answers still lies between the run's send
--- and its answer, which is all a clock sample (recheck) asks.
--- Returns the seconds and microseconds TIME gave.
-local clockSec, clockUsec
-local function clock()
-  if not clockSec then
-    local t = redis.call('TIME')
-    clockSec, clockUsec = tonumber(t[1]), tonumber(t[2])
-  end
-  return clockSec, clockUsec
-end
+-- every call had run at that instant, a schedule that could have happened;
+-- the time each call answers still lies between the run's send and its
+-- answer, which is all a clock sample (recheck) asks. It spares each lock
+-- of a batched run one of its two or three server calls.
+local clock = redis.call('TIME')
+local sec, usec = tonumber(clock[1]), tonumber(clock[2])
+
+-- The clock in µs, the unit of the read-write lock's sorted sets.
+local nowus = sec * 1000000 + usec
 
 -- The acquire's fence step (DESIGN §2), once the lock is ours here: read
 -- the fence register at key and raise it to the proposal p when p is
@@ -49,46 +48,34 @@ local function propose(key, p, life)
   return fence
 end
 
--- The fence register at key, 0 when absent.
-local function fenceAt(key)
-  return tonumber(redis.call('GET', key) or '0')
-end
-
--- Whether the register at key shows a token above the lock's token (a
--- newer holder was issued one here: the lock is stale), and the register
--- as read. A token of "0" (fencing off) is never stale and reads nothing.
-local function stale(key, token)
-  if tonumber(token) <= 0 then
+-- Write a held lock's token into the fence register at key: a repair's
+-- fence step (an extend that found the lock's key gone), and the slow
+-- path's (lua/raise.lua). Returns false, writing nothing, when the register
+-- shows a token above ours: a newer holder was issued one here, so the lock
+-- is stale and must not be put back. Else true and whether it wrote: a
+-- register with a lifetime (life ms) is always written, which renews it,
+-- one without only when the token is higher; nil when the token is "0"
+-- (fencing off: nothing is read). With check, it only checks.
+local function raise(key, token, life, check)
+  local t = tonumber(token)
+  if t <= 0 then
+    return true
+  end
+  local fence = tonumber(redis.call('GET', key) or '0')
+  if fence > t then
     return false
   end
-  local fence = fenceAt(key)
-  return fence > tonumber(token), fence
-end
-
--- Write the lock's token into the register at key, read as fence and not
--- above the token (stale said no): a register with a lifetime (life ms) is
--- always written, which renews it, one without only when the token is
--- higher. Returns whether it wrote.
-local function raise(key, token, life, fence)
+  if check then
+    return true
+  end
   if life ~= '0' then
     redis.call('SET', key, token, 'PX', life)
-  elseif tonumber(token) > fence then
+  elseif t > fence then
     redis.call('SET', key, token)
   else
-    return false
+    return true, false
   end
-  return true
-end
-
--- The fence step of a repair (an extend that found the lock's key gone):
--- false when the lock is stale here, which must not put it back; else the
--- register holds at least the token afterwards.
-local function restore(key, token, life)
-  local old, fence = stale(key, token)
-  if fence and not old then
-    raise(key, token, life, fence)
-  end
-  return not old
+  return true, true
 end
 
 -- The own-key extend: renew key for its owner me to ttl ms. Returns 1 when
@@ -106,10 +93,11 @@ local function renew(key, me, ttl)
 end
 
 -- Record member in the sorted set at key (a reader, a writer's intent) for
--- ttl ms of this node's clock from nowus: the score is its expiry in µs.
--- The set outlives its longest entry by a millisecond, so that it never
--- vanishes under a live one.
-local function enter(key, member, nowus, ttl)
+-- ttl ms of this node's clock from now: the score is its expiry in µs, so
+-- the entry lives exactly the TTL, as a key set with PX would. The set
+-- outlives its longest entry by a millisecond, so that it never vanishes
+-- under a live one.
+local function enter(key, member, ttl)
   redis.call('ZADD', key, nowus + ttl * 1000, member)
   if redis.call('PTTL', key) < ttl + 1 then
     redis.call('PEXPIRE', key, ttl + 1)

@@ -3,8 +3,6 @@
 -- KEYS[1] writer intents (ZSET: intent id -> expiry in µs of this node's clock)
 -- ARGV[1] intent id, ARGV[2] the lock's release channel
 -- Returns {1} when the intent was here, {0} otherwise.
-local sec, usec = clock()
-local nowus = sec * 1000000 + usec
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return {0}
 end

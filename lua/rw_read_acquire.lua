@@ -11,15 +11,11 @@
 -- (0: it never expires)
 -- Returns {1, fence register before, sec, usec} when admitted here,
 --         {0, writer's PTTL or -1 when a waiting writer refused us, sec, usec}.
-local sec, usec = clock()
-local nowus = sec * 1000000 + usec
 local ttl = tonumber(ARGV[2])
 -- Once admitted, the acquire's fence step: a reader's acquisition renews
 -- the register's lifetime too.
 local function admitted()
-  -- The entry lives exactly the TTL on this node's clock, as a key set
-  -- with PX would.
-  enter(KEYS[3], ARGV[1], nowus, ttl)
+  enter(KEYS[3], ARGV[1], ttl)
   return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
 end
 -- A retried command that already won here. Its yes still writes (the

@@ -13,19 +13,17 @@
 -- lifetime in ms (0: it never expires)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 a writer holds it,
 -- -1 a newer token was issued here (our entry is not put back).
-local sec, usec = clock()
-local nowus = sec * 1000000 + usec
 local ttl = tonumber(ARGV[2])
 local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if score and tonumber(score) > nowus then
-  enter(KEYS[3], ARGV[1], nowus, ttl)
+  enter(KEYS[3], ARGV[1], ttl)
   return {1, sec, usec}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, sec, usec}
 end
-if not restore(KEYS[2], ARGV[3], ARGV[4]) then
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
   return {-1, sec, usec}
 end
-enter(KEYS[3], ARGV[1], nowus, ttl)
+enter(KEYS[3], ARGV[1], ttl)
 return {2, sec, usec}

@@ -12,8 +12,6 @@
 -- ARGV[5] intent id ("" records none: a single try), ARGV[6] intent TTL in ms
 -- Returns {1, fence before, sec, usec} when the lock is ours here,
 --         {0, how long the holders keep it at most in ms, sec, usec}.
-local sec, usec = clock()
-local nowus = sec * 1000000 + usec
 local owner = redis.call('GET', KEYS[1])
 local won = owner == ARGV[1] -- a retried command that already won here
 local hint = -1
@@ -36,7 +34,7 @@ else
 end
 if not won then
   if ARGV[5] ~= '' then
-    enter(KEYS[4], ARGV[5], nowus, tonumber(ARGV[6]))
+    enter(KEYS[4], ARGV[5], tonumber(ARGV[6]))
   end
   return {0, hint, sec, usec}
 end

@@ -7,22 +7,17 @@
 -- ARGV[4] the fence register's lifetime in ms (0: it never expires)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner
 -- (a writer or a reader) holds it, -1 a newer token was issued here.
-local sec, usec = clock()
 local held = renew(KEYS[1], ARGV[1], ARGV[2])
 if held then
   return {held, sec, usec}
 end
-local old, fence = stale(KEYS[2], ARGV[3])
-if old then
+if not raise(KEYS[2], ARGV[3], ARGV[4], true) then
   return {-1, sec, usec}
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', sec * 1000000 + usec)
 if redis.call('ZCARD', KEYS[3]) > 0 then
   return {0, sec, usec}
 end
--- The register as read above: nothing but the readers changed since.
-if fence then
-  raise(KEYS[2], ARGV[3], ARGV[4], fence)
-end
+raise(KEYS[2], ARGV[3], ARGV[4])
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return {2, sec, usec}

@@ -19,7 +19,6 @@
 --         {0, shortest pttl of the holders, sec, usec, -1} when all K are taken,
 --         {2, pttl of the record, sec, usec, recorded K} when another K is
 --         recorded (nothing is written then).
-local sec, usec = clock()
 local k = (#KEYS - 1) / 2
 local record = KEYS[2 * k + 1]
 local recorded = redis.call('GET', record)

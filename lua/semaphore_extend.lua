@@ -10,7 +10,6 @@
 -- ARGV[4] the fence register's lifetime in ms (0: it never expires), ARGV[5] K
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds
 -- the slot or another K is recorded, -1 a newer token was issued here.
-local sec, usec = clock()
 local recorded = redis.call('GET', KEYS[3])
 if recorded and recorded ~= ARGV[5] then
   return {0, sec, usec}
@@ -21,7 +20,7 @@ if held == 0 then
   return {0, sec, usec}
 end
 if not held then
-  if not restore(KEYS[2], ARGV[3], ARGV[4]) then
+  if not raise(KEYS[2], ARGV[3], ARGV[4]) then
     return {-1, sec, usec}
   end
   redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
