@@ -175,32 +175,10 @@ func evalshaMicros(b *testing.B, rdb redis.UniversalClient, calls int) float64 {
 	return 0
 }
 
-// mainThreadCPU is the CPU time the server's main thread used so far
-// (INFO cpu's used_cpu_sys_main_thread and used_cpu_user_main_thread): the
-// one that runs the scripts.
+// mainThreadCPU is the CPU time the server's main thread, the one that
+// runs the scripts, used so far.
 func mainThreadCPU(b *testing.B, rdb redis.UniversalClient) time.Duration {
-	b.Helper()
-	info, err := rdb.Info(context.Background(), "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	var sum time.Duration
-	found := 0
-	for line := range strings.Lines(info) {
-		name, val, _ := strings.Cut(strings.TrimSpace(line), ":")
-		if name == "used_cpu_sys_main_thread" || name == "used_cpu_user_main_thread" {
-			s, err := strconv.ParseFloat(val, 64)
-			if err != nil {
-				b.Fatalf("INFO cpu %s: %v", line, err)
-			}
-			sum += time.Duration(s * float64(time.Second))
-			found++
-		}
-	}
-	if found != 2 {
-		b.Fatalf("INFO cpu has no main thread's time: %q", info)
-	}
-	return sum
+	return infoCPU(b, rdb, "used_cpu_sys_main_thread", "used_cpu_user_main_thread")
 }
 
 func median(xs []float64) float64 {

@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"io/fs"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -122,8 +123,14 @@ func TestOnlyTheLibraryReadsTheClock(t *testing.T) {
 		if strings.Contains(luaCode(string(b)), "'TIME'") != (f == "lua/lib.lua") {
 			t.Errorf("%s reads TIME itself: %v; only lua/lib.lua's clock may", f, strings.Contains(string(b), "'TIME'"))
 		}
+		// A batched run's calls share the clock: none may change it.
+		if m := clockWrite.FindString(luaCode(string(b))); m != "" && f != "lua/lib.lua" {
+			t.Errorf("%s writes the clock: %q", f, m)
+		}
 	}
 }
+
+var clockWrite = regexp.MustCompile(`\b(clock|sec|usec|nowus)\s*(\[[^]]*\]\s*)?=[^=]|local[^=\n]*\b(clock|sec|usec|nowus)\b[^=\n]*=`)
 
 // lineOf is the number of the line of lua/<file> that contains text.
 func lineOf(t *testing.T, file, text string) int {
