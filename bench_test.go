@@ -23,6 +23,8 @@ func BenchmarkAcquireRelease(b *testing.B) {
 					TTL:            10 * time.Second,
 					RestartGrace:   redlock.NoRestartGrace, // the nodes were started just now
 					DisableFencing: !fencing,
+					// One node is the single-server figure, not a deployment.
+					AllowNoFaultTolerance: nodes < 3,
 				})
 				if err != nil {
 					b.Fatal(err)
@@ -53,8 +55,9 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 		b.Run(fmt.Sprintf("nodes=%d/fencing=true", nodes), func(b *testing.B) {
 			cl := redistest.StartT(b, nodes, redistest.Options{})
 			c, err := redlock.New(cl.Clients(), redlock.Options{
-				TTL:          10 * time.Second,
-				RestartGrace: redlock.NoRestartGrace, // the nodes were started just now
+				TTL:                   10 * time.Second,
+				RestartGrace:          redlock.NoRestartGrace, // the nodes were started just now
+				AllowNoFaultTolerance: nodes < 3,
 			})
 			if err != nil {
 				b.Fatal(err)

@@ -80,6 +80,25 @@ func (nc *nodeClock) observe(nodeTime time.Time, sent, recv, base time.Time, thr
 	return jump, jumped
 }
 
+// apart tells how far other's last sample is from nc's, and whether the two
+// clocks are more than threshold apart: their offset intervals, each widened
+// by the drift allowed between the samples' times, still do not come within
+// threshold of each other (the same test clockPeers makes between nodes).
+func (nc *nodeClock) apart(other *nodeClock, threshold time.Duration) (skew time.Duration, off bool) {
+	a, haveA := nc.sample()
+	b, haveB := other.sample()
+	if !haveA || !haveB {
+		return 0, false
+	}
+	gap := b.at.Sub(a.at)
+	if gap < 0 {
+		gap = -gap
+	}
+	slack := threshold + time.Duration(float64(gap)*driftRate)
+	skew = (b.lo+b.hi)/2 - (a.lo+a.hi)/2
+	return skew, b.lo > a.hi+slack || b.hi < a.lo-slack
+}
+
 // clockSample is a node's last clock sample: the interval of offsets (node
 // time minus our clock) consistent with the reply, taken at our time at.
 type clockSample struct {

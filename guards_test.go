@@ -60,33 +60,44 @@ func TestRestartedNodeSitsOutTheWholeGraceWithASubSecondTTL(t *testing.T) {
 	}
 
 	// Restart 80ms before a wall-clock second turns: the fault is timed
-	// against the server's whole-second uptime, not a synchronisation.
-	now := time.Now()
-	time.Sleep(now.Truncate(time.Second).Add(1920 * time.Millisecond).Sub(now))
-	restarted := time.Now() // the server starts after this
-	if err := cl.Servers[0].Restart(false); err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, 5*time.Second, "INFO reports an uptime of 1s", func() bool { return uptime(t, cl.Servers[0]) >= 1 })
-	if seen := time.Since(restarted); seen >= ttl {
-		t.Fatalf("set-up: the uptime read 1 only %v after the restart, past the %v grace; the machine is too slow for this schedule", seen, ttl)
-	}
-	for time.Since(restarted) < 2*ttl {
-		tried := time.Now()
-		l, err := c.TryAcquire(ctx, "sub-second")
-		if err == nil {
-			_ = l.Release(ctx)
-			if age := tried.Sub(restarted); age < ttl {
-				t.Fatalf("the node restarted empty voted %v after its restart, within the %v grace", age, ttl)
+	// against the server's whole-second uptime, not a synchronisation. On
+	// a loaded machine the uptime may read 1 too late for the schedule (past
+	// the grace): the restart is then tried again, up to five times.
+	for try := 1; ; try++ {
+		now := time.Now()
+		time.Sleep(now.Truncate(time.Second).Add(1920 * time.Millisecond).Sub(now))
+		restarted := time.Now() // the server starts after this
+		if err := cl.Servers[0].Restart(false); err != nil {
+			t.Fatal(err)
+		}
+		eventually(t, 5*time.Second, "INFO reports an uptime of 1s", func() bool { return uptime(t, cl.Servers[0]) >= 1 })
+		if seen := time.Since(restarted); seen >= ttl {
+			if try == 5 {
+				t.Fatalf("set-up: five times the uptime read 1 only after the %v grace (last %v after the restart): the machine is too loaded for this schedule", ttl, seen)
 			}
-			return // the grace passed and the node votes again
+			continue
 		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) {
-			t.Fatalf("got %v, want the restarted node sitting out", err)
+		// Safety: no vote inside the grace. Liveness, with room for a
+		// loaded machine: a vote again once it is over.
+		for {
+			tried := time.Now()
+			l, err := c.TryAcquire(ctx, "sub-second")
+			if err == nil {
+				_ = l.Release(ctx)
+				if age := tried.Sub(restarted); age < ttl {
+					t.Fatalf("the node restarted empty voted %v after its restart, within the %v grace", age, ttl)
+				}
+				return // the grace passed and the node votes again
+			}
+			if !errors.Is(err, redlock.ErrNodeSittingOut) {
+				t.Fatalf("got %v, want the restarted node sitting out", err)
+			}
+			if since := time.Since(restarted); since > 15*time.Second {
+				t.Fatalf("the node did not vote again %v after its restart (grace %v)", since, ttl)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-		time.Sleep(10 * time.Millisecond)
 	}
-	t.Fatalf("the node did not vote again %v after its restart", 2*ttl)
 }
 
 // X holds a lock with a long TTL; two of the three nodes restart empty. A

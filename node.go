@@ -34,7 +34,14 @@ type node struct {
 	stale atomic.Bool
 
 	guard atomic.Pointer[nodeGuard] // nil until the first probe
-	clock nodeClock
+
+	// clock is the clock of a node that is one server. A Cluster node's
+	// masters each keep their own, in masterClocks by address: their
+	// clocks are apart, and one may jump alone. Fed into one history, the
+	// replies of a jumped master and of one that did not would each look
+	// like a jump against the other, and the node would sit out for ever.
+	clock        nodeClock
+	masterClocks sync.Map // address -> *nodeClock
 
 	// downUntil is when the node is asked again after a failure, in
 	// nanoseconds of the client's clock since Client.base; 0 if up.
@@ -354,9 +361,7 @@ type probeResult struct {
 	// failover: the node may fail over (Sentinel names its master, or its
 	// servers have or had replicas), so a server there may have been
 	// promoted before its last start, which INFO no longer shows after it.
-	failover bool
-	// others are the clock samples of a Cluster node's other masters.
-	others     []probeResult
+	failover   bool
 	nodeTime   time.Time
 	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
@@ -571,10 +576,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.registerErr == nil {
 		c.heard(n, res.sent, raise, res.fleetTTL)
 	}
-	c.observeClock(n, res.nodeTime, res.timeSent, res.timeRecv)
-	for _, o := range res.others {
-		c.observeClock(n, o.nodeTime, o.timeSent, o.timeRecv)
-	}
+	newMasters := c.observeProbeClocks(n, res)
 	// A server that may have lost keys after the first contact (a restart
 	// while we were away, a failover, an eviction...): learn the largest
 	// TTL in use from the others now, as what was read of them earlier may
@@ -661,6 +663,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.logger.Error("redlock: node refused", "node", n.name, "err", g.excluded)
 	}
 	n.guard.Store(g)
+	c.compareMastersLocked(n, res, newMasters)
 	c.compareClocksLocked(n)
 	return res, nil
 }
@@ -783,21 +786,112 @@ func (c *Client) clockHold() time.Duration {
 	return max(c.opts.RestartGrace, c.fleetTTL())
 }
 
-// observeClock feeds a node time sample to the clock-jump guard and sends
-// the node to sit out for one largest TTL in use if its clock jumped.
-func (c *Client) observeClock(n *node, nodeTime, sent, recv time.Time) bool {
+// clockOf is the clock of n's server at addr: n.clock for a node that is
+// one server (addr ""), else the Cluster master's own.
+func (n *node) clockOf(addr string) *nodeClock {
+	if addr == "" {
+		return &n.clock
+	}
+	nc, _ := n.masterClocks.LoadOrStore(addr, &nodeClock{})
+	return nc.(*nodeClock)
+}
+
+// peerClock is the clock the other nodes' clocks are compared with: a
+// Cluster node's first master (by address) at the last probe, whose
+// clock compareMastersLocked holds the other masters' to.
+func (n *node) peerClock() *nodeClock {
+	if g := n.guard.Load(); g != nil && len(g.shards) > 0 {
+		return n.clockOf(g.shards[0].addr)
+	}
+	return &n.clock
+}
+
+// masterFor is the address of the Cluster master that served key's slot
+// at the last probe, whose clock a script reply on key read; "" for a node
+// that is one server. ok is false when no master is known to serve it: the
+// reply's clock is then not told apart, and not fed to any history (the
+// next probe reads every master's).
+func (n *node) masterFor(key string) (addr string, ok bool) {
+	g := n.guard.Load()
+	if g == nil || g.shards == nil {
+		return "", true
+	}
+	if key == "" {
+		return "", false
+	}
+	slot := keySlot(key)
+	for i := range g.shards {
+		if g.shards[i].serves(slot) {
+			return g.shards[i].addr, true
+		}
+	}
+	return "", false
+}
+
+// observeClock feeds a time sample of n's server at addr to the clock-jump
+// guard and sends the node to sit out for one largest TTL in use if that
+// clock jumped.
+func (c *Client) observeClock(n *node, addr string, nodeTime, sent, recv time.Time) bool {
 	threshold := c.clockThreshold()
 	if threshold < 0 {
 		return false
 	}
-	jump, jumped := n.clock.observe(nodeTime, sent, recv, c.base, threshold)
+	jump, jumped := n.clockOf(addr).observe(nodeTime, sent, recv, c.base, threshold)
 	if !jumped {
 		return false
 	}
+	who := "clock"
+	if addr != "" {
+		who = "master " + addr + "'s clock"
+	}
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	c.sitOutLocked(n, recv, SitOutClockJump, fmt.Sprintf("clock jumped by %v against ours", jump.Round(time.Microsecond)))
+	c.sitOutLocked(n, recv, SitOutClockJump, fmt.Sprintf("%s jumped by %v against ours", who, jump.Round(time.Microsecond)))
 	return true
+}
+
+// observeProbeClocks feeds the probe's clock samples to the guard: one
+// for a node that is one server, one per master of a Cluster node. It
+// returns the masters whose clocks it saw for the first time.
+func (c *Client) observeProbeClocks(n *node, res probeResult) (newMasters []string) {
+	if res.shards == nil {
+		c.observeClock(n, "", res.nodeTime, res.timeSent, res.timeRecv)
+		return nil
+	}
+	for _, r := range res.shards {
+		if _, seen := n.clockOf(r.addr).sample(); !seen {
+			newMasters = append(newMasters, r.addr)
+		}
+		c.observeClock(n, r.addr, r.nodeTime, r.timeSent, r.timeRecv)
+	}
+	return newMasters
+}
+
+// compareMastersLocked holds the masters of a Cluster node that this
+// client met in res to its first master's clock, read in the same probe:
+// a master's own history cannot show a jump from before we met it, and the
+// other nodes are compared with the first master only (peerClock). A
+// master more than the clock threshold off it sits the node out one
+// largest TTL in use, as compareClocksLocked does for a node. The caller
+// holds guardMu.
+func (c *Client) compareMastersLocked(n *node, res probeResult, newMasters []string) {
+	threshold := c.clockThreshold()
+	if len(res.shards) < 2 || len(newMasters) == 0 || threshold < 0 {
+		return
+	}
+	first := res.shards[0]
+	ref := n.clockOf(first.addr)
+	for _, addr := range newMasters {
+		if addr == first.addr {
+			continue
+		}
+		skew, off := ref.apart(n.clockOf(addr), threshold)
+		if off {
+			c.sitOutLocked(n, c.clock.Now(), SitOutClockSkew, fmt.Sprintf("master %s's clock is %v off master %s's (more than %v)",
+				addr, skew.Round(time.Microsecond), first.addr, threshold))
+			return
+		}
+	}
 }
 
 // sitOutLocked keeps n from voting for one largest TTL in use from now, for
@@ -852,7 +946,7 @@ func (c *Client) clockSamples() ([]clockSample, []bool) {
 	samples := make([]clockSample, len(c.nodes))
 	have := make([]bool, len(c.nodes))
 	for i, n := range c.nodes {
-		samples[i], have[i] = n.clock.sample()
+		samples[i], have[i] = n.peerClock().sample()
 	}
 	return samples, have
 }
@@ -889,7 +983,11 @@ func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int
 	if n.rdb == nil {
 		return nil
 	}
-	if c.observeClock(n, time.Unix(sec, usec*1000), sent, recv) || n.stale.Load() {
+	jumped := false
+	if addr, ok := n.masterFor(key); ok {
+		jumped = c.observeClock(n, addr, time.Unix(sec, usec*1000), sent, recv)
+	}
+	if jumped || n.stale.Load() {
 		return c.ready(ctx, n, key)
 	}
 	// Another call's probe may have cleared the stale mark since this
@@ -1074,8 +1172,6 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	ids := make([]string, len(shards))
 	first := shards[0]
 	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
-	res.nodeTime, res.timeSent, res.timeRecv = first.nodeTime, first.timeSent, first.timeRecv
-	res.others = shards[1:]
 	res.shards = shards
 	for i, r := range shards {
 		ids[i] = r.addr + "=" + r.runID

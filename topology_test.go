@@ -660,3 +660,61 @@ func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisClust
 		t.Fatal(err)
 	}
 }
+
+// A Cluster master's clock that jumps alone sends the node to sit out once,
+// for one largest TTL in use, and the node then votes again: each master's
+// clock has a history of its own. (Kept in one history per node, the
+// jumped master's replies and the other master's probe samples each looked
+// like a jump against the other, and the nodes never voted again: the
+// chaos scenario cluster-clock-jump-shard-majority's f:liveness.)
+func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
+	rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true})
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	jumps := map[string]bool{}
+	c, err := redlock.New(clusterClients(t, rcs), redlock.Options{TTL: time.Second,
+		Observer: redlock.ObserverFunc(func(e redlock.Event) {
+			if e.Kind == redlock.EventNodeSitOut && e.Reason == redlock.SitOutClockJump {
+				mu.Lock()
+				jumps[e.Node] = true
+				mu.Unlock()
+			}
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	name := nameInSlots(c, "job", 0, 8191) // the first master's
+	l, err := c.Acquire(ctx, name)         // waits out the fresh servers' grace
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, rc := range rcs {
+		if err := rc.Shards[0].Master.SetClockOffset(10 * time.Second); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The jump shows in the next reply of the jumped masters; the nodes sit
+	// out a second (the TTL) and then vote again, for the jumped master's
+	// locks and the other master's alike.
+	for _, lock := range []string{name, nameInSlots(c, "other", 8192, 16383), name} {
+		wait, cancel := context.WithTimeout(ctx, 30*time.Second)
+		l, err := c.Acquire(wait, lock)
+		cancel()
+		if err != nil {
+			t.Fatalf("lock %q after one master's clock jumped in each node: the nodes did not vote again: %v", lock, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(jumps) < c.Quorum() {
+		t.Fatalf("the clock jump sent only %d nodes to sit out (%v), want at least a quorum of %d", len(jumps), jumps, c.Quorum())
+	}
+}

@@ -77,18 +77,7 @@ func (f Failover) Name() string { return "failover(" + nodeList(f.Masters) + ")"
 // Apply fails every master over, in parallel: they fail over together, as
 // when one incident takes a zone's masters.
 func (f Failover) Apply(ctx context.Context, env *Env) error {
-	errs := make([]error, len(f.Masters))
-	var wg sync.WaitGroup
-	for i, m := range f.Masters {
-		wg.Go(func() { errs[i] = failOver(ctx, env, m) })
-	}
-	wg.Wait()
-	for _, err := range errs {
-		if err != nil {
-			return err
-		}
-	}
-	return nil
+	return errors.Join(eachMaster(f.Masters, func(m int) error { return failOver(ctx, env, m) })...)
 }
 
 // failOver promotes master m's replica, points m's proxy at it, then kills
@@ -98,24 +87,11 @@ func (f Failover) Apply(ctx context.Context, env *Env) error {
 // so that the challengers meet the promoted replicas well before the
 // holder's next extension.
 func failOver(ctx context.Context, env *Env, m int) error {
-	r, err := env.replicationOf(m)
+	r, master, err := promoteReplica(ctx, env, m)
 	if err != nil {
 		return err
 	}
-	master, err := env.node(m)
-	if err != nil {
-		return err
-	}
-	replica, err := env.node(r.replica)
-	if err != nil {
-		return err
-	}
-	rc := directClient(replica)
-	defer rc.Close()
-	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
-		return fmt.Errorf("chaos: promote n%d: %w", r.replica, err)
-	}
-	if err := env.Net.Retarget(m, replica.Addr()); err != nil {
+	if err := env.Net.Retarget(m, r.addr); err != nil {
 		return err
 	}
 	env.Note("replica n%d promoted in n%d's place; clients now reach it", r.replica, m)
@@ -126,17 +102,54 @@ func failOver(ctx context.Context, env *Env, m int) error {
 	return nil
 }
 
+// eachMaster runs step for every master at once, as one incident takes
+// them together, and returns each one's error in the masters' order.
+func eachMaster(masters []int, step func(m int) error) []error {
+	errs := make([]error, len(masters))
+	var wg sync.WaitGroup
+	for i, m := range masters {
+		wg.Go(func() { errs[i] = step(m) })
+	}
+	wg.Wait()
+	return errs
+}
+
+// promotedReplica is master m's replica once promoted: its index and
+// address.
+type promotedReplica struct {
+	replica int
+	addr    string
+}
+
+// promoteReplica promotes master m's replica (REPLICAOF NO ONE), the first
+// step of a failover and of a fail-back alike, and returns it and m's own
+// node.
+func promoteReplica(ctx context.Context, env *Env, m int) (promotedReplica, Node, error) {
+	r, err := env.replicationOf(m)
+	if err != nil {
+		return promotedReplica{}, nil, err
+	}
+	master, err := env.node(m)
+	if err != nil {
+		return promotedReplica{}, nil, err
+	}
+	replica, err := env.node(r.replica)
+	if err != nil {
+		return promotedReplica{}, nil, err
+	}
+	rc := directClient(replica)
+	defer rc.Close()
+	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
+		return promotedReplica{}, nil, fmt.Errorf("chaos: promote n%d: %w", r.replica, err)
+	}
+	return promotedReplica{r.replica, replica.Addr()}, master, nil
+}
+
 // Heal restarts each dead master and makes it a replica of its promoted
 // replica, in parallel, and waits until each follows. A scenario with a
 // failover runs Once: the cluster has no replica left to promote.
 func (f Failover) Heal(ctx context.Context, env *Env) error {
-	errs := make([]error, len(f.Masters))
-	var wg sync.WaitGroup
-	for i, m := range f.Masters {
-		wg.Go(func() { errs[i] = rejoin(ctx, env, m) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(eachMaster(f.Masters, func(m int) error { return rejoin(ctx, env, m) })...)
 }
 
 // rejoin restarts the dead master m as a replica of the replica promoted
@@ -179,13 +192,7 @@ func (f FailBack) Name() string {
 
 // Apply fails every master over and back, in parallel.
 func (f FailBack) Apply(ctx context.Context, env *Env) error {
-	errs := make([]error, len(f.Masters))
-	var wg sync.WaitGroup
-	for i, m := range f.Masters {
-		wg.Go(func() { errs[i] = failBack(ctx, env, m) })
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(eachMaster(f.Masters, func(m int) error { return failBack(ctx, env, m) })...)
 }
 
 // failBack promotes master m's replica, makes m its replica (a full
@@ -193,24 +200,12 @@ func (f FailBack) Apply(ctx context.Context, env *Env) error {
 // lets the replica follow m over a fresh link. The replica's old link
 // (the one ReplicationCut cuts) is left as it is.
 func failBack(ctx context.Context, env *Env, m int) error {
-	r, err := env.replicationOf(m)
+	r, master, err := promoteReplica(ctx, env, m)
 	if err != nil {
 		return err
 	}
-	master, err := env.node(m)
-	if err != nil {
-		return err
-	}
-	replica, err := env.node(r.replica)
-	if err != nil {
-		return err
-	}
-	rc, mc := directClient(replica), directClient(master)
-	defer rc.Close()
+	mc := directClient(master)
 	defer mc.Close()
-	if err := rc.SlaveOf(ctx, "NO", "ONE").Err(); err != nil {
-		return fmt.Errorf("chaos: promote n%d: %w", r.replica, err)
-	}
 	if _, err := replicate(ctx, env.Cluster, env.Net, m, r.replica); err != nil {
 		return err
 	}
