@@ -22,8 +22,11 @@ import (
 // Sentinel names) and for each master of a Cluster node alike:
 //
 //   - a start without persistence (appendonly yes, appendfsync always),
-//     or any start on a node that may fail over (a promotion before the
-//     start no longer shows after it): dated at the start;
+//     or of a server that was not persistent at the last probe (a setting
+//     changed at run time is undone by a restart that reads the config
+//     file, and the AOF it loads lacks what it did not log or fsync), or
+//     any start on a node that may fail over (a promotion before the start
+//     no longer shows after it): dated at the start;
 //   - a promotion from replica (second_repl_offset set) of a server not met
 //     before, and any change of master_replid of a server met before (a
 //     fail-back: a master that was a replica in between and resynced from
@@ -40,7 +43,8 @@ import (
 //
 // Persistence answers one question only: did this server keep its own
 // writes across its own restart? It dates no event but a restart, and it
-// never excuses a promotion, a slot gained, an eviction or a flush.
+// never excuses a promotion, a slot gained, an eviction or a flush, before
+// the restart or after it: an epoch goes on across a restart.
 
 // serverEpoch is what a guard knows of one server that holds a node's keys.
 type serverEpoch struct {
@@ -48,6 +52,7 @@ type serverEpoch struct {
 	replID      string      // master_replid at the last probe
 	evicted     int64       // evicted_keys at the last probe
 	evicting    bool        // it could evict at the last probe (maxmemory and a policy other than noeviction)
+	persistent  bool        // it was persistent at the last probe (appendonly yes, appendfsync always)
 	marker      string      // the data-kept marker's value after the last probe; "" if unknown
 	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost
@@ -84,7 +89,7 @@ type serverMarks struct {
 // and whether the client knew the node before (nodeKnown: a server met at
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
-	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, marker: m.markerIs, slots: m.claims}
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, slots: m.claims}
 	if m.markerIs == "" && old != nil {
 		// A probe that could not read the marker (a node at its
 		// maxmemory refuses the SET with OOM until someone frees memory,
@@ -100,9 +105,13 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		}
 	}
 	same := old != nil && old.runID == m.runID
-	if same {
+	if old != nil {
+		// A restart gives back nothing the server lost before it: an
+		// epoch begun before it goes on (a flush, a promotion, a slot
+		// gained, then a persistent restart that reloads that state).
 		e.since, e.why = old.since, old.why
-	} else {
+	}
+	if !same {
 		what := "started"
 		if old != nil || nodeKnown {
 			what = "restarted"
@@ -110,6 +119,12 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		switch start := dateStart(m, lastAnswer, old != nil); {
 		case !m.persistent:
 			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+		case old != nil && !old.persistent:
+			// Persistent now, but not at the last probe: an AOF turned off
+			// (or fsynced less often) with CONFIG SET is back on after a
+			// restart that reads the config file, and what it loaded lacks
+			// the writes it did not log (or fsync) meanwhile.
+			lost(start, what+" persistent, but was not at the last probe (appendonly or appendfsync changed at run time: the AOF it loaded may lack the writes since)")
 		case m.evicting || old != nil && old.evicting:
 			// INFO's counters restart at 0: evictions before the start
 			// (since the last probe, or before we met it) are not

@@ -147,3 +147,52 @@ func TestARestartAfterEvictingIsALoss(t *testing.T) {
 		t.Fatalf("a persistent restart of a server that could evict at the last probe: epoch from %v (%s), want one from the start", e.since, e.why)
 	}
 }
+
+// A server that was not persistent at the last probe (its AOF turned off,
+// or fsynced every second, with CONFIG SET) and restarts persistent (the
+// config file's settings) may have loaded an AOF without the writes since:
+// its start counts as a loss.
+func TestARestartAfterPersistenceWasOffIsALoss(t *testing.T) {
+	t0 := time.Unix(10_000, 0)
+	m := serverMarks{addr: "m:1", runID: "r1", replID: "id1", uptime: time.Hour, persistent: true,
+		markerWas: "v1", markerIs: "v1", sent: t0, recv: t0}
+	e := nextEpoch(nil, m, time.Time{}, false)
+	m.persistent, m.sent, m.recv = false, t0.Add(time.Second), t0.Add(time.Second)
+	if e = nextEpoch(&e, m, t0, true); !e.since.IsZero() {
+		t.Fatalf("the AOF turned off, no restart: epoch from %v (%s), want none", e.since, e.why)
+	}
+	later := t0.Add(time.Minute)
+	m.runID, m.replID, m.uptime, m.persistent, m.sent, m.recv = "r2", "id2", 2*time.Second, true, later, later
+	if e = nextEpoch(&e, m, t0, true); e.since.IsZero() || !strings.Contains(e.why, "was not at the last probe") {
+		t.Fatalf("a persistent restart of a server that was not persistent at the last probe: epoch from %v (%s), want one from the start", e.since, e.why)
+	}
+	// Persistent at the last probe again (the AOF turned back on rewrites
+	// it from the dataset): a persistent restart then loses nothing.
+	m.sent, m.recv = later.Add(time.Minute), later.Add(time.Minute)
+	e = nextEpoch(&e, m, t0, true)
+	since := e.since
+	m.runID, m.uptime, m.sent, m.recv = "r3", 2*time.Second, later.Add(2*time.Minute), later.Add(2*time.Minute)
+	if e = nextEpoch(&e, m, t0, true); !e.since.Equal(since) {
+		t.Fatalf("a persistent restart of a server persistent at the last probe: epoch moved from %v to %v (%s)", since, e.since, e.why)
+	}
+}
+
+// An epoch goes on across a restart that loses nothing: a persistent
+// server that was flushed (or promoted, or given a slot) and then
+// restarted reloads the state that lacks the keys.
+func TestAnEpochGoesOnAcrossAPersistentRestart(t *testing.T) {
+	t0 := time.Unix(10_000, 0)
+	m := serverMarks{addr: "m:1", runID: "r1", replID: "id1", uptime: time.Hour, persistent: true,
+		markerWas: "v1", markerIs: "v1", sent: t0, recv: t0}
+	e := nextEpoch(nil, m, time.Time{}, false)
+	flushed := t0.Add(time.Second)
+	m.markerWas, m.markerIs, m.sent, m.recv = "", "v2", flushed, flushed
+	if e = nextEpoch(&e, m, t0, true); !e.since.Equal(flushed) {
+		t.Fatalf("a flush: epoch from %v (%s), want from the probe that saw it", e.since, e.why)
+	}
+	later := flushed.Add(2 * time.Second)
+	m.runID, m.replID, m.uptime, m.markerWas, m.markerIs, m.sent, m.recv = "r2", "id2", time.Second, "v2", "v2", later, later
+	if e = nextEpoch(&e, m, flushed, true); !e.since.Equal(flushed) || !strings.Contains(e.why, "data-kept marker") {
+		t.Fatalf("a persistent restart after a flush: epoch from %v (%s), want the flush's (%v) to go on", e.since, e.why, flushed)
+	}
+}
