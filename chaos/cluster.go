@@ -7,8 +7,8 @@ package chaos
 // lock's slot in a node: it restarts empty keeping its slots, the slot
 // moves to the other master (with or without its keys), its clock jumps.
 // Others act on the master of the library's TTL register (its replication
-// is cut, it fails over), or on every server of a node (all killed, all
-// started again empty).
+// is cut, it fails over), or on every server of a node (all hung, then
+// killed and started again empty).
 
 import (
 	"context"
@@ -60,11 +60,14 @@ type ClusterNode interface {
 	// other masters: what the replica lacks is lost) and returns the old
 	// and the new master's addresses once every running server agrees.
 	FailoverMasterOf(ctx context.Context, key string) (from, to string, err error)
-	// Crash kills every server of the node (SIGKILL, docker kill); Revive
-	// starts them all again, empty but with their nodes.conf, and returns
-	// once every master serves its slots again (the replicas may still be
-	// syncing).
-	Crash(ctx context.Context) error
+	// Freeze stops every server of the node (SIGSTOP, docker pause): it
+	// answers nothing, and keeps its ports, so that no other server of
+	// this machine takes them meanwhile (the backends may run side by
+	// side). Revive kills them all and starts them again, empty but with
+	// their nodes.conf (what was sent to them while frozen dies with
+	// them), and returns once every master serves its slots again (the
+	// replicas may still be syncing).
+	Freeze(ctx context.Context) error
 	Revive(ctx context.Context) error
 }
 
@@ -366,10 +369,10 @@ func (n *processClusterNode) FailoverMasterOf(ctx context.Context, key string) (
 	return from.Addr, to.Addr, nil
 }
 
-func (n *processClusterNode) Crash(context.Context) error {
+func (n *processClusterNode) Freeze(context.Context) error {
 	var errs []error
 	for _, s := range n.rc.Servers {
-		errs = append(errs, s.Kill())
+		errs = append(errs, s.Pause())
 	}
 	return errors.Join(errs...)
 }
@@ -378,7 +381,8 @@ func (n *processClusterNode) Revive(ctx context.Context) error {
 	errs := make([]error, len(n.rc.Servers))
 	var wg sync.WaitGroup
 	for i, s := range n.rc.Servers {
-		// Without persistence the data dir keeps nodes.conf only.
+		// SIGKILL ends a stopped process too; without persistence the
+		// data dir keeps nodes.conf only.
 		wg.Go(func() { errs[i] = s.Restart(true) })
 	}
 	wg.Wait()
@@ -459,7 +463,7 @@ func (SlotMove) onClusterNodes()               {}
 func (ShardClockJump) onClusterNodes()         {}
 func (RegisterReplicationCut) onClusterNodes() {}
 func (RegisterFailover) onClusterNodes()       {}
-func (ClusterCrash) onClusterNodes()           {}
+func (ClusterDown) onClusterNodes()            {}
 
 // lockKey is the key of the lock under test (the first of ScanKeys): the
 // Cluster faults act on the master serving its slot.

@@ -647,25 +647,33 @@ func (n *dockerClusterNode) FailoverMasterOf(ctx context.Context, key string) (s
 	return m.addr, r.addr, nil
 }
 
-func (n *dockerClusterNode) Crash(ctx context.Context) error {
+func (n *dockerClusterNode) Freeze(ctx context.Context) error {
 	all := n.servers()
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, s := range all {
-		wg.Go(func() { errs[i] = s.Kill(ctx) })
+		wg.Go(func() { errs[i] = s.Pause(ctx) })
 	}
 	wg.Wait()
 	return errors.Join(errs...)
 }
 
-// Revive starts the containers again: their writable layers keep
-// nodes.conf, and without persistence nothing else.
+// Revive kills the containers (a paused one must be thawed first: what
+// it then serves in the moment before the kill dies with it) and starts
+// them again: their writable layers keep nodes.conf, and without
+// persistence nothing else.
 func (n *dockerClusterNode) Revive(ctx context.Context) error {
 	all := n.servers()
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, s := range all {
-		wg.Go(func() { errs[i] = s.Restart(ctx) })
+		wg.Go(func() {
+			if errs[i] = s.Resume(ctx); errs[i] == nil {
+				if errs[i] = s.Kill(ctx); errs[i] == nil {
+					errs[i] = s.Restart(ctx)
+				}
+			}
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {

@@ -149,6 +149,11 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 		if err != nil {
 			return err
 		}
+		// The new locker takes client i's role (a read-write lock's):
+		// roles go by index, and the others keep theirs.
+		alone := make([]Locker, len(w.lockers))
+		alone[i] = l
+		assignRWRoles(alone)
 		if old := w.setLocker(i, l); old != nil {
 			// Closing waits for its background cleanups.
 			return old.Close()
@@ -268,6 +273,9 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 		}
 		return pinHold(ctx, env, st.Client, 10*sc.maxTTL()+5*time.Second)
 	case StepFresh:
+		if env.fresh == nil {
+			return fmt.Errorf("this runner cannot start %s afresh (RunScenario's workload can)", clientName(st.Client))
+		}
 		env.Note("%s starts as a new process, which has met no node", clientName(st.Client))
 		return env.fresh(st.Client)
 	case StepUnpin:
