@@ -4,8 +4,11 @@ package redlock_test
 // settings and timings nobody designed for.
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -144,5 +147,108 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	}
 	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "data-kept marker") {
 		t.Fatalf("want the flushed nodes still sitting out for the flush, got %v", err)
+	}
+}
+
+// truncateAOFAt cuts s's AOF (the incremental file of a multi-part AOF,
+// Redis 7+ and Valkey) just before the first command that names key, as
+// the crash of a machine loses the writes the server had not fsynced yet.
+// The server must be down.
+func truncateAOFAt(t *testing.T, s *redistest.Server, key string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(s.Dir, "data", "appendonlydir", "*.incr.aof"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: no incremental AOF file (%v)", s.Addr, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := bytes.Index(b, []byte(key))
+		if at < 0 {
+			continue
+		}
+		// Back to the start of the command (or the MULTI around it): a
+		// truncated tail is loaded as far as it is whole.
+		if m := bytes.LastIndex(b[:at], []byte("*1\r\n$5\r\nMULTI\r\n")); m >= 0 {
+			at = m
+		} else {
+			at = bytes.LastIndex(b[:at], []byte("\n*")) + 1
+		}
+		if err := os.Truncate(f, int64(at)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	t.Fatalf("%s: %q is in no AOF file", s.Addr, key)
+}
+
+// Issue 25's item 3: appendonly yes with appendfsync everysec keeps the
+// writes across a restart of the process, but the crash of the machine
+// loses up to the last second of them. The guard must count its start as
+// one without persistence: a quorum that crashed during a hold, losing the
+// holder's key, sits out the grace for a client that knew the nodes and
+// for a fresh one.
+func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Up an hour by their clocks, so that the hold needs no grace first.
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true, Args: []string{"--appendfsync", "everysec"}})
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newClient := func() *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	x, before := newClient(), newClient()
+	before.Nodes(ctx)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	eventually(t, 5*time.Second, "X's key on every node", func() bool {
+		for _, s := range cl.Servers {
+			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range cl.Servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		truncateAOFAt(t, s, x.LockKey(name))
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("%s has X's key after the crash (%d, %v): nothing was lost", s.Addr, n, err)
+		}
+	}
+	before.Nodes(ctx)
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
+		left := time.Until(held.Deadline())
+		l, err := tc.c.TryAcquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatalf("%s took lock %q after 2 of 3 everysec nodes crashed, while X holds it for %.1fs more", tc.who, name, left.Seconds())
+		}
+		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
+			t.Fatalf("%s: want the crashed nodes sitting out as started without persistence, got %v", tc.who, err)
+		}
 	}
 }
