@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -250,5 +251,89 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
 			t.Fatalf("%s: want the crashed nodes sitting out as started without persistence, got %v", tc.who, err)
 		}
+	}
+}
+
+// A Cluster master's clock jumps forward alone, in 2 of 3 Cluster nodes,
+// while X holds a lock whose slot it serves: X's key expires there at once.
+// A client that knew the nodes sees the jump in the master's reply (its
+// own clock history); a fresh client meets the jumped master beside the
+// other master of its node and must not trust it either. Run for a lock
+// of each half of the slots, so that the jumped master is the node's first
+// by address in some nodes and not in others (the first master's clock is
+// the one the other nodes are compared with).
+func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
+	for _, half := range [][2]int{{0, 8191}, {8192, 16383}} {
+		t.Run(fmt.Sprintf("slots-%d-%d", half[0], half[1]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
+			opts := redlock.Options{TTL: 20 * time.Second}
+			newClient := func() *redlock.Client {
+				c, err := redlock.New(clusterClients(t, rcs), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			x, before := newClient(), newClient()
+			for i, info := range before.Nodes(ctx) {
+				if info.Err != nil || !info.Voting {
+					t.Fatalf("node %d: %+v, want it voting (persistent masters without replicas)", i, info)
+				}
+			}
+			name := nameInSlots(x, "job", half[0], half[1])
+			slot := x.KeySlot(name)
+			held, err := x.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = held.Release(context.Background()) })
+			masters := make([]*redistest.Server, len(rcs))
+			for i, rc := range rcs {
+				if masters[i], err = rc.MasterFor(ctx, slot); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, 5*time.Second, "X's key on every node", func() bool {
+				for _, m := range masters {
+					if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			for i, m := range masters[:2] {
+				first := true
+				for _, sh := range rcs[i].Shards {
+					first = first && m.Addr <= sh.Master.Addr
+				}
+				t.Logf("node %d: the slot's master %s is the node's first by address: %v", i, m.Addr, first)
+				if err := m.SetClockOffset(30 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+					t.Fatalf("%s kept X's key after its clock jumped 30s (%d, %v)", m.Addr, n, err)
+				}
+			}
+			for _, tc := range []struct {
+				who string
+				c   *redlock.Client
+			}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
+				left := time.Until(held.Deadline())
+				if left < time.Second {
+					t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+				}
+				l, err := tc.c.TryAcquire(ctx, name)
+				if err == nil {
+					_ = l.Release(ctx)
+					t.Fatalf("%s took lock %q after its master's clock jumped 30s in 2 of 3 Cluster nodes, while X holds it for %.1fs more", tc.who, name, left.Seconds())
+				}
+				if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "clock") {
+					t.Fatalf("%s: want the jumped nodes sitting out for their clocks, got %v", tc.who, err)
+				}
+			}
+		})
 	}
 }
