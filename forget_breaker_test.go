@@ -337,3 +337,63 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 		})
 	}
 }
+
+// Clients with different TTLs on the same nodes: Z holds a lock of 900ms,
+// whose validity keeps a drift budget of 11ms; W uses 60s locks, and its
+// clock guard follows its own TTLs by default: it reacts only to a jump
+// beyond 602ms. A clock jump of 500ms on 2 of 3 nodes expires Z's key there
+// half a second early, and the default W took the lock with 487ms of Z's
+// validity left. The guard's threshold must be the drift budget of the
+// shortest lock any client holds on the nodes (docs/GUARANTEES.md): W set
+// to it, having met the nodes before, must not take the lock while Z's
+// validity runs.
+func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true})
+	const short = 900 * time.Millisecond
+	newClient := func(opts redlock.Options) *redlock.Client {
+		c, err := redlock.New(cl.Clients(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	z := newClient(redlock.Options{TTL: short})
+	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
+	l, err := w.TryAcquire(ctx, "warm-up") // W meets the nodes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const name = "job"
+	held, err := z.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	for _, s := range cl.Servers[:2] {
+		if err := s.SetClockOffset(500 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last error
+	for time.Now().Before(held.Deadline()) {
+		l, err := w.TryAcquire(ctx, name)
+		if err == nil {
+			left := time.Until(held.Deadline())
+			_ = l.Release(ctx)
+			if left > 0 {
+				t.Fatalf("W (60s locks) took lock %q after a 500ms clock jump on 2 of 3 nodes, while Z (900ms locks) holds it for %v more", name, left.Round(time.Millisecond))
+			}
+			return
+		}
+		last = err
+	}
+	if !errors.Is(last, redlock.ErrNodeSittingOut) || !strings.Contains(last.Error(), "clock jumped") {
+		t.Fatalf("want W refused to the end of Z's validity with the jumped nodes sitting out, last got %v", last)
+	}
+}
