@@ -248,7 +248,7 @@ func TestBatchedExtendsAnswerAsSingleOnes(t *testing.T) {
 			for i, l := range locks {
 				args := l.extendArgs()
 				set(kinds[i], args, state)
-				sets[k] = append(sets[k], call{kinds[i] + " " + state, l.a.kind.extend, args})
+				sets[k] = append(sets[k], call{kinds[i] + " " + state, l.a.spec.extend, args})
 			}
 		}
 	}
@@ -375,7 +375,7 @@ func TestBatchedExtendsSplitAtTheBound(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.spec.extend)
 	}
 	runBatched(ctx, c.nodes[0], ss, args) // the server learns the batched form
 	runs.reset()
@@ -441,7 +441,7 @@ func TestBatchedExtendsOfMixedLayoutsAnswerEachLock(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		args, ss = append(args, a), append(ss, l.a.kind.extend)
+		args, ss = append(args, a), append(ss, l.a.spec.extend)
 	}
 	runs.reset()
 	vals, errs := runBatched(ctx, c.nodes[0], ss, args)
@@ -483,7 +483,7 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.spec.extend)
 		locks = append(locks, l)
 	}
 	runs.reset()
@@ -537,7 +537,7 @@ func TestBatchedExtendNamesTheCommandAnACLRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		args, ss = append(args, l.extendArgs()), append(ss, l.a.kind.extend)
+		args, ss = append(args, l.extendArgs()), append(ss, l.a.spec.extend)
 	}
 	_, alone := runBatched(ctx, c.nodes[0], ss[:1], args[:1])
 	_, batched := runBatched(ctx, c.nodes[0], ss, args)

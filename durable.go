@@ -243,20 +243,18 @@ func waitTimeout(ctx context.Context) int64 {
 	return max((left / 3).Milliseconds(), 1)
 }
 
-// releaseScripts are the scripts whose answer is not a vote: a release
-// that a failover undoes leaves a key that expires by itself, as a
-// release that never reached the node does.
-var releaseScripts = []*script{releaseScript, rwReadReleaseScript, rwWriteReleaseScript, rwIntentClearScript, semaphoreReleaseScript}
-
 // isVote tells whether cmd, a script call, writes what a vote or a token
-// depends on: every script but the releases.
+// depends on: every script but those the kinds registered as no vote
+// (registerKind), their releases mostly. A release that a failover undoes
+// leaves a key that expires by itself, as a release that never reached the
+// node does.
 func isVote(cmd redis.Cmder) bool {
 	args := cmd.Args()
 	if len(args) < 2 {
 		return false
 	}
 	code := args[1]
-	for _, s := range releaseScripts {
+	for _, s := range unvotedScripts {
 		for _, form := range []*script{s, s.batched} {
 			if code == form.srcArg {
 				return false

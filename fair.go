@@ -37,7 +37,41 @@ import (
 // when its entry expires, one TTL after its last refresh. The lock's name,
 // keys, fence register and Lock handle are the mutex's: a plain Acquire of
 // the same name excludes the fair holders, but does not queue.
-func WithFairness() LockOption { return func(lc *lockConfig) { lc.fair = true } }
+func WithFairness() LockOption { return func(lc *lockConfig) { lc.kind = fairKind } }
+
+// fairLock is the fair lock's kind: the mutex's key, but its release hands
+// the key to the head of the queue (and tells it, so the releasing client
+// wakes none of its own waiters: a hand-off announces itself), and its
+// extend also pins the key on the node, so that the queue never moves a
+// key an extend counted. Its release is a vote: it may give the key to a
+// waiter. It waits by a strategy of its own (fairWaiting): a queue, not
+// retries.
+type fairLock struct{ baseKind }
+
+var fairSpec = kindSpec{
+	acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript,
+	replyLen: 4, nameKey: true, wakes: wakeNone, releaseVotes: true,
+}
+
+func init() {
+	registerKind(&fairSpec, "")
+	registerMessage(grantedPrefix)
+}
+
+// fairKind is the kind of every call WithFairness.
+var fairKind lockKind = fairLock{}
+
+func (fairLock) spec() *kindSpec { return &fairSpec }
+
+// attempt is a fair wait's attempt; newFairWait sets its queue commands.
+func (fairLock) attempt(c *Client, name string, ttl time.Duration) *attempt {
+	return c.newAttempt(fairKind, name, ttl)
+}
+
+func (fairLock) extendArgs(l *Lock) []any { return keyedExtendArgs(l) }
+
+// quiet: nobody held the lock, so its release announces none.
+func (fairLock) quiet(a *attempt) { a.releaseArgs[fairQuietArg] = "1" }
 
 // grantedPrefix starts the message a node publishes on the lock's channel
 // when it gives its key to a waiter; the owner value follows.
@@ -64,48 +98,15 @@ const (
 // others no more than a dead holder does.
 func fairEntryTTL(ttl time.Duration) time.Duration { return ttl }
 
-// fairWaiters routes the grant messages of the release channels to the
-// fair-lock waiters of this client.
-type fairWaiters struct {
-	mu     sync.Mutex
-	byName map[string][]*fairWait
+// listensTo and heard make a fair wait a listener (kind.go) of the grant
+// messages of its lock's channel.
+func (f *fairWait) listensTo(name, prefix string) bool {
+	return prefix == grantedPrefix && name == f.a.name
 }
 
-func (fw *fairWaiters) add(f *fairWait) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	if fw.byName == nil {
-		fw.byName = make(map[string][]*fairWait)
-	}
-	fw.byName[f.a.name] = append(fw.byName[f.a.name], f)
-}
-
-func (fw *fairWaiters) remove(f *fairWait) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	list := fw.byName[f.a.name]
-	for i, x := range list {
-		if x == f {
-			list = append(list[:i], list[i+1:]...)
-			break
-		}
-	}
-	if len(list) == 0 {
-		delete(fw.byName, f.a.name)
-	} else {
-		fw.byName[f.a.name] = list
-	}
-}
-
-// granted records that node gave the lock called name to value: that
-// waiter now has a grant there, and every other waiter has none.
-func (fw *fairWaiters) granted(node int, name, value string) {
-	fw.mu.Lock()
-	defer fw.mu.Unlock()
-	for _, f := range fw.byName[name] {
-		f.heard(node, f.a.value == value)
-	}
-}
+// heard records that node gave the lock to the owner value msg: this
+// waiter now has a grant there if msg is its value, and none otherwise.
+func (f *fairWait) heard(node int, msg string) { f.grantHeard(node, f.a.value == msg) }
 
 // fairWait is one fair Acquire call: its attempt (owner value, per-node
 // call record for the ordered cleanup), its ticket and which nodes granted
@@ -144,7 +145,7 @@ type fairWait struct {
 }
 
 func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairWait {
-	a := c.newAttempt(name, ttl)
+	a := fairKind.attempt(c, name, ttl)
 	a.nodeTimeout = nodeTimeout
 	f := &fairWait{
 		c:      c,
@@ -166,12 +167,12 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 		return fairQueueScript.args(keys, op, a.value, f.ticket, ttl.Milliseconds(), failed, proposal,
 			c.fenceLifetimeArg, fairEntryTTL(ttl).Milliseconds(), channel, "0", round)
 	}
-	a.releaseArgs, a.kind, a.extKeys = f.args("release", 0, 0, 0), fairKind, keys
+	a.releaseArgs, a.extKeys = f.args("release", 0, 0, 0), keys
 	return f
 }
 
-// heard records a grant message of node: whether it gave us the key.
-func (f *fairWait) heard(node int, yes bool) {
+// grantHeard records a grant message of node: whether it gave us the key.
+func (f *fairWait) grantHeard(node int, yes bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.news[node]++
@@ -226,8 +227,36 @@ func (f *fairWait) granted() bool {
 	return f.count >= f.c.quorum()
 }
 
-// acquireFair is Acquire (wait) or TryAcquire (!wait) with WithFairness.
-func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, timeout time.Duration, wait bool) (*Lock, error) {
+// fairWaiting is the fair lock's wait strategy: one fair Acquire
+// (wait) or TryAcquire (!wait) call. Its waiter listens for releases and
+// grants before it joins the queue, and each try is a take round
+// (fairWait.take). Between rounds it waits for a quorum of grants, a
+// release that did not hand the key on (a plain holder's), the refresh
+// that keeps its entry queued, or the holder's key to expire.
+type fairWaiting struct {
+	c            *Client
+	f            *fairWait
+	lc           lockConfig
+	wait         bool
+	wake         *waiter
+	woken        <-chan bool // releases of the name that did not hand the key on (a plain holder's)
+	start        time.Time
+	refreshEvery time.Duration
+	backoff      time.Duration
+	last         error // the last take's failure
+	// round: a round is owed (the first, a refresh, a release); mayTake:
+	// a quorum of grants calls for a take. The next round is owed at a
+	// time fixed when the last one ended (next), so that wake-ups for
+	// grant messages, which come with every hand-off to another waiter,
+	// cannot keep putting it off: the refresh that keeps our entry
+	// queued, the backoff after a take that failed, or the holder's key
+	// expiring.
+	round, mayTake bool
+	next           time.Time
+	timer          *time.Timer
+}
+
+func (fairLock) waiting(ctx context.Context, c *Client, name string, lc lockConfig, timeout time.Duration, wait bool) (waitStrategy, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: %w", name, err)
 	}
@@ -243,91 +272,107 @@ func (c *Client) acquireFair(ctx context.Context, name string, lc lockConfig, ti
 	if err := c.slotsServed(name); err != nil {
 		return nil, err
 	}
-	f := c.newFairWait(name, lc.ttl, timeout)
-	var woken <-chan bool // releases of the name that did not hand the key on (a plain holder's)
+	w := &fairWaiting{c: c, f: c.newFairWait(name, lc.ttl, timeout), lc: lc, wait: wait, round: true, mayTake: true,
+		refreshEvery: fairEntryTTL(lc.ttl) / 3, backoff: c.opts.RetryDelayMin}
 	if wait {
 		// Listen before joining the queue: no grant message can be missed.
-		wake := c.waiters.add(ctx, name, timeout)
-		defer c.waiters.remove(name, wake)
-		woken = wake.ch
+		w.wake = c.waiters.add(ctx, name, timeout)
+		w.woken = w.wake.ch
 	}
-	c.fair.add(f)
-	defer c.fair.remove(f)
+	c.messages.add(w.f)
+	w.start = c.clock.Now()
+	return w, nil
+}
 
-	start := c.clock.Now()
-	refreshEvery := fairEntryTTL(lc.ttl) / 3
-	backoff := c.opts.RetryDelayMin
-	var last error
-	round, mayTake := true, true
-	// The next round is owed at a time fixed when the last one ended, so
-	// that wake-ups for grant messages, which come with every hand-off to
-	// another waiter, cannot keep putting it off: the refresh that keeps
-	// our entry queued, the backoff after a take that failed, or the
-	// holder's key expiring.
-	var next time.Time
-	timer := time.NewTimer(refreshEvery)
-	defer timer.Stop()
+// try joins the queue, or refreshes our entry, and claims the key wherever
+// it is ours: uncontended, or when the grants of a hand-off arrived, this
+// one round is the whole acquire.
+func (w *fairWaiting) try(ctx context.Context) (*Lock, attemptInfo, error) {
+	c, f := w.c, w.f
+	blind := !f.granted()
+	began := time.Now()
+	l, err := f.take(ctx, w.lc)
+	if err == nil {
+		return l, attemptInfo{}, nil
+	}
+	w.last, w.round = err, false
+	if w.wait && ctx.Err() == nil {
+		// Give back at once the grants this round pinned short of a
+		// quorum, so that every node can hand its key to the head of
+		// its queue; waiters that start together would otherwise each
+		// keep a minority till their next refresh.
+		f.giveBack(ctx, f.pinnable)
+	}
+	w.next = began.Add(w.refreshEvery)
+	if p := f.holderPTTL(); p > 0 && p < w.refreshEvery {
+		// The holder's key expires: a round then lets the node hand it on.
+		w.next = began.Add(p + jitter(c.opts.RetryDelayMin))
+	}
+	// A take that a quorum of grants called for and that still failed (a
+	// node counted as granted sits out) must not spin: the next one
+	// waits for the backoff.
+	if w.mayTake = blind; !w.mayTake {
+		w.next = time.Now().Add(jitter(w.backoff))
+		w.backoff = min(2*w.backoff, c.opts.RetryDelayMax)
+	}
+	return nil, attemptInfo{}, err
+}
+
+// pause waits until a take round is due.
+func (w *fairWaiting) pause(ctx context.Context, _ error, _ attemptInfo) {
+	if w.timer == nil {
+		w.timer = time.NewTimer(time.Until(w.next))
+	} else {
+		w.timer.Reset(time.Until(w.next))
+	}
 	for {
-		if blind := !f.granted(); round || mayTake && !blind {
-			// Join the queue, or refresh our entry, and claim the key
-			// wherever it is ours: uncontended, or when the grants of a
-			// hand-off arrived, this one round is the whole acquire.
-			began := time.Now()
-			l, err := f.take(ctx, lc)
-			if err == nil {
-				return l, nil
-			}
-			last, round = err, false
-			if wait && ctx.Err() == nil {
-				// Give back at once the grants this round pinned short of
-				// a quorum, so that every node can hand its key to the
-				// head of its queue; waiters that start together would
-				// otherwise each keep a minority till their next refresh.
-				f.giveBack(ctx, f.pinnable)
-			}
-			next = began.Add(refreshEvery)
-			if p := f.holderPTTL(); p > 0 && p < refreshEvery {
-				// The holder's key expires: a round then lets the node hand it on.
-				next = began.Add(p + jitter(c.opts.RetryDelayMin))
-			}
-			// A take that a quorum of grants called for and that still
-			// failed (a node counted as granted sits out) must not spin:
-			// the next one waits for the backoff.
-			if mayTake = blind; !mayTake {
-				next = time.Now().Add(jitter(backoff))
-				backoff = min(2*backoff, c.opts.RetryDelayMax)
-			}
-		}
-		if !wait || ctx.Err() != nil {
-			break
-		}
-		timer.Reset(time.Until(next))
 		select {
-		case <-f.signal:
-		case <-woken:
+		case <-w.f.signal:
+		case <-w.woken:
 			// The key is free on a quorum: a round lets the nodes give it
 			// to the head of their queues.
-			round, mayTake = true, true
-		case <-timer.C:
-			round, mayTake = true, true
+			w.round, w.mayTake = true, true
+		case <-w.timer.C:
+			w.round, w.mayTake = true, true
 		case <-ctx.Done():
 		}
-		if !timer.Stop() {
+		if !w.timer.Stop() {
 			select {
-			case <-timer.C:
+			case <-w.timer.C:
 			default:
 			}
 		}
+		if ctx.Err() != nil || w.round || w.mayTake && w.f.granted() {
+			return
+		}
+		w.timer.Reset(time.Until(w.next))
+	}
+}
+
+// stop ends the call. A call that gave up leaves the queue on every node
+// (fairWait.leave) and reports the last take's failure.
+func (w *fairWaiting) stop(ctx context.Context, l *Lock, err error) (*Lock, error) {
+	c, f := w.c, w.f
+	c.messages.remove(f)
+	if w.wake != nil {
+		c.waiters.remove(f.a.name, w.wake)
+	}
+	if w.timer != nil {
+		w.timer.Stop()
+	}
+	if l != nil {
+		return l, nil
 	}
 	f.leave()
+	last := w.last
 	if last == nil {
-		last = &LockedError{Name: name}
+		last = &LockedError{Name: f.a.name}
 	}
-	c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: last})
-	if err := waitErr(ctx); err != nil {
-		return nil, fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, err, last)
+	c.emit(Event{Kind: EventAcquireFailed, Name: f.a.name, Elapsed: c.clock.Now().Sub(w.start), Err: last})
+	if werr := waitErr(ctx); werr != nil {
+		return nil, fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", f.a.name, werr, last)
 	}
-	return nil, last
+	return nil, err
 }
 
 func (f *fairWait) holderPTTL() time.Duration {
@@ -572,7 +617,7 @@ func (f *fairWait) leaveQueues(pinnable func(i int) bool) {
 // order after our calls there and with a context of its own, our entry
 // leaves the queue and a grant made to us goes on to the next waiter.
 func (f *fairWait) leave() {
-	f.a.releaseArgs[fairQuietArg] = "1" // nobody held the lock: no release to announce
+	f.a.kind.quiet(f.a) // nobody held the lock: no release to announce
 	f.a.releaseInBackground()
 }
 

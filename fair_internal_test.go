@@ -158,24 +158,24 @@ func TestFairClaimTakesTheTokenFromTheGrants(t *testing.T) {
 func TestFairGrantMessagesCountPerNode(t *testing.T) {
 	c := newFairFakeClient(t, []*fairFake{{}, {}, {}})
 	f := c.newFairWait("x", c.opts.TTL, DefaultNodeTimeout)
-	c.fair.add(f)
-	defer c.fair.remove(f)
-	c.fair.granted(0, "x", f.a.value)
-	c.fair.granted(0, "x", f.a.value) // a copy counts once
+	c.messages.add(f)
+	defer c.messages.remove(f)
+	c.messages.deliver(0, "x", grantedPrefix+f.a.value)
+	c.messages.deliver(0, "x", grantedPrefix+f.a.value) // a copy counts once
 	if f.granted() {
 		t.Fatal("one node's grant counted as a quorum")
 	}
-	c.fair.granted(1, "y", f.a.value) // another lock's channel
+	c.messages.deliver(1, "y", grantedPrefix+f.a.value) // another lock's channel
 	if f.granted() {
 		t.Fatal("a grant of another lock counted")
 	}
-	c.fair.granted(2, "x", f.a.value)
+	c.messages.deliver(2, "x", grantedPrefix+f.a.value)
 	select {
 	case <-f.signal:
 	default:
 		t.Fatal("a quorum of grants did not signal the waiter")
 	}
-	c.fair.granted(2, "x", "someone else") // the grant moved on
+	c.messages.deliver(2, "x", grantedPrefix+"someone else") // the grant moved on
 	if f.granted() {
 		t.Fatal("a grant that moved to another waiter still counted")
 	}

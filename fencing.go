@@ -22,11 +22,11 @@ package redlock
 // differ by less than the time between two acquisitions (at least the
 // grace, here).
 //
-// A reader of a read-write lock shares the lock: its token is
+// A holder of a kind that shares the lock (kindSpec.shared) takes
 // max(proposal, max F over S), without the +1, written on a quorum the same
-// way (its acquire raises F to the proposal; rw_read_raise.lua writes a
-// higher value on the slow path). So a writer after the reader draws a
-// token above it, and a reader's token is at least every writer's that
+// way (its acquire raises F to the proposal; its raise script writes a
+// higher value on the slow path). So an exclusive holder after it draws a
+// token above it, and its token is at least every exclusive holder's that
 // ended before it began.
 
 import (
@@ -42,21 +42,21 @@ import (
 // when some winner had already seen a token at or above our proposal.
 //
 // An exclusive holder's token is above every fence value its winners
-// returned. A shared holder (a reader of a read-write lock) takes
-// max(proposal, highest fence value), without the +1: readers may share a
-// token, and a shared token equal to the last writer's is what "at least
-// every earlier writer's" asks. The acquire already raised every winner's
+// returned. A shared holder (kindSpec.shared) takes
+// max(proposal, highest fence value), without the +1: shared holders may
+// share a token, and one equal to the last exclusive holder's is what "at
+// least every earlier exclusive holder's" asks. The acquire already raised every winner's
 // register to at least the proposal; only a register above it needs the
 // slow path.
 func (a *attempt) token(d decision) (int64, error) {
 	switch {
 	case d.maxFence < a.proposal:
 		return a.proposal, nil
-	case a.kind.shared && d.maxFence == a.proposal:
+	case a.spec.shared && d.maxFence == a.proposal:
 		return a.proposal, nil
 	}
 	token := d.maxFence
-	if !a.kind.shared {
+	if !a.spec.shared {
 		token++
 	}
 	return token, a.raiseFence(token)
@@ -70,7 +70,7 @@ func (a *attempt) raiseFence(token int64) error {
 	if a.extKeys != nil {
 		keys = a.extKeys
 	}
-	raise := a.kind.raise
+	raise := a.spec.raise
 	args := raise.args(keys, a.value, token, a.c.fenceLifetimeArg)
 	// Its time counts against the lock's validity, like the acquire's.
 	timeout := max(a.nodeTimeout, DefaultNodeTimeout)

@@ -173,7 +173,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()
-		vals, err := n.run.run(ctx, l.a.kind.extend, args)
+		vals, err := n.run.run(ctx, l.a.spec.extend, args)
 		return l.extendAnswer(ctx, n, scriptKey(args), vals, err, sent, c.clock.Now())
 	}, nodes)
 	return l.extended(ctx, start, c.clock.Now(), err, nodes) // the round returns as soon as it is decided
@@ -203,21 +203,9 @@ func (l *Lock) nodeTimeout() time.Duration {
 	return timeout
 }
 
-// extendArgs builds the extend script's command for this lock.
-func (l *Lock) extendArgs() []any {
-	a := l.a
-	if a.kind.extendArgs != nil {
-		return a.kind.extendArgs(l)
-	}
-	if holderKey, md, ok := a.holder(); ok {
-		return extendScript.args([]string{a.keys[0], a.keys[1], holderKey}, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, md)
-	}
-	keys := a.keys[:]
-	if a.extKeys != nil {
-		keys = a.extKeys
-	}
-	return a.kind.extend.args(keys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg)
-}
+// extendArgs builds the extend script's command for this lock, as its
+// kind builds it.
+func (l *Lock) extendArgs() []any { return l.a.kind.extendArgs(l) }
 
 // extendAnswer records what an extend call sent to n at sent, and
 // answered by recv, left on the node and tells whether the node still
@@ -381,12 +369,12 @@ func (l *Lock) Release(ctx context.Context) error {
 	if c.opts.Observer != nil {
 		nodes, start = new([]NodeResult), c.clock.Now()
 	}
-	announced := a.value
-	if a.kind.wakeAll {
-		announced = wakeAllMark + announced // as the script published it
-	}
-	var wake func()
-	if !a.kind.handsOn {
+	var wake func() // the kind's wake-up rule, for this client's waiters
+	switch a.spec.wakes {
+	case wakeOne:
+		wake = func() { c.waiters.notify(a.topic, a.value, true) }
+	case wakeEvery:
+		announced := wakeAllMark + a.value // as the script published it
 		wake = func() { c.waiters.notify(a.topic, announced, true) }
 	}
 	deleted, errs := a.release(nodes, wake)

@@ -62,74 +62,29 @@ const (
 	callUnsure                     // no answer: the call may still set the key later
 )
 
-// lockKind is what one kind of lock runs on the nodes: the mutex, a side of
-// a read-write lock, a semaphore's permit or a fair lock's holder.
-// Everything else about an attempt (the quorum, the validity, fencing, the
-// ordered release) is shared.
-type lockKind struct {
-	acquire, release, extend *script
-	// raise is the fencing slow path's script: it writes the token on a
-	// node that still holds the lock for us (see attempt.token).
-	raise *script
-	// shared: holders of this kind may hold the lock together and share a
-	// token. On the slow path the token is the highest fence value the
-	// winners returned, not one above it (see attempt.token).
-	shared bool
-	// wakeAll: a release wakes every waiter of the name, not one.
-	wakeAll bool
-	// extendArgs builds the extend command of a held lock, when the
-	// kind's extend script takes other arguments than the mutex's; nil:
-	// Lock.extendArgs builds the mutex's.
-	extendArgs func(l *Lock) []any
-	// nameKey: the lock is the name's own key (the mutex's), so an
-	// Acquire of the name, plain or fair, under it re-enters it
-	// (reentrant.go). A reader, a writer or a permit of the same name is
-	// another lock.
-	nameKey bool
-	// handsOn: the release script gives the key to a waiter by itself and
-	// tells it (the fair queue's grant): the releasing client wakes none of
-	// its own waiters, which would only run a round to learn the key went
-	// elsewhere. A release that frees the key is announced by the nodes.
-	handsOn bool
-}
-
 // An acquire script answers {1, ...} when the node gives us the lock, {0,
 // the holder's PTTL, ...} when another owner holds it, and may answer {2,
 // the PTTL of a record, ..., the recorded value} when the node records the
-// name with parameters other than ours (a semaphore's number of permits):
-// a refusal with a reason, which the kind's refusal turns into its own
-// error once a quorum of nodes gave it (Semaphore.refusal).
+// name with parameters other than ours (how many keys of a kind there are):
+// a refusal with a reason, which the kind turns into its own error once a
+// quorum of nodes gave it (lockKind.refused).
 const deniedStatus = 2
-
-var mutexKind = &lockKind{acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript, nameKey: true}
-
-// fairKind is a fair lock's holder (fair.go): the mutex's key, but its
-// release hands the key to the head of the queue, and its extend also pins
-// the key on the node, so that the queue never moves a key an extend
-// counted.
-var fairKind = &lockKind{acquire: acquireScript, release: fairQueueScript, extend: fairExtendScript, raise: raiseScript, nameKey: true, handsOn: true}
-
-// semaphoreKind takes one of K slot mutexes (semaphore.go): its acquire
-// answers with the slot too, and once the slot is won the permit is that
-// slot's mutex, extended as the mutex is by a script that also keeps the
-// record of the number of permits alive.
-var semaphoreKind = &lockKind{acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: semaphoreExtendScript, raise: raiseScript, extendArgs: semaphoreExtendArgs}
 
 // attempt is one try at a lock on all nodes, and afterwards the record of
 // which nodes may hold its key, for release.
 type attempt struct {
 	c        *Client
-	kind     *lockKind
+	kind     lockKind
+	spec     *kindSpec // kind.spec(), read once
 	name     string
 	keys     [2]string // lock key, fence register
 	extKeys  []string  // the extend and raise scripts' keys, if not keys
 	value    string
 	ttl      time.Duration
 	proposal int64
-	topic    string       // the waiters' topic its release wakes: the name, or the semaphore's (semaphoreTopic)
-	permits  int          // 0 for a mutex; a semaphore's K: the acquire takes a slot (see semaphore.go)
-	slot     int          // the semaphore slot won
-	settled  atomic.Int32 // the semaphore slot won + 1, once known; 0 before (see Semaphore.won)
+	topic    string       // the waiters' topic its release wakes (topicOf)
+	pick     int          // of a kind whose nodes pick one of several keys: the pick won (kindSpec.replyLen)
+	settled  atomic.Int32 // the pick won + 1, once known; 0 before (see lockKind.won)
 
 	// The commands, built once and shared by every node's call.
 	acquireArgs []any
@@ -151,7 +106,7 @@ type nodeReply struct {
 	node int
 	kind replyKind
 	won  bool  // acquire: the lock is ours here; release: our key was deleted
-	slot int32 // semaphore acquire: the slot the node gave us
+	pick int32 // acquire, of a kind whose nodes pick one of several keys: the one the node gave us
 	val  int64 // fence register before (won) or the holder's PTTL in ms (refused)
 	// denied: refused for a record of other parameters (deniedStatus),
 	// the value recorded; 0 for any other answer
@@ -167,10 +122,14 @@ const (
 	owedRelease            // a release that the last call running on the node sent (leave)
 )
 
-func (c *Client) newAttempt(name string, ttl time.Duration) *attempt {
+// newAttempt prepares one try at the lock called name with the name's own
+// key and fence register, and the mutex's commands, which kinds that use
+// other keys or scripts replace (lockKind.attempt).
+func (c *Client) newAttempt(kind lockKind, name string, ttl time.Duration) *attempt {
 	a := &attempt{
 		c:       c,
-		kind:    mutexKind,
+		kind:    kind,
+		spec:    kind.spec(),
 		name:    name,
 		topic:   name,
 		ttl:     ttl,
@@ -233,12 +192,8 @@ func (a *attempt) acquireOn(n *node) {
 	// release asked while we were in flight goes out now, after our SET.
 	a.leave(n, outcome)
 	a.replies <- r // buffered for every node: never blocks
-	if a.permits > 0 && r.won {
-		// After the reply is out: either the winner's sweep of the
-		// replies sees it, or this sees the slot won (Semaphore.won).
-		if won := a.settled.Load(); won > 0 && r.slot != won-1 {
-			a.clearOtherSlots(n, int(won-1))
-		}
+	if r.won {
+		a.kind.answered(a, n, r) // after the reply is out: see lockKind.won
 	}
 }
 
@@ -323,12 +278,9 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		r.err = &NodeError{Node: n.name, Err: err}
 		return r, callNoKey
 	}
-	want := 4
-	if a.permits > 0 {
-		want = 5 // and the slot
-	}
+	want := a.spec.replyLen
 	sentAt := a.c.clock.Now()
-	vals, err := n.run.run(ctx, a.kind.acquire, a.acquireArgs)
+	vals, err := n.run.run(ctx, a.spec.acquire, a.acquireArgs)
 	recv := a.c.clock.Now()
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
@@ -352,8 +304,8 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 		if r.denied == 0 {
 			r.denied = -1 // recorded, but not as a number
 		}
-	case want == 5:
-		r.slot = int32(vals[4])
+	case want > 4:
+		r.pick = int32(vals[4])
 	}
 	outcome = callNoKey
 	if r.won {
@@ -490,11 +442,7 @@ func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, er
 func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
-	channel := len(a.releaseArgs) - 1 // the release channel, last (newAttempt)
-	if a.permits > 0 {
-		channel = semaphoreChannelArg(a.permits)
-	}
-	a.releaseArgs[channel] = ""
+	a.kind.quiet(a)
 	a.releaseInBackground()
 }
 
@@ -537,7 +485,7 @@ func (a *attempt) sweepLater(n *node) {
 
 // deleteOn runs the release script on n: it deletes the key if it is ours.
 func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
-	vals, err := n.run.run(ctx, a.kind.release, a.releaseArgs)
+	vals, err := n.run.run(ctx, a.spec.release, a.releaseArgs)
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}
@@ -556,9 +504,9 @@ type decision struct {
 	recorded int64 // the value the first of them recorded
 	answered int   // nodes whose acquire reply (or timeout) was counted
 	errs     *multierror.Error
-	tally    tally
-	slot     int        // semaphore: the slot won
-	slots    *slotTally // semaphore: the votes per slot; nil for a mutex
+	tally    tally     // the majority of yes votes, unless votes is set
+	votes    voteTally // the kind's own tally (lockKind.tally); nil for the majority
+	pick     int       // of a kind whose nodes pick one of several keys: the pick won
 
 	// Only with an Observer: when the round started, and every node's
 	// result as it came in, for Event.Nodes.
@@ -586,9 +534,7 @@ func (a *attempt) decide(ctx context.Context, start time.Time) (decision, error)
 	if a.c.opts.Observer != nil {
 		d.start = start
 	}
-	if a.permits > 0 {
-		d.slots = newSlotTally(len(a.c.nodes), a.permits)
-	}
+	d.votes = a.kind.tally(a)
 	timeout := nodeCtx.Done()
 	for {
 		select {
@@ -684,8 +630,8 @@ func (d *decision) count(r nodeReply) bool {
 			d.denied++
 		}
 	}
-	if d.slots != nil {
-		return d.slots.add(d, r)
+	if d.votes != nil {
+		return d.votes.add(d, r)
 	}
 	decided, won := d.tally.add(r.won)
 	d.won = won

@@ -231,7 +231,7 @@ type Client struct {
 	minTTL    atomic.Int64 // smallest TTL used so far, for the clock threshold
 	lastToken atomic.Int64 // highest fence value seen, for the next proposal
 	waiters   waiters
-	fair      fairWaiters // the fair-lock waiters, told of grants by the release channels
+	messages  listeners   // waiters of kinds that hear their kind's own messages on the release channels
 	renewals  renewals    // the auto-extensions
 	probed    atomic.Bool // every node was probed once (first contact)
 	// graceToldUntil is when the wait for the restart grace last told
@@ -609,18 +609,24 @@ func (c *Client) nameOf(key string) (string, bool) {
 // called name are announced. Its hash tag puts it in the lock's cluster
 // slot, and it starts with the key prefix, so one ACL channel pattern
 // ("&<prefix>*") covers every lock's channel.
+// A kind whose releases are announced on a channel of its own routes its
+// topics there (topicRoutes).
 func (c *Client) releaseChannel(name string) string {
-	if sem, ok := strings.CutSuffix(name, semaphoreTopic); ok {
-		return c.semaphoreChannel(sem)
+	for _, r := range topicRoutes {
+		if base, ok := strings.CutSuffix(name, r.topic); ok {
+			return c.LockKey(base) + r.channel
+		}
 	}
 	return c.LockKey(name) + releasedSuffix
 }
 
 // nameOfChannel is the inverse of releaseChannel.
 func (c *Client) nameOfChannel(channel string) (string, bool) {
-	if key, ok := strings.CutSuffix(channel, semaphoreChannelSuffix); ok {
-		name, ok := c.nameOf(key)
-		return name + semaphoreTopic, ok
+	for _, r := range topicRoutes {
+		if key, ok := strings.CutSuffix(channel, r.channel); ok {
+			name, ok := c.nameOf(key)
+			return name + r.topic, ok
+		}
 	}
 	if len(channel) < len(releasedSuffix) || channel[len(channel)-len(releasedSuffix):] != releasedSuffix {
 		return "", false
@@ -657,12 +663,10 @@ type lockConfig struct {
 	ttl           time.Duration
 	maxWait       time.Duration
 	autoExtend    bool
-	leanRenewal   bool       // WithLeanRenewal
-	maxExtensions int        // 0: no bound
-	metadata      string     // WithMetadata, "" if none
-	rw            *rwCall    // a read-write lock's side; nil otherwise
-	sem           *Semaphore // the semaphore a permit is taken of; nil otherwise
-	fair          bool       // WithFairness: queue by ticket, take the lock by hand-off (fair.go)
+	leanRenewal   bool     // WithLeanRenewal
+	maxExtensions int      // 0: no bound
+	metadata      string   // WithMetadata, "" if none
+	kind          lockKind // what kind of lock: mutexKind unless an option or a primitive sets another
 }
 
 // WithTTL sets this lock's TTL instead of Options.TTL.
@@ -705,7 +709,7 @@ func applyLockOptions(lc lockConfig, opts []LockOption) lockConfig {
 
 // params checks a lock request and gives its settings and node timeout.
 func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Duration, error) {
-	lc := lockConfig{ttl: c.opts.TTL, maxWait: c.opts.MaxWait}
+	lc := lockConfig{ttl: c.opts.TTL, maxWait: c.opts.MaxWait, kind: mutexKind}
 	if len(opts) > 0 {
 		lc = applyLockOptions(lc, opts)
 	}
@@ -748,11 +752,18 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 	if l, ok, err := c.reenter(ctx, name); ok {
 		return l, err
 	}
-	if lc.fair {
-		return c.acquireFair(ctx, name, lc, timeout, false)
+	return c.tryOnce(ctx, name, lc, timeout)
+}
+
+// tryOnce makes one attempt at a lock of any kind, as the kind tries
+// (lockKind.waiting).
+func (c *Client) tryOnce(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
+	s, err := lc.kind.waiting(ctx, c, name, lc, timeout, false)
+	if err != nil {
+		return nil, err
 	}
-	l, _, err := c.attemptLock(ctx, name, lc, timeout)
-	return l, err
+	l, _, err := s.try(ctx)
+	return s.stop(ctx, l, err)
 }
 
 // Acquire waits for the lock until it is acquired, ctx is done or MaxWait
@@ -773,8 +784,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 	return c.acquire(ctx, name, lc, timeout)
 }
 
-// acquire waits for a lock of any kind (the mutex, a read-write lock's
-// side), timed for an Observer's EventWaited.
+// acquire waits for a lock of any kind (lc.kind), timed for an
+// Observer's EventWaited.
 func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if c.opts.Observer == nil {
 		return c.waitFor(ctx, name, lc, timeout)
@@ -789,13 +800,12 @@ func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeou
 	return l, err
 }
 
-// waitFor is Acquire's waiting loop: attempts, woken by releases or backing
-// off, until one wins or ctx is done.
+// waitFor is Acquire's waiting loop, the same for every kind: attempts,
+// as the kind tries and waits between them (lockKind.waiting), until one
+// wins, ctx is done or an error no retry can cure. It tells the caller what
+// it waits for when that is not the holder (waitReport), and ends a wait
+// with no bound of its own on nodes that stay unreachable.
 func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
-	topic := name // what the lock's releases are announced under (see waiters)
-	if lc.sem != nil {
-		topic = lc.sem.topic
-	}
 	_, deadline := ctx.Deadline()
 	report := waitReport{c: c, name: name, unbounded: !deadline && lc.maxWait == 0, graceUntil: &c.graceToldUntil}
 	if lc.maxWait > 0 {
@@ -803,16 +813,10 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		ctx, cancel = withMaxWait(ctx, lc.maxWait)
 		defer cancel()
 	}
-	if lc.fair {
-		return c.acquireFair(ctx, name, lc, timeout, true)
+	s, err := lc.kind.waiting(ctx, c, name, lc, timeout, true)
+	if err != nil {
+		return nil, err
 	}
-	var wake *waiter
-	defer func() {
-		if wake != nil {
-			c.waiters.remove(topic, wake)
-		}
-	}()
-	backoff := c.opts.RetryDelayMin
 	var last error // the last attempt's failure, for the caller to see when we give up
 	gaveUp := func() error {
 		if last == nil {
@@ -821,60 +825,92 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, waitErr(ctx), last)
 	}
 	for {
-		l, info, err := c.attemptLock(ctx, name, lc, timeout)
+		l, info, err := s.try(ctx)
 		switch {
 		case err == nil:
-			return l, nil
+			return s.stop(ctx, l, nil)
 		case ctx.Err() != nil:
-			return nil, gaveUp()
+			return s.stop(ctx, nil, gaveUp())
 		case !retryable(err):
-			return nil, err
+			return s.stop(ctx, nil, err)
 		}
 		if err := report.failed(err); err != nil {
-			return nil, err
+			return s.stop(ctx, nil, err)
 		}
 		last = err
-		if wake == nil {
-			// Subscribe, then try again at once: a release that comes
-			// after that attempt cannot be missed.
-			wake = c.waiters.add(ctx, topic, timeout)
-			continue
+		if s.pause(ctx, err, info); ctx.Err() != nil {
+			return s.stop(ctx, nil, gaveUp())
 		}
-		// Contenders that reach the nodes at the same moment can split the
-		// votes so that nobody wins. Spread their next attempts over a few
-		// of our round trips: the first to go usually wins alone.
-		spread := min(max(4*info.elapsed, 100*time.Microsecond), c.opts.RetryDelayMin)
-		var delay time.Duration
-		if info.split {
-			delay = info.elapsed + rand.N(2*spread) // the split keys are being deleted meanwhile
-		} else {
-			delay = jitter(backoff)
-			backoff = min(2*backoff, c.opts.RetryDelayMax)
-			var locked *LockedError
-			if errors.As(err, &locked) && locked.Remaining > 0 && locked.Remaining < delay {
-				delay = locked.Remaining + jitter(c.opts.RetryDelayMin)
+	}
+}
+
+// retrying is the plain wait: after a failed attempt, it subscribes to the
+// lock's releases and tries again at once (a release that comes after that
+// attempt cannot be missed); then it waits for a release, or a jittered,
+// doubling backoff, between attempts.
+type retrying struct {
+	c       *Client
+	name    string
+	lc      lockConfig
+	timeout time.Duration
+	topic   string // what the lock's releases are announced under (see waiters)
+	wake    *waiter
+	backoff time.Duration
+}
+
+func (c *Client) retrying(_ context.Context, name string, lc lockConfig, timeout time.Duration) *retrying {
+	return &retrying{c: c, name: name, lc: lc, timeout: timeout, topic: topicOf(lc.kind, name), backoff: c.opts.RetryDelayMin}
+}
+
+func (r *retrying) try(ctx context.Context) (*Lock, attemptInfo, error) {
+	return r.c.attemptLock(ctx, r.name, r.lc, r.timeout)
+}
+
+func (r *retrying) stop(_ context.Context, l *Lock, err error) (*Lock, error) {
+	if r.wake != nil {
+		r.c.waiters.remove(r.topic, r.wake)
+	}
+	return l, err
+}
+
+func (r *retrying) pause(ctx context.Context, err error, info attemptInfo) {
+	c := r.c
+	if r.wake == nil {
+		// Subscribe, then try again at once: a release that comes
+		// after that attempt cannot be missed.
+		r.wake = c.waiters.add(ctx, r.topic, r.timeout)
+		return
+	}
+	// Contenders that reach the nodes at the same moment can split the
+	// votes so that nobody wins. Spread their next attempts over a few
+	// of our round trips: the first to go usually wins alone.
+	spread := min(max(4*info.elapsed, 100*time.Microsecond), c.opts.RetryDelayMin)
+	var delay time.Duration
+	if info.split {
+		delay = info.elapsed + rand.N(2*spread) // the split keys are being deleted meanwhile
+	} else {
+		delay = jitter(r.backoff)
+		r.backoff = min(2*r.backoff, c.opts.RetryDelayMax)
+		var locked *LockedError
+		if errors.As(err, &locked) && locked.Remaining > 0 && locked.Remaining < delay {
+			delay = locked.Remaining + jitter(c.opts.RetryDelayMin)
+		}
+	}
+	timer := time.NewTimer(delay)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case local := <-r.wake.ch:
+		// A release by this client wakes one of its waiters alone;
+		// one announced by pub/sub wakes a waiter in every client.
+		if !local {
+			timer.Reset(rand.N(spread))
+			select {
+			case <-ctx.Done():
+			case <-timer.C:
 			}
 		}
-		timer := time.NewTimer(delay)
-		select {
-		case <-ctx.Done():
-			timer.Stop()
-			return nil, gaveUp()
-		case local := <-wake.ch:
-			// A release by this client wakes one of its waiters alone;
-			// one announced by pub/sub wakes a waiter in every client.
-			if !local {
-				timer.Reset(rand.N(spread))
-				select {
-				case <-ctx.Done():
-					timer.Stop()
-					return nil, gaveUp()
-				case <-timer.C:
-				}
-			}
-			timer.Stop()
-		case <-timer.C:
-		}
+	case <-timer.C:
 	}
 }
 
@@ -887,8 +923,8 @@ func jitter(d time.Duration) time.Duration {
 }
 
 // attemptLock is one try: the parallel acquire, the decision, fencing and
-// the validity check (DESIGN §1, §2). With sem set it tries for one of the
-// semaphore's permits: the same round, with one mutex per slot (semaphore.go).
+// the validity check (DESIGN §1, §2), for a lock of any kind: the kind
+// makes the attempt's commands, counts its replies and names its refusals.
 func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, nodeTimeout time.Duration) (*Lock, attemptInfo, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, attemptInfo{}, fmt.Errorf("redlock: acquire %q: %w", name, err)
@@ -900,20 +936,11 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err := c.slotsServed(name); err != nil {
 		return nil, attemptInfo{}, err
 	}
-	sem := lc.sem
-	var a *attempt
-	if sem == nil {
-		a = c.newAttempt(name, lc.ttl)
-	} else {
-		a = sem.newAttempt(lc.ttl)
-	}
+	a := lc.kind.attempt(c, name, lc.ttl)
 	if lc.metadata != "" {
 		a.attachMetadata(lc.metadata)
 	}
 	a.nodeTimeout = nodeTimeout
-	if lc.rw != nil {
-		lc.rw.prepare(a)
-	}
 	// The node calls must outlive a cancelled caller.
 	a.calls.start(ctx, nodeTimeout, len(c.nodes))
 	start := c.clock.Now()
@@ -944,17 +971,12 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		// depends on the answers still to come (see refusal).
 		a.settle(ctx, &d)
 		a.abandon()
-		err := c.refusal(a, d)
-		if sem != nil {
-			err = sem.refusal(d, err)
-		}
+		err := a.kind.refused(a, d, c.refusal(a, d))
 		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 
-	if sem != nil {
-		sem.won(a, d) // the slot's keys, for the fencing slow path, extend and release
-	}
+	a.kind.won(a, &d) // the keys won, for the fencing slow path, extend and release
 	var token int64
 	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {

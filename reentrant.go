@@ -62,7 +62,7 @@ func (c *Client) reenter(ctx context.Context, name string) (nested *Lock, ok boo
 			// Only the name's own key is reentered (a mutex, plain or
 			// fair): a reader, a writer or a permit of the same name is
 			// not the mutex of that name.
-			if l.c != c || l.a.name != name || !l.a.kind.nameKey {
+			if l.c != c || l.a.name != name || !l.a.spec.nameKey {
 				continue
 			}
 			if err := l.Err(); err != nil {

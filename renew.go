@@ -293,7 +293,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				}
 				sent = append(sent, k)
 				args = append(args, cmds[k])
-				kinds = append(kinds, l.a.kind.extend)
+				kinds = append(kinds, l.a.spec.extend)
 			}
 			var vals [][]int64
 			var errs []error

@@ -34,10 +34,25 @@ const (
 	intentsSuffix = ":writers" // ZSET of the waiting writers: intent id -> expiry (µs, node clock)
 )
 
+// The two sides' specs. Readers share the lock and its token (their raise
+// writes the highest fence value, not one above it). A writer's release
+// wakes every waiter: the readers get in together. The intent's withdrawal
+// only removes, as a release does: no vote.
 var (
-	readerKind = &lockKind{acquire: rwReadAcquireScript, release: rwReadReleaseScript, extend: rwReadExtendScript, raise: rwReadRaiseScript, shared: true}
-	writerKind = &lockKind{acquire: rwWriteAcquireScript, release: rwWriteReleaseScript, extend: rwWriteExtendScript, raise: raiseScript, wakeAll: true}
+	readerSpec = kindSpec{
+		acquire: rwReadAcquireScript, release: rwReadReleaseScript, extend: rwReadExtendScript, raise: rwReadRaiseScript,
+		replyLen: 4, shared: true, wakes: wakeOne,
+	}
+	writerSpec = kindSpec{
+		acquire: rwWriteAcquireScript, release: rwWriteReleaseScript, extend: rwWriteExtendScript, raise: raiseScript,
+		replyLen: 4, wakes: wakeEvery, unvoted: []*script{rwIntentClearScript},
+	}
 )
+
+func init() {
+	registerKind(&readerSpec, "")
+	registerKind(&writerSpec, "")
+}
 
 // RWLock is a read-write lock called name: many readers at once, or one
 // writer. Its handles are *Lock values, with the same validity, extension,
@@ -135,14 +150,13 @@ func (rw *RWLock) lock(ctx context.Context, write, wait bool, opts []LockOption)
 		// The holder key is one per lock name: readers share the name.
 		return nil, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a read-write lock has many holders at once")
 	}
-	if lc.fair {
+	if lc.kind == fairKind {
 		return nil, configErr("WithFairness", "set", "is for the mutex only, not a read-write lock")
 	}
 	call := &rwCall{write: write}
-	lc.rw = call
+	lc.kind = call
 	if !wait {
-		l, _, err := c.attemptLock(ctx, rw.name, lc, timeout)
-		return l, err
+		return c.tryOnce(ctx, rw.name, lc, timeout)
 	}
 	if write {
 		var id [ownerValueLen]byte
@@ -165,14 +179,31 @@ func (c *Client) intentTTL(nodeTimeout time.Duration) time.Duration {
 }
 
 // rwCall is one RLock, TryRLock, Lock or TryLock call: its side, and for a
-// waiting writer the intent it records.
+// waiting writer the intent it records. It is the kind of the call's
+// attempts and lock.
 type rwCall struct {
+	baseKind
 	write     bool
 	intent    string // the waiting writer's id on the nodes; "" records none
 	intentTTL time.Duration
 	attempts  int      // made so far
 	last      *attempt // the latest, whose calls the withdrawal must follow
 }
+
+func (r *rwCall) spec() *kindSpec {
+	if r.write {
+		return &writerSpec
+	}
+	return &readerSpec
+}
+
+func (r *rwCall) attempt(c *Client, name string, ttl time.Duration) *attempt {
+	a := c.newAttempt(r, name, ttl)
+	r.prepare(a)
+	return a
+}
+
+func (r *rwCall) extendArgs(l *Lock) []any { return keyedExtendArgs(l) }
 
 // prepare makes a an attempt at this call's side of the lock. A writer's
 // first attempt records no intent: if it wins, which is the common case,
@@ -189,13 +220,11 @@ func (r *rwCall) prepare(a *attempt) {
 		if r.attempts > 0 {
 			intent = r.intent
 		}
-		a.kind = writerKind
-		a.acquireArgs = writerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg, intent, r.intentTTL.Milliseconds())
-		a.releaseArgs = writerKind.release.args([]string{writer}, a.value, channel)
+		a.acquireArgs = writerSpec.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg, intent, r.intentTTL.Milliseconds())
+		a.releaseArgs = writerSpec.release.args([]string{writer}, a.value, channel)
 	} else {
-		a.kind = readerKind
-		a.acquireArgs = readerKind.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg)
-		a.releaseArgs = readerKind.release.args([]string{readers}, a.value, channel)
+		a.acquireArgs = readerSpec.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg)
+		a.releaseArgs = readerSpec.release.args([]string{readers}, a.value, channel)
 	}
 	r.attempts++
 	r.last = a

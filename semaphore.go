@@ -78,14 +78,15 @@ func AllowNoFaultTolerance() SemaphoreOption {
 // matching ErrPermitsMismatch. Once every permit is released or expired,
 // the name is free for another number.
 type Semaphore struct {
-	c       *Client
-	name    string
-	permits int
-	keys    []string // the K slot keys, their K fence registers, then the record of K
-	keyArgs []any    // keys, boxed once for every attempt's commands
-	kArg    any      // permits, boxed once
-	channel string   // where releases are announced
-	topic   string   // the waiters' topic of that channel
+	baseKind // a Semaphore is the kind of its permits' locks (lockKind)
+	c        *Client
+	name     string
+	permits  int
+	keys     []string // the K slot keys, their K fence registers, then the record of K
+	keyArgs  []any    // keys, boxed once for every attempt's commands
+	kArg     any      // permits, boxed once
+	channel  string   // where releases are announced
+	topic    string   // the waiters' topic of that channel
 }
 
 // Permit is one held permit of a Semaphore: a Lock on one slot. Its Token
@@ -206,10 +207,10 @@ func (s *Semaphore) params(opts []LockOption) (lockConfig, time.Duration, error)
 	if lc.metadata != "" {
 		return lc, 0, configErr("metadata", fmt.Sprintf("%.20q", lc.metadata), "is for the mutex only: a semaphore has many holders at once")
 	}
-	if lc.fair {
+	if lc.kind == fairKind {
 		return lc, 0, configErr("WithFairness", "set", "is for the mutex only, not a semaphore")
 	}
-	lc.sem = s
+	lc.kind = s
 	return lc, timeout, nil
 }
 
@@ -217,7 +218,7 @@ func (s *Semaphore) permit(l *Lock) *Permit {
 	if l == nil {
 		return nil
 	}
-	return &Permit{Lock: l, slot: l.a.slot}
+	return &Permit{Lock: l, slot: l.a.pick}
 }
 
 // semaphoreChannelArg is the index of the release channel in the release
@@ -225,18 +226,32 @@ func (s *Semaphore) permit(l *Lock) *Permit {
 // <record> value channel won keep k); the slot won follows it.
 func semaphoreChannelArg(k int) int { return 3 + k + 1 + 1 }
 
-// newAttempt prepares one try at a permit: a new owner value, a proposal,
+// semaphoreSpec: the acquire takes one of K slot mutexes and answers with
+// the slot too; once the slot is won the permit is that slot's mutex,
+// extended as the mutex is by a script that also keeps the record of the
+// number of permits alive. A release wakes one waiter of the semaphore,
+// whichever permit it waits for, on the semaphore's own channel.
+var semaphoreSpec = kindSpec{
+	acquire: semaphoreAcquireScript, release: semaphoreReleaseScript, extend: semaphoreExtendScript, raise: raiseScript,
+	replyLen: 5, wakes: wakeOne, topicSuffix: semaphoreTopic,
+}
+
+func init() { registerKind(&semaphoreSpec, semaphoreChannelSuffix) }
+
+func (s *Semaphore) spec() *kindSpec { return &semaphoreSpec }
+
+// attempt prepares one try at a permit: a new owner value, a proposal,
 // a first slot, and the acquire and release commands over all the slots.
-func (s *Semaphore) newAttempt(ttl time.Duration) *attempt {
-	c, k := s.c, s.permits
+func (s *Semaphore) attempt(c *Client, _ string, ttl time.Duration) *attempt {
+	k := s.permits
 	a := &attempt{
 		c:       c,
-		kind:    semaphoreKind,
+		kind:    s,
+		spec:    &semaphoreSpec,
 		name:    s.name,
 		topic:   s.topic,
 		ttl:     ttl,
-		permits: k,
-		slot:    -1,
+		pick:    -1,
 		replies: make(chan nodeReply, 2*len(c.nodes)),
 	}
 	a.state = make([]atomic.Int32, len(c.nodes))
@@ -273,36 +288,51 @@ func (s *Semaphore) newAttempt(ttl time.Duration) *attempt {
 // would keep a permit of that node taken until the release or its TTL.
 //
 // A node that answers after the decision is covered too: its acquire call
-// sends its reply, then looks at a.settled (see acquireOn); won stores
+// sends its reply, then looks at a.settled (see answered); won stores
 // a.settled, then takes the replies that came after the decision. So a
 // late reply is either seen here or sees the slot won, and cleans itself.
-func (s *Semaphore) won(a *attempt, d decision) {
-	slot := d.slot
-	a.slot = slot
+func (s *Semaphore) won(a *attempt, d *decision) {
+	slot := d.pick
+	a.pick = slot
 	a.keys = [2]string{s.keys[slot], s.keys[s.permits+slot]}
 	a.extKeys = []string{a.keys[0], a.keys[1], s.keys[2*s.permits]}
 	a.releaseArgs[semaphoreChannelArg(s.permits)+1] = slot
 	a.settled.Store(int32(slot) + 1)
-	for i, given := range d.slots.given {
+	for i, given := range d.votes.(*slotTally).given {
 		if given >= 0 && int(given) != slot {
-			a.clearOtherSlots(a.c.nodes[i], slot)
+			s.clearOtherSlots(a, a.c.nodes[i], slot)
 		}
 	}
 	// Only acquire replies can be waiting: no release was asked yet, and
 	// release() skips acquire replies anyway.
 	for len(a.replies) > 0 {
-		if r := <-a.replies; r.kind == acquireReply && r.won && int(r.slot) != slot {
-			a.clearOtherSlots(a.c.nodes[r.node], slot)
+		if r := <-a.replies; r.kind == acquireReply && r.won && int(r.pick) != slot {
+			s.clearOtherSlots(a, a.c.nodes[r.node], slot)
 		}
 	}
 }
 
+// answered clears, on a node whose acquire reply gave another slot than
+// the one won, the slot it gave: after the reply is out, either won's
+// sweep of the replies sees it, or this sees the slot won.
+func (s *Semaphore) answered(a *attempt, n *node, r nodeReply) {
+	if won := a.settled.Load(); won > 0 && r.pick != won-1 {
+		s.clearOtherSlots(a, n, int(won-1))
+	}
+}
+
+// tally decides an attempt by the votes per slot (slotTally).
+func (s *Semaphore) tally(a *attempt) voteTally { return newSlotTally(len(a.c.nodes), s.permits) }
+
+// quiet empties the release's channel argument, which is not the last.
+func (s *Semaphore) quiet(a *attempt) { a.releaseArgs[semaphoreChannelArg(s.permits)] = "" }
+
 // clearOtherSlots deletes, in the background, the attempt's owner value
 // from every slot but keep on node n. Run twice for one node, it finds
 // nothing the second time.
-func (a *attempt) clearOtherSlots(n *node, keep int) {
+func (s *Semaphore) clearOtherSlots(a *attempt, n *node, keep int) {
 	args := slices.Clone(a.releaseArgs)
-	channel := semaphoreChannelArg(a.permits)
+	channel := semaphoreChannelArg(s.permits)
 	args[channel] = "" // frees nothing anyone waits for: the slot was never held
 	args[channel+1] = -1
 	args[channel+2] = keep
@@ -317,23 +347,23 @@ func (a *attempt) clearOtherSlots(n *node, keep int) {
 	}()
 }
 
-// semaphoreExtendArgs is the extend command of a permit (the semaphore
-// kind's extendArgs): lua/semaphore_extend.lua on the won slot's two keys
-// and the record of K (a.extKeys, set by Semaphore.won), with K.
-func semaphoreExtendArgs(l *Lock) []any {
+// extendArgs is the extend command of a permit: lua/semaphore_extend.lua
+// on the won slot's two keys and the record of K (a.extKeys, set by won),
+// with K.
+func (s *Semaphore) extendArgs(l *Lock) []any {
 	a := l.a
-	return semaphoreExtendScript.args(a.extKeys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, a.permits)
+	return semaphoreExtendScript.args(a.extKeys, a.value, a.ttl.Milliseconds(), l.token, l.c.fenceLifetimeArg, s.permits)
 }
 
-// refusal is the error of a lost attempt. A quorum of nodes that record
+// refused is the error of a lost attempt. A quorum of nodes that record
 // another number of permits is a *PermitsMismatchError; fewer are counted
 // as refusals (held by others): the record lives only while slots taken
 // with that number are held there, so a minority of them may be a failed
-// attempt's leftovers, gone with its cleanup. The mutex's refusal calls it
+// attempt's leftovers, gone with its cleanup. The core's refusal calls it
 // a lost quorum when no node refused; for a semaphore that also happens
 // when every node answered but gave us different slots: the permits were
 // free and contenders split them, which is contention, not a node failure.
-func (s *Semaphore) refusal(d decision, err error) error {
+func (s *Semaphore) refused(_ *attempt, d decision, err error) error {
 	if d.denied >= s.c.quorum() {
 		return &PermitsMismatchError{Name: s.name, Permits: s.permits, Recorded: d.recorded, Denied: d.denied, Nodes: len(s.c.nodes)}
 	}
@@ -369,14 +399,14 @@ func newSlotTally(nodes, permits int) *slotTally {
 // (DESIGN §2), and the other slots' registers have no bearing on it.
 func (t *slotTally) add(d *decision, r nodeReply) bool {
 	t.answered++
-	if r.won && int(r.slot) >= 0 && int(r.slot) < len(t.yes) {
-		i := int(r.slot)
-		t.given[r.node] = r.slot
+	if r.won && int(r.pick) >= 0 && int(r.pick) < len(t.yes) {
+		i := int(r.pick)
+		t.given[r.node] = r.pick
 		t.yes[i]++
 		t.maxFence[i] = max(t.maxFence[i], r.val)
 		t.best = max(t.best, t.yes[i])
 		if t.yes[i] >= t.quorum {
-			d.won, d.slot, d.winners, d.maxFence = true, i, t.yes[i], t.maxFence[i]
+			d.won, d.pick, d.winners, d.maxFence = true, i, t.yes[i], t.maxFence[i]
 			return true
 		}
 	}

@@ -105,15 +105,15 @@ func TestSlotTallyDecidesAsSoonAsTheOutcomeIsKnown(t *testing.T) {
 		d := decision{minPTTL: -1}
 		at := -1
 		for i, v := range tc.votes {
-			r := nodeReply{node: i, won: v != refused, slot: int32(v)}
+			r := nodeReply{node: i, won: v != refused, pick: int32(v)}
 			if tl.add(&d, r) {
 				at = i
 				break
 			}
 		}
-		if at != tc.decidedAt || d.won != tc.won || (tc.won && d.slot != tc.slot) {
+		if at != tc.decidedAt || d.won != tc.won || (tc.won && d.pick != tc.slot) {
 			t.Errorf("%d nodes, %d permits, votes %v: decided at %d (won %v, slot %d), want at %d (won %v, slot %d)",
-				tc.nodes, tc.permits, tc.votes, at, d.won, d.slot, tc.decidedAt, tc.won, tc.slot)
+				tc.nodes, tc.permits, tc.votes, at, d.won, d.pick, tc.decidedAt, tc.won, tc.slot)
 		}
 	}
 }

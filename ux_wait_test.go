@@ -111,3 +111,71 @@ func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 		t.Fatalf("with a deadline: %v, want the deadline", err)
 	}
 }
+
+// A fair Acquire waits through the same wait as a plain one (issue 28):
+// waiting for fresh nodes' restart grace is told once, through the Logger
+// and an event, for fair waiters too.
+func TestFairWaitingForTheGraceIsTold(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventGraceWait}}
+	log := &recordingHandler{}
+	c := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: 2 * time.Second, Observer: rec, Logger: slog.New(log)})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l, err := c.Acquire(ctx, name, redlock.WithFairness())
+			if err != nil {
+				t.Errorf("fair acquire %s: %v", name, err)
+				return
+			}
+			_ = l.Release(ctx)
+		}()
+	}
+	wg.Wait()
+	events := rec.got()
+	if len(events) != 1 {
+		t.Fatalf("want one EventGraceWait for two fair waiters, got %d: %+v", len(events), events)
+	}
+	if e := events[0]; e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
+		!strings.Contains(e.Err.Error(), "3 of 3 nodes sit out the 2s restart grace") {
+		t.Fatalf("event %+v (err %v): want the wait (at most 2s) and why", e, e.Err)
+	}
+	told := 0
+	for _, line := range log.lines() {
+		if strings.Contains(line, "waiting for the restart grace") {
+			told++
+		}
+	}
+	if told != 1 {
+		t.Fatalf("want one log line about the grace, got %d: %q", told, log.lines())
+	}
+}
+
+// A fair Acquire with no deadline while every node is down is reported
+// after a bounded time, then gives up with an error matching ErrNoQuorum,
+// as a plain one does (Options.UnreachableTimeout).
+func TestFairAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
+	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
+	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+	c := fromURLs(t, urls, redlock.Options{TTL: time.Second, UnreachableTimeout: 3 * time.Second, Observer: rec})
+	done := make(chan error, 1)
+	go func() {
+		done <- c.Do(context.Background(), "job", func(context.Context, *redlock.Lock) error { return nil }, redlock.WithFairness())
+	}()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("a fair Do with every node down is still waiting after 20s (UnreachableTimeout is 3s)")
+	}
+	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes were reachable for") {
+		t.Fatalf("%v, want ErrNoQuorum saying the nodes were unreachable", err)
+	}
+	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
+		t.Fatalf("want one EventUnreachable after 2s, got %+v", events)
+	}
+}

@@ -33,9 +33,9 @@ const base32Alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567" // RFC 4648, as rand.T
 const releasedSuffix = ":released"
 
 // wakeAllMark starts a release message that wakes every waiter of the lock
-// rather than one: the release of a read-write lock's writer, which lets
-// all waiting readers in together. Owner values are base32, so it cannot
-// start one.
+// rather than one (wakeEvery): the release of a kind whose waiters may
+// all hold the lock together. Owner values are base32, so it cannot start
+// one.
 const wakeAllMark = "*"
 
 // subscriptionLinger is how long a client stays subscribed to a lock's
@@ -243,8 +243,8 @@ func (w *waiters) remove(name string, wt *waiter) {
 }
 
 // notify wakes one waiter of name for the release of the owner value, or
-// every waiter when the value starts with wakeAllMark (a read-write lock's
-// writer or last reader left, and the readers need not take turns). The
+// every waiter when the value starts with wakeAllMark (the waiters may
+// all hold the lock together and need not take turns). The
 // same release comes from every node (and from ourselves first, if we held
 // it): it wakes one waiter once, when our own release or a quorum of nodes
 // told of it. The woken waiter goes to the back, so waiters take turns.
@@ -346,9 +346,8 @@ func (w *waiters) read(s *nodeSub) {
 		switch m := msg.(type) {
 		case *redis.Message:
 			if name, ok := w.c.nameOfChannel(m.Channel); ok {
-				if value, ok := strings.CutPrefix(m.Payload, grantedPrefix); ok {
-					w.c.fair.granted(s.index, name, value)
-					continue
+				if w.c.messages.deliver(s.index, name, m.Payload) {
+					continue // a kind's own message, not a release
 				}
 				w.notify(name, m.Payload, false)
 			}
