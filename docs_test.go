@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -406,5 +408,166 @@ func TestREADMEStaysShort(t *testing.T) {
 	}
 	if !strings.Contains(readme, "Apache License 2.0") {
 		t.Error("README.md does not name the licence")
+	}
+}
+
+// The README's first program, run on servers started a moment ago, first
+// says what it waits for (the fresh nodes' restart grace: how long, and
+// why), as the README shows, and then takes the lock: a new user does not
+// sit through the grace in silence (issue 28). The test awaits the lines in
+// the order the user sees them; it asserts no timing.
+func TestQuickStartSaysWhatItWaitsFor(t *testing.T) {
+	const notice = "WARN redlock: waiting for the restart grace"
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(readme), "<!-- file: examples/mutex/main.go -->") || !strings.Contains(string(readme), "\n"+notice+" lock=payout:") {
+		t.Fatalf("README.md no longer shows examples/mutex as its first program, with the line %q it logs first: update this test", notice)
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "mutex")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goTool, "build", "-o", bin, "./examples/mutex").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/mutex: %v\n%s", err, out)
+	}
+
+	// Fresh servers without persistence, as the README starts them. Their
+	// grace is the largest TTL in use on them: another client raises it to
+	// 8s first, so that the program surely meets it, however long it takes
+	// to start on a loaded machine (its own TTL, 2s, gives a short window).
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	other, err := redlock.NewFromURLs(cl.URLs(), redlock.Options{TTL: 8 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.TryAcquire(ctx, "raise-the-register"); !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("a client with an 8s TTL on fresh nodes: %v, want them sitting out the grace", err)
+	}
+
+	cmd := exec.CommandContext(ctx, bin)
+	cmd.Env = append(os.Environ(), "REDLOCK_NODES="+strings.Join(cl.URLs(), ","))
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() {
+		err := cmd.Wait()
+		pw.Close()
+		exited <- err
+	}()
+	var lines []string
+	sc := bufio.NewScanner(pr)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+	}
+	if err := <-exited; err != nil {
+		t.Fatalf("examples/mutex: %v\n%s", err, strings.Join(lines, "\n"))
+	}
+	if len(lines) < 2 || !strings.Contains(lines[0], notice) || !strings.Contains(lines[0], " wait=") ||
+		!strings.Contains(lines[0], "restart grace") || !strings.Contains(lines[0], "without persistence") {
+		t.Fatalf("examples/mutex on fresh servers: the first line must say what it waits for (%q, how long, why), got:\n%s", notice, strings.Join(lines, "\n"))
+	}
+	if !strings.HasPrefix(lines[len(lines)-1], "paying out under fencing token ") {
+		t.Fatalf("examples/mutex: want the job's line after the notice, got:\n%s", strings.Join(lines, "\n"))
+	}
+	t.Logf("examples/mutex:\n%s", strings.Join(lines, "\n"))
+}
+
+// TestREADMEDescribesMakeTest keeps the README's "What make test does" true
+// to what it runs and installs (issue 28: it did more than the README said):
+// every package tools/install-deps.sh installs, the service it disables,
+// the servers tools/install-servers.sh unpacks and where, every step the
+// Makefile's test target takes, every module it tests, and the model
+// check's set of rows.
+func TestREADMEDescribesMakeTest(t *testing.T) {
+	read := func(path string) string {
+		t.Helper()
+		data, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	readme := read("README.md")
+	const heading = "## What `make test` does"
+	_, section, ok := strings.Cut(readme, heading)
+	if !ok {
+		t.Fatalf("README.md has no section %q", heading)
+	}
+	if end := strings.Index(section, "\n## "); end >= 0 {
+		section = section[:end]
+	}
+	says := func(what, why string) {
+		t.Helper()
+		if !strings.Contains(section, what) {
+			t.Errorf("README.md's %q does not say %q: %s", heading, what, why)
+		}
+	}
+
+	deps := read("tools/install-deps.sh")
+	pkgs := regexp.MustCompile(`need\+=\(([a-z0-9-]+)\)`).FindAllStringSubmatch(deps, -1)
+	if len(pkgs) == 0 {
+		t.Fatal("found no package in tools/install-deps.sh: the parser is broken")
+	}
+	for _, m := range pkgs {
+		says("`"+m[1]+"`", "tools/install-deps.sh installs it")
+	}
+	if strings.Contains(deps, "systemctl disable") {
+		says("disables", "tools/install-deps.sh disables the system's redis-server service")
+	}
+	servers := regexp.MustCompile(`"(redis|valkey)-([0-9]+\.[0-9]+) `).FindAllStringSubmatch(read("tools/install-servers.sh"), -1)
+	if len(servers) == 0 {
+		t.Fatal("found no server in tools/install-servers.sh: the parser is broken")
+	}
+	for _, m := range servers {
+		says(strings.ToUpper(m[1][:1])+m[1][1:]+" "+m[2], "tools/install-servers.sh unpacks it")
+	}
+	says("~/.cache/redlock/servers", "where tools/install-servers.sh unpacks the servers")
+
+	makefile := read("Makefile")
+	target := regexp.MustCompile(`(?m)^test:([^\n]*)\n((?:\t[^\n]*\n)+)`).FindStringSubmatch(makefile)
+	if target == nil {
+		t.Fatal("found no test target in the Makefile: the parser is broken")
+	}
+	steps := map[string]string{"deps": "tools/install-deps.sh", "servers": "tools/install-servers.sh", "fmt-check": "gofmt", "vet": "go vet"}
+	for _, p := range strings.Fields(target[1]) {
+		what, known := steps[p]
+		if !known {
+			t.Errorf("the Makefile's test target depends on %q, which this test does not know: describe it in README.md and here", p)
+			continue
+		}
+		says(what, "make test runs "+p)
+	}
+	recipe := target[2]
+	if strings.Contains(recipe, "go test -race") {
+		says("go test -race", "make test runs the race tests")
+	}
+	if strings.Contains(recipe, "cd chaos") {
+		says("chaos suite", "make test runs the chaos suite")
+	}
+	if strings.Contains(recipe, "model") {
+		says("make model", "make test runs the model check")
+		if strings.Contains(read("model/make.mk"), "SET=quick ./model/verify.sh") {
+			says("quick rows", "make model runs only the quick rows of the model check")
+		}
+	}
+	mods, err := filepath.Glob("*/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	more, err := filepath.Glob("*/*/go.mod")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range append(mods, more...) {
+		says("`"+filepath.ToSlash(filepath.Dir(m))+"/`", "a nested module that make test vets and tests")
 	}
 }

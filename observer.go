@@ -33,7 +33,7 @@ const (
 	EventNodeRestarted                      // a node came back with a new run_id: Node
 	EventWaited                             // an Acquire call ended: Elapsed since the call, Token if it got the lock, else Err
 	EventGraceWait                          // an Acquire waits for nodes in their restart grace: Wait (the longest it may last), Err (which nodes, why); once per client until that wait ends
-	EventUnreachable                        // an Acquire waits while too few nodes are reachable: Elapsed (for how long so far), Err (the last attempt's); once per call
+	EventUnreachable                        // an Acquire waits while too few nodes can vote (unreachable, or answering errors): Elapsed (for how long so far), Err (the last attempt's); once per call
 )
 
 var eventNames = [...]string{

@@ -193,7 +193,8 @@ type Options struct {
 	AllowNoFaultTolerance bool
 	// UnreachableTimeout bounds how long an Acquire (or Do) with no bound
 	// of its own (no context deadline, no MaxWait) waits while fewer than
-	// a quorum of nodes can be reached: it then fails with an error
+	// a quorum of nodes can vote (they cannot be reached, or they answer
+	// errors: a wrong password, LOADING, OOM, ...): it then fails with an error
 	// matching ErrNoQuorum rather than retry in silence for ever. Every
 	// waiting Acquire also logs a warning, and tells an Observer
 	// (EventUnreachable), once such a wait lasted 2s; a wait for nodes in

@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -70,21 +71,57 @@ func TestMaxWaitSaysTheMaxWaitRanOut(t *testing.T) {
 	}
 }
 
-// Every "not held" names the lock, after a release: an extend too.
+// Every "not held" names the lock, after a release: an extend too, and a
+// second release, for every primitive and handle (a semaphore's permit, a
+// read-write lock's reader and writer, a fair lock, a nested handle of a
+// reentrant lock, an auto-extended lock, a multi-lock).
 func TestNotHeldNamesTheLock(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{})
 	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "payout-42")
-	if err != nil {
-		t.Fatal(err)
+	type handle interface {
+		Extend(context.Context) error
+		Release(context.Context) error
+		Err() error
 	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
+	take := map[string]func(name string) (handle, error){
+		"mutex": func(name string) (handle, error) { return c.TryAcquire(ctx, name) },
+		"auto-extended": func(name string) (handle, error) {
+			return c.TryAcquire(ctx, name, redlock.WithAutoExtend())
+		},
+		"semaphore": func(name string) (handle, error) {
+			s, err := c.Semaphore(name, 2)
+			if err != nil {
+				return nil, err
+			}
+			return s.TryAcquire(ctx)
+		},
+		"reader":     func(name string) (handle, error) { return c.RWLock(name).TryRLock(ctx) },
+		"writer":     func(name string) (handle, error) { return c.RWLock(name).TryLock(ctx) },
+		"fair":       func(name string) (handle, error) { return c.TryAcquire(ctx, name, redlock.WithFairness()) },
+		"multi-lock": func(name string) (handle, error) { return c.TryAcquireMulti(ctx, []string{name, name + "-b"}) },
+		"nested": func(name string) (handle, error) {
+			outer, err := c.TryAcquire(ctx, name)
+			if err != nil {
+				return nil, err
+			}
+			t.Cleanup(func() { _ = outer.Release(ctx) })
+			return c.TryAcquire(redlock.ContextWithLock(ctx, outer), name)
+		},
 	}
-	for what, err := range map[string]error{"extend": l.Extend(ctx), "release": l.Release(ctx), "Err": l.Err()} {
-		if !errors.Is(err, redlock.ErrNotHeld) || !strings.Contains(err.Error(), `"payout-42"`) {
-			t.Errorf("%s after release: %v, want ErrNotHeld naming the lock", what, err)
+	for kind, take := range take {
+		name := "payout-" + kind
+		l, err := take(name)
+		if err != nil {
+			t.Fatalf("%s: %v", kind, err)
+		}
+		if err := l.Release(ctx); err != nil {
+			t.Fatalf("%s: release: %v", kind, err)
+		}
+		for what, err := range map[string]error{"extend": l.Extend(ctx), "release": l.Release(ctx), "Err": l.Err()} {
+			if !errors.Is(err, redlock.ErrNotHeld) || !strings.Contains(err.Error(), strconv.Quote(name)) {
+				t.Errorf("%s: %s after release: %v, want ErrNotHeld naming the lock", kind, what, err)
+			}
 		}
 	}
 }

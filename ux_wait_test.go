@@ -11,6 +11,7 @@ import (
 
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // eventRecorder keeps the events of the kinds it is asked for.
@@ -98,7 +99,7 @@ func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("Do with every node down is still waiting after 30s")
 	}
-	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes were reachable for") {
+	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes could vote") {
 		t.Fatalf("after %v: %v, want ErrNoQuorum saying the nodes were unreachable", time.Since(start), err)
 	}
 	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
@@ -109,6 +110,77 @@ func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	defer cancel()
 	if _, err := c.Acquire(ctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("with a deadline: %v, want the deadline", err)
+	}
+}
+
+// Nodes that answer, but only with an error, cannot vote any more than
+// nodes that are down: an Acquire with no deadline is told about them after
+// a bounded time and gives up, naming the nodes' answer, rather than retry
+// in silence for ever. Two causes a user meets: a wrong password (the
+// servers asked for one after the client connected, and its connections
+// were closed), and servers out of memory.
+func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		user   string // in the client's URLs
+		break_ func(ctx context.Context, s *redistest.Server) error
+		answer string // what the nodes answer, as the error must show
+	}{
+		{"wrong password", "default:wrong@", func(ctx context.Context, s *redistest.Server) error {
+			if err := s.Client().ConfigSet(ctx, "requirepass", "s3cret").Err(); err != nil {
+				return err
+			}
+			// The client's connections were authenticated before: drop them.
+			return s.Client().ClientKillByFilter(ctx, "TYPE", "normal", "SKIPME", "yes").Err()
+		}, "WRONGPASS"},
+		{"out of memory", "", func(ctx context.Context, s *redistest.Server) error {
+			return s.Client().ConfigSet(ctx, "maxmemory", "1").Err()
+		}, "OOM"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := redistest.StartT(t, 3, redistest.Options{})
+			var urls []string
+			for _, a := range cl.Addrs() {
+				urls = append(urls, "redis://"+tc.user+a)
+			}
+			rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+			log := &recordingHandler{}
+			c := fromURLs(t, urls, redlock.Options{UnreachableTimeout: 3 * time.Second, Observer: rec, Logger: slog.New(log)})
+			ctx := context.Background()
+			for _, s := range cl.Servers {
+				if err := tc.break_(ctx, s); err != nil {
+					t.Fatal(err)
+				}
+			}
+			done := make(chan error, 1)
+			go func() {
+				done <- c.Do(ctx, "job", func(context.Context, *redlock.Lock) error { return nil })
+			}()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatalf("Do against nodes that all answer %s is still waiting after 30s, in silence: %d EventUnreachable, log %q",
+					tc.answer, len(rec.got()), log.lines())
+			}
+			var rerr redis.Error
+			if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "could vote") ||
+				!strings.Contains(err.Error(), tc.answer) || !errors.As(err, &rerr) {
+				t.Fatalf("%v: want ErrNoQuorum saying too few nodes could vote, with the nodes' %s answer (a redis.Error)", err, tc.answer)
+			}
+			if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second || !strings.Contains(events[0].Err.Error(), tc.answer) {
+				t.Fatalf("want one EventUnreachable after 2s with the nodes' %s answer, got %+v", tc.answer, events)
+			}
+			told := 0
+			for _, line := range log.lines() {
+				if strings.Contains(line, "too few nodes can vote") {
+					told++
+				}
+			}
+			if told != 1 {
+				t.Fatalf("want one log line saying too few nodes can vote, got %d: %q", told, log.lines())
+			}
+		})
 	}
 }
 
@@ -172,7 +244,7 @@ func TestFairAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("a fair Do with every node down is still waiting after 20s (UnreachableTimeout is 3s)")
 	}
-	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes were reachable for") {
+	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes could vote") {
 		t.Fatalf("%v, want ErrNoQuorum saying the nodes were unreachable", err)
 	}
 	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {

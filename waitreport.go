@@ -3,8 +3,6 @@ package redlock
 import (
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -17,16 +15,20 @@ import (
 //   - nodes that sit out the restart grace (fresh nodes without
 //     persistence): the wait ends by itself, so it is told once, through
 //     the Logger and an EventGraceWait, with how long it may last and why;
-//   - too few nodes reachable: told through the Logger and an
-//     EventUnreachable once that has lasted unreachableReport, and a call
-//     with no bound of its own (no deadline, no max wait) gives up with an
-//     error matching ErrNoQuorum once it has lasted Options.UnreachableTimeout.
+//   - too few nodes can vote, because they cannot be reached or because
+//     they answer with an error (a wrong password, LOADING, MISCONF, OOM, a
+//     replica, ...): told through the Logger and an EventUnreachable once
+//     that has lasted unreachableReport, and a call with no bound of its
+//     own (no deadline, no max wait) gives up with an error matching
+//     ErrNoQuorum once it has lasted Options.UnreachableTimeout. A node
+//     that answers an error is no nearer to voting than one that is down:
+//     retrying in silence for it is the same silent wait.
 
 // DefaultUnreachableTimeout is the default of Options.UnreachableTimeout.
 const DefaultUnreachableTimeout = 30 * time.Second
 
 // NoUnreachableTimeout, as Options.UnreachableTimeout, lets an Acquire with
-// no deadline wait for ever for unreachable nodes (still reported).
+// no deadline wait for ever for nodes that cannot vote (still reported).
 const NoUnreachableTimeout time.Duration = -1
 
 // unreachableReport is how long too few nodes must have been reachable
@@ -39,12 +41,13 @@ type waitReport struct {
 	c          *Client
 	name       string
 	unbounded  bool      // the call has no deadline and no max wait
-	downSince  time.Time // since when fewer than a quorum of nodes were reachable; zero if they were
+	downSince  time.Time // since when fewer than a quorum of nodes could vote; zero if enough could
 	downTold   bool
 	graceUntil *atomic.Int64 // the client's: see Client.graceToldUntil
 }
 
-// unreachableErr is the error of a call that gave up on unreachable nodes.
+// unreachableErr is the error of a call that gave up on nodes that could
+// not vote.
 type unreachableErr struct {
 	name  string
 	after time.Duration
@@ -52,15 +55,15 @@ type unreachableErr struct {
 }
 
 func (e *unreachableErr) Error() string {
-	return fmt.Sprintf("redlock: acquire %q: gave up: fewer than a quorum of nodes were reachable for %v (Options.UnreachableTimeout): %s",
-		e.name, e.after, strings.TrimPrefix(e.last.Error(), fmt.Sprintf("redlock: acquire %q: ", e.name)))
+	return capText(fmt.Sprintf("redlock: acquire %q: gave up: fewer than a quorum of nodes could vote (unreachable, or answering errors) for %v (Options.UnreachableTimeout): %s",
+		e.name, e.after, strings.TrimPrefix(e.last.Error(), fmt.Sprintf("redlock: acquire %q: ", e.name))))
 }
 
 // Unwrap gives ErrNoQuorum and the last attempt's error.
 func (e *unreachableErr) Unwrap() []error { return []error{ErrNoQuorum, e.last} }
 
 // failed looks at an attempt's failure; it returns an error when the wait
-// must end (the nodes were unreachable for too long).
+// must end (too few nodes could vote for too long).
 func (w *waitReport) failed(err error) error {
 	c := w.c
 	now := c.clock.Now()
@@ -70,7 +73,7 @@ func (w *waitReport) failed(err error) error {
 		return nil
 	}
 	w.tellGrace(now)
-	if unreachable(qe) <= len(c.nodes)-c.quorum() {
+	if cannotVote(qe) <= len(c.nodes)-c.quorum() {
 		w.downSince, w.downTold = time.Time{}, false
 		return nil
 	}
@@ -80,7 +83,7 @@ func (w *waitReport) failed(err error) error {
 	down := now.Sub(w.downSince)
 	if !w.downTold && down >= unreachableReport {
 		w.downTold = true
-		c.logger.Warn("redlock: waiting for unreachable nodes", "lock", w.name, "for", down.Round(time.Millisecond), "err", err)
+		c.logger.Warn("redlock: waiting: too few nodes can vote (unreachable, or answering errors)", "lock", w.name, "for", down.Round(time.Millisecond), "err", err)
 		c.emit(Event{Kind: EventUnreachable, Name: w.name, Elapsed: down, Err: err})
 	}
 	if t := c.opts.UnreachableTimeout; w.unbounded && t > 0 && down >= t {
@@ -89,17 +92,20 @@ func (w *waitReport) failed(err error) error {
 	return nil
 }
 
-// unreachable counts the nodes of a failed round that could not be reached
-// (down, a network error, no answer in time), as opposed to those that
-// answered or sat out.
-func unreachable(qe *QuorumError) int {
+// cannotVote counts the nodes of a failed round that cannot vote however
+// long the lock is waited for: those that could not be reached (down, a
+// network error, no answer in time) and those that answered an error (a
+// wrong password, LOADING, MISCONF, OOM, READONLY, ...). Not counted: the
+// nodes that refused because another owner holds the lock (not errors:
+// QuorumError.Refused), and those sitting out, whose wait ends by itself
+// and is told on its own (tellGrace, EventNodeSitOut).
+func cannotVote(qe *QuorumError) int {
 	if qe.Errors == nil {
 		return 0
 	}
 	n := 0
 	for _, err := range qe.Errors.Errors {
-		var netErr net.Error
-		if errors.Is(err, ErrNodeDown) || isTimeout(err) || errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		if !errors.Is(err, ErrNodeSittingOut) {
 			n++
 		}
 	}

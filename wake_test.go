@@ -188,9 +188,13 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 	// A confirmation that never comes would hold the waiter this long: the
 	// test would time out rather than pass by luck.
 	opts.NodeTimeout = 20 * time.Second
+	// A missed release leaves the waiter asleep for a minute, far past the
+	// 30s each hand-off is given: a loaded machine that takes seconds to
+	// run the woken waiter is not taken for a miss.
+	opts.RetryDelayMin, opts.RetryDelayMax = time.Minute, time.Minute
 	holder := newClient(t, cl, opts)
 	wopts, failed := failures(opts)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	for i := range 300 {
 		// A client of its own, with go-redis clients of its own: New adds
@@ -222,7 +226,7 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 			if err != nil {
 				t.Fatalf("lock %d: %v", i, err)
 			}
-		case <-time.After(2 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatalf("lock %d: the waiter missed a release that came after its subscription was confirmed", i)
 		}
 		if err := waiter.Close(); err != nil {

@@ -43,8 +43,11 @@ type ClusterSpec struct {
 	FakeTime    bool // run the lock nodes under libfaketime so clock faults can move their clocks
 	TLS         bool // the lock nodes serve TLS only and require client certificates (the resource stays plain)
 	// ClusterMasters > 0 makes each lock node a Redis Cluster of that many
-	// masters (no replicas, no persistence), in Cluster.ClusterNodes.
+	// masters (no persistence), in Cluster.ClusterNodes.
 	ClusterMasters int
+	// ClusterReplicas is how many replicas each master of a Cluster lock
+	// node has (0: none).
+	ClusterReplicas int
 }
 
 // Cluster is N lock nodes plus one resource server (the fenced resource

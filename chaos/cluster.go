@@ -1,16 +1,20 @@
 package chaos
 
 // Lock nodes that are Redis Clusters: each of the N nodes is a cluster of
-// its own (ClusterSpec.ClusterMasters masters without persistence, no
-// replicas), reached through a *redis.ClusterClient. The faults act on the
-// master that serves the lock's slot in a node: it restarts empty keeping
-// its slots, the slot moves to the other master (with or without its
-// keys), its clock jumps.
+// its own (ClusterSpec.ClusterMasters masters without persistence, each
+// with ClusterSpec.ClusterReplicas replicas), reached through a
+// *redis.ClusterClient. Most faults act on the master that serves the
+// lock's slot in a node: it restarts empty keeping its slots, the slot
+// moves to the other master (with or without its keys), its clock jumps.
+// Others act on the master of the library's TTL register (its replication
+// is cut, it fails over), or on every server of a node (all hung, then
+// killed and started again empty).
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"time"
 
@@ -44,6 +48,27 @@ type ClusterNode interface {
 	// slot by d (the cluster must have been started with FakeTime) and
 	// returns the master's address.
 	MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error)
+	// CutReplicaOf cuts the replication link of the replica of the master
+	// serving key's slot and keeps it cut (a wrong masterauth: its
+	// reconnections are refused), so that the master's writes from then on
+	// never reach it. It returns the replica's address once its link is
+	// down. RestoreReplicas mends every link cut so far.
+	CutReplicaOf(ctx context.Context, key string) (string, error)
+	RestoreReplicas(ctx context.Context) error
+	// FailoverMasterOf promotes the replica of the master serving key's
+	// slot with CLUSTER FAILOVER TAKEOVER (no catching up, no vote of the
+	// other masters: what the replica lacks is lost) and returns the old
+	// and the new master's addresses once every running server agrees.
+	FailoverMasterOf(ctx context.Context, key string) (from, to string, err error)
+	// Freeze stops every server of the node (SIGSTOP, docker pause): it
+	// answers nothing, and keeps its ports, so that no other server of
+	// this machine takes them meanwhile (the backends may run side by
+	// side). Revive kills them all and starts them again, empty but with
+	// their nodes.conf (what was sent to them while frozen dies with
+	// them), and returns once every master serves its slots again (the
+	// replicas may still be syncing).
+	Freeze(ctx context.Context) error
+	Revive(ctx context.Context) error
 }
 
 // clusterNodeClient is a client of a Cluster lock node, set up like
@@ -158,6 +183,12 @@ func checkClusterSpec(spec ClusterSpec) error {
 	return nil
 }
 
+// clusterArgs are the extra arguments of the servers of Cluster lock
+// nodes: a replica's full sync starts at once (the default waits 5s for
+// more replicas to share it, and each master here has one), at the start
+// and after a restart alike.
+var clusterArgs = []string{"--repl-diskless-sync-delay", "0"}
+
 // startProcessClusterNodes starts spec.Nodes Redis Clusters of
 // spec.ClusterMasters masters each, in parallel, plus the resource server.
 func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {
@@ -170,7 +201,7 @@ func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {
 	var wg sync.WaitGroup
 	for i := range rcs {
 		wg.Go(func() {
-			rcs[i], errs[i] = redistest.StartRedisCluster(spec.ClusterMasters, 0, redistest.Options{FakeTime: spec.FakeTime})
+			rcs[i], errs[i] = redistest.StartRedisCluster(spec.ClusterMasters, spec.ClusterReplicas, redistest.Options{FakeTime: spec.FakeTime, Args: clusterArgs})
 		})
 	}
 	wg.Go(func() { res, errs[spec.Nodes] = redistest.Start(1, redistest.Options{}) })
@@ -204,6 +235,7 @@ type processClusterNode struct {
 
 	mu     sync.Mutex
 	clocks map[*redistest.Server]time.Duration // each master's clock offset so far
+	cut    []*redistest.Server                 // replicas whose link CutReplicaOf cut
 }
 
 func (n *processClusterNode) Name() string    { return n.name }
@@ -287,6 +319,102 @@ func (n *processClusterNode) MoveMasterClockOf(ctx context.Context, key string, 
 	return m.Addr, nil
 }
 
+func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (string, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	m, err := n.rc.MasterFor(ctx, slot)
+	if err != nil {
+		return "", err
+	}
+	reps, err := n.rc.ReplicasOf(ctx, m)
+	if err != nil || len(reps) == 0 {
+		return "", fmt.Errorf("chaos: %s: the master %s of slot %d has no replica to cut off (%v)", n.name, m.Addr, slot, err)
+	}
+	n.mu.Lock()
+	n.cut = append(n.cut, reps[0])
+	n.mu.Unlock()
+	if err := redistest.CutReplication(ctx, reps[0]); err != nil {
+		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
+	}
+	return reps[0].Addr, nil
+}
+
+func (n *processClusterNode) RestoreReplicas(ctx context.Context) error {
+	n.mu.Lock()
+	cut := n.cut
+	n.cut = nil
+	n.mu.Unlock()
+	var errs []error
+	for _, s := range cut {
+		errs = append(errs, redistest.RestoreReplication(ctx, s))
+	}
+	return errors.Join(errs...)
+}
+
+func (n *processClusterNode) FailoverMasterOf(ctx context.Context, key string) (string, string, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	from, err := n.rc.MasterFor(ctx, slot)
+	if err != nil {
+		return "", "", err
+	}
+	to, err := n.rc.Failover(ctx, slot, true)
+	if err != nil {
+		return "", "", fmt.Errorf("chaos: %s: %w", n.name, err)
+	}
+	return from.Addr, to.Addr, nil
+}
+
+func (n *processClusterNode) Freeze(context.Context) error {
+	var errs []error
+	for _, s := range n.rc.Servers {
+		errs = append(errs, s.Pause())
+	}
+	return errors.Join(errs...)
+}
+
+func (n *processClusterNode) Revive(ctx context.Context) error {
+	errs := make([]error, len(n.rc.Servers))
+	var wg sync.WaitGroup
+	for i, s := range n.rc.Servers {
+		// SIGKILL ends a stopped process too; without persistence the
+		// data dir keeps nodes.conf only.
+		wg.Go(func() { errs[i] = s.Restart(true) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("chaos: %s: %w", n.name, err)
+	}
+	clients := make([]*redis.Client, len(n.rc.Servers))
+	for i, s := range n.rc.Servers {
+		clients[i] = s.Client()
+	}
+	return awaitClusterOK(ctx, n.name, clients)
+}
+
+// awaitClusterOK waits until every server of servers reports cluster
+// state ok with every slot served: the masters of a node that started
+// again refuse writes for their first two seconds.
+func awaitClusterOK(ctx context.Context, node string, servers []*redis.Client) error {
+	return redistest.Await(ctx, node+": cluster ok", clusterSettleTimeout, func(ctx context.Context) (bool, error) {
+		for _, c := range servers {
+			info, err := c.ClusterInfo(ctx).Result()
+			if err != nil {
+				return false, err
+			}
+			state, slotsOK := infoField(info, "cluster_state"), infoField(info, "cluster_slots_ok")
+			if state != "ok" || slotsOK != strconv.Itoa(hashSlots) {
+				return false, fmt.Errorf("%s: cluster_state %q, cluster_slots_ok %q", c.Options().Addr, state, slotsOK)
+			}
+		}
+		return true, nil
+	})
+}
+
 // clusterNode returns Cluster lock node i or an error naming the bad index.
 func (e *Env) clusterNode(i int) (ClusterNode, error) {
 	if i < 0 || i >= len(e.Cluster.ClusterNodes) {
@@ -330,9 +458,12 @@ type clusterFault interface {
 	onClusterNodes()
 }
 
-func (ShardRestart) onClusterNodes()   {}
-func (SlotMove) onClusterNodes()       {}
-func (ShardClockJump) onClusterNodes() {}
+func (ShardRestart) onClusterNodes()           {}
+func (SlotMove) onClusterNodes()               {}
+func (ShardClockJump) onClusterNodes()         {}
+func (RegisterReplicationCut) onClusterNodes() {}
+func (RegisterFailover) onClusterNodes()       {}
+func (ClusterDown) onClusterNodes()            {}
 
 // lockKey is the key of the lock under test (the first of ScanKeys): the
 // Cluster faults act on the master serving its slot.
@@ -448,7 +579,7 @@ func clusterScenarios() []Scenario {
 		"Cluster nodes: as cluster-clock-jump-shard-majority, clock guard off: two holders",
 		byDesign, ShardClockJump{majority, jump})
 	noGuard.NoClockGuard = true
-	return []Scenario{
+	return append([]Scenario{
 		cluster("cluster-shard-restart-empty",
 			"Cluster nodes: in three of five, the master serving the lock's slot restarts empty during a hold, keeping its slots; the guard sees a new master for the slot, which sits out the grace",
 			safe, ShardRestart{majority}),
@@ -467,5 +598,5 @@ func clusterScenarios() []Scenario {
 			"Cluster nodes: in three of five, the clock of the master serving the lock's slot jumps 2 TTL during a hold; the clock guard sees it in the next reply",
 			safe, ShardClockJump{majority, jump}),
 		noGuard,
-	}
+	}, registerFailoverScenarios()...)
 }

@@ -111,3 +111,95 @@ func masterAddrOf(ctx context.Context, t *testing.T, cc *redis.ClusterClient, ke
 	t.Fatalf("no master serves slot %d", slot)
 	return ""
 }
+
+// The operations of the TTL register's scenarios do what they say, on
+// every backend: a write made after the cut is not on the replica, the
+// failover promotes that replica (so the write is lost and the lock's
+// slot keeps its master), and a node frozen and revived serves every slot
+// again, empty.
+func TestBackendClusterReplicaOperations(t *testing.T) {
+	for _, b := range openBackends(t) {
+		t.Run(b.Name(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			c, err := b.Start(ctx, ClusterSpec{Nodes: 1, ClusterMasters: 3, ClusterReplicas: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := c.Stop(); err != nil {
+					t.Errorf("stop: %v", err)
+				}
+			})
+			n := c.ClusterNodes[0]
+			cc := clusterNodeClient(n.Seeds())
+			defer cc.Close()
+			lockKey := RedlockScheme{}.LockKey()
+			lockMaster := masterAddrOf(ctx, t, cc, lockKey)
+			regMaster := masterAddrOf(ctx, t, cc, ttlRegisterKey)
+			if lockMaster == regMaster {
+				t.Fatalf("the lock's slot and the register's share the master %s: the register scenarios need them apart", lockMaster)
+			}
+			if err := cc.Set(ctx, ttlRegisterKey, "before", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			// The write is on the replica before the cut: WAIT for it.
+			m := redis.NewClient(&redis.Options{Addr: regMaster})
+			defer m.Close()
+			if acks, err := m.Do(ctx, "wait", 1, 5000).Int(); err != nil || acks != 1 {
+				t.Fatalf("WAIT 1 on %s: %d, %v", regMaster, acks, err)
+			}
+			replica, err := n.CutReplicaOf(ctx, ttlRegisterKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cc.Set(ctx, ttlRegisterKey, "after", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			from, to, err := n.FailoverMasterOf(ctx, ttlRegisterKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if from != regMaster || to != replica {
+				t.Fatalf("failover from %s to %s; want from %s to the cut replica %s", from, to, regMaster, replica)
+			}
+			if got := masterAddrOf(ctx, t, cc, ttlRegisterKey); got != replica {
+				t.Fatalf("the register's slot is served by %s after the failover; want %s", got, replica)
+			}
+			if got := masterAddrOf(ctx, t, cc, lockKey); got != lockMaster {
+				t.Fatalf("the lock's slot moved to %s; want it kept by %s", got, lockMaster)
+			}
+			if v, err := cc.Get(ctx, ttlRegisterKey).Result(); err != nil || v != "before" {
+				t.Fatalf("after the failover the register holds %q (%v); want the value from before the cut", v, err)
+			}
+			if err := n.RestoreReplicas(ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			if err := cc.Set(ctx, lockKey, "v", 0).Err(); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.Freeze(ctx); err != nil {
+				t.Fatal(err)
+			}
+			for _, a := range n.Seeds() {
+				s := redis.NewClient(&redis.Options{Addr: a, MaxRetries: -1, DialTimeout: 200 * time.Millisecond, ReadTimeout: 200 * time.Millisecond})
+				if err := s.Ping(ctx).Err(); err == nil {
+					t.Errorf("%s answers while frozen", a)
+				}
+				_ = s.Close()
+			}
+			if err := n.Revive(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A new client: the old one's connections died with the servers.
+			after := clusterNodeClient(n.Seeds())
+			defer after.Close()
+			for _, key := range []string{lockKey, ttlRegisterKey} {
+				if k, err := after.Exists(ctx, key).Result(); err != nil || k != 0 {
+					t.Fatalf("after the node restarted empty: %s exists %d times (%v)", key, k, err)
+				}
+			}
+		})
+	}
+}

@@ -57,7 +57,8 @@ func (b *DockerBackend) startClusterNodes(ctx context.Context, spec ClusterSpec)
 	errs := make([]error, spec.Nodes+1)
 	var wg sync.WaitGroup
 	for i := range nodes {
-		n := &dockerClusterNode{name: fmt.Sprintf("n%d", i), masters: make([]*dockerClusterMaster, spec.ClusterMasters)}
+		n := &dockerClusterNode{name: fmt.Sprintf("n%d", i), masters: make([]*dockerClusterMaster, spec.ClusterMasters),
+			replicas: make([]*dockerClusterMaster, spec.ClusterMasters*spec.ClusterReplicas)}
 		nodes[i] = n
 		wg.Go(func() { errs[i] = b.startClusterNode(ctx, n, filepath.Join(tmp, n.name), spec.FakeTime) })
 	}
@@ -68,7 +69,7 @@ func (b *DockerBackend) startClusterNodes(ctx context.Context, spec ClusterSpec)
 	stop := func() error {
 		var errs []error
 		for _, n := range nodes {
-			for _, m := range n.masters {
+			for _, m := range n.servers() {
 				if m != nil {
 					errs = append(errs, m.stop())
 				}
@@ -90,15 +91,22 @@ func (b *DockerBackend) startClusterNodes(ctx context.Context, spec ClusterSpec)
 	return c, nil
 }
 
-// startClusterNode starts n's masters and forms the cluster: the slots
-// shared evenly, every master meeting the first, the cluster ok
+// startClusterNode starts n's masters and replicas and forms the
+// cluster: the slots shared evenly among the masters, every server
+// meeting the first, each replica following its master, the cluster ok
 // everywhere.
 func (b *DockerBackend) startClusterNode(ctx context.Context, n *dockerClusterNode, dir string, fake bool) error {
-	errs := make([]error, len(n.masters))
+	errs := make([]error, len(n.masters)+len(n.replicas))
 	var wg sync.WaitGroup
 	for i := range n.masters {
 		name := fmt.Sprintf("%s-m%d", n.name, i)
 		wg.Go(func() { n.masters[i], errs[i] = b.startClusterMaster(ctx, name, filepath.Join(dir, name), fake) })
+	}
+	for i := range n.replicas {
+		name := fmt.Sprintf("%s-r%d", n.name, i)
+		wg.Go(func() {
+			n.replicas[i], errs[len(n.masters)+i] = b.startClusterMaster(ctx, name, filepath.Join(dir, name), fake)
+		})
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -142,6 +150,7 @@ func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name,
 		rdb:        redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second}),
 	}
 	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", "/data"}, redisArgs(false)...)
+	args = append(args, clusterArgs...)
 	args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no",
 		"--cluster-port", strconv.Itoa(busPort), "--cluster-announce-ip", "127.0.0.1",
 		"--cluster-node-timeout", strconv.Itoa(int(clusterNodeTimeout.Milliseconds())))
@@ -193,7 +202,8 @@ func (m *dockerClusterMaster) exitedOnTakenPort(ctx context.Context) bool {
 	return bytes.Contains(out, []byte("Address already in use"))
 }
 
-// dockerClusterMaster is one master container of a Cluster lock node.
+// dockerClusterMaster is one server container of a Cluster lock node: a
+// master, or a replica (which a failover may make a master).
 type dockerClusterMaster struct {
 	*dockerNode
 	port, busPort int
@@ -205,13 +215,22 @@ func (m *dockerClusterMaster) stop() error {
 	return errors.Join(m.terminate(), m.rdb.Close())
 }
 
-// dockerClusterNode is a Redis Cluster of master containers.
+// dockerClusterNode is a Redis Cluster of server containers.
 type dockerClusterNode struct {
 	name    string
-	masters []*dockerClusterMaster
+	masters []*dockerClusterMaster // as started
+	// replicas are the replicas as started, len(replicas)/len(masters)
+	// per master, in the masters' order.
+	replicas []*dockerClusterMaster
 
 	mu     sync.Mutex
 	clocks map[*dockerClusterMaster]time.Duration // each master's clock offset so far
+	cut    []*dockerClusterMaster                 // replicas whose link CutReplicaOf cut
+}
+
+// servers are every server of the node, masters first.
+func (n *dockerClusterNode) servers() []*dockerClusterMaster {
+	return append(append([]*dockerClusterMaster(nil), n.masters...), n.replicas...)
 }
 
 func (n *dockerClusterNode) Name() string { return n.name }
@@ -244,25 +263,37 @@ func (n *dockerClusterNode) form(ctx context.Context) error {
 			return fmt.Errorf("chaos: %s: CLUSTER ADDSLOTSRANGE %d %d: %w", m.name, first, last, err)
 		}
 	}
-	seed := n.masters[0]
-	for _, m := range n.masters[1:] {
+	seed, all := n.masters[0], n.servers()
+	for _, m := range all[1:] {
 		if err := m.do(ctx, "cluster", "meet", "127.0.0.1", seed.port, seed.busPort).Err(); err != nil {
 			return fmt.Errorf("chaos: %s: CLUSTER MEET %s: %w", m.name, seed.addr, err)
 		}
 	}
-	if err := n.await(ctx, "every master knows every other", func(ctx context.Context) (bool, error) {
-		for _, m := range n.masters {
+	if err := n.await(ctx, "every server knows every other", func(ctx context.Context) (bool, error) {
+		for _, m := range all {
 			nodes, err := m.do(ctx, "cluster", "nodes").Text()
 			if err != nil {
 				return false, err
 			}
-			if strings.Count(strings.TrimSpace(nodes), "\n")+1 != k || strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
-				return false, nil
+			if known := strings.Count(strings.TrimSpace(nodes), "\n") + 1; known != len(all) || strings.Contains(nodes, "handshake") || strings.Contains(nodes, "noaddr") {
+				return false, fmt.Errorf("%s knows %d of %d servers:\n%s", m.name, known, len(all), nodes)
 			}
 		}
 		return true, nil
 	}); err != nil {
 		return err
+	}
+	if len(n.replicas) > 0 {
+		per := len(n.replicas) / k
+		for i, r := range n.replicas {
+			id, err := n.masters[i/per].do(ctx, "cluster", "myid").Text()
+			if err != nil {
+				return fmt.Errorf("chaos: %s: CLUSTER MYID: %w", n.masters[i/per].name, err)
+			}
+			if err := r.do(ctx, "cluster", "replicate", id).Err(); err != nil {
+				return fmt.Errorf("chaos: %s: CLUSTER REPLICATE %s: %w", r.name, id, err)
+			}
+		}
 	}
 	return n.awaitHealthy(ctx)
 }
@@ -274,11 +305,11 @@ func (n *dockerClusterNode) await(ctx context.Context, what string, cond func(ct
 	return redistest.Await(ctx, n.name+": "+what, clusterSettleTimeout, cond)
 }
 
-// awaitHealthy waits until every master is in cluster state ok with every
-// slot assigned.
+// awaitHealthy waits until every server is in cluster state ok with every
+// slot assigned, and every replica's link to its master is up.
 func (n *dockerClusterNode) awaitHealthy(ctx context.Context) error {
 	return n.await(ctx, "cluster healthy", func(ctx context.Context) (bool, error) {
-		for _, m := range n.masters {
+		for _, m := range n.servers() {
 			info, err := m.do(ctx, "cluster", "info").Text()
 			if err != nil {
 				return false, err
@@ -286,6 +317,13 @@ func (n *dockerClusterNode) awaitHealthy(ctx context.Context) error {
 			state, slotsOK := infoField(info, "cluster_state"), infoField(info, "cluster_slots_ok")
 			if state != "ok" || slotsOK != strconv.Itoa(hashSlots) {
 				return false, fmt.Errorf("%s: cluster_state %q, cluster_slots_ok %q", m.name, state, slotsOK)
+			}
+			repl, err := m.do(ctx, "info", "replication").Text()
+			if err != nil {
+				return false, err
+			}
+			if infoField(repl, "role") == "slave" && infoField(repl, "master_link_status") != "up" {
+				return false, fmt.Errorf("%s: replica, link to its master %s", m.name, infoField(repl, "master_link_status"))
 			}
 		}
 		return true, nil
@@ -339,12 +377,12 @@ func (n *dockerClusterNode) masterFor(ctx context.Context, slot int) (*dockerClu
 			last = err
 			continue
 		}
-		for _, s := range n.masters {
+		for _, s := range n.servers() {
 			if s.addr == addr {
 				return s, nil
 			}
 		}
-		last = fmt.Errorf("%s: slot %d served by %q, not a master of the node", m.name, slot, addr)
+		last = fmt.Errorf("%s: slot %d served by %q, not a server of the node", m.name, slot, addr)
 	}
 	return nil, fmt.Errorf("chaos: %s: no master tells who serves slot %d: %v", n.name, slot, last)
 }
@@ -357,7 +395,7 @@ func (n *dockerClusterNode) awaitMaster(ctx context.Context, slot int, want *doc
 		if err != nil || len(role) == 0 || role[0] != "master" {
 			return false, err
 		}
-		for _, m := range n.masters {
+		for _, m := range n.servers() {
 			addr, err := m.servingAddr(ctx, slot)
 			if err != nil || addr != want.addr {
 				return false, err
@@ -510,4 +548,140 @@ func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d
 	}
 	n.clocks[m] += d
 	return m.addr, nil
+}
+
+// replicasOf lists the servers of the node that CLUSTER NODES, as m sees
+// it, shows replicating m and not failed.
+func (n *dockerClusterNode) replicasOf(ctx context.Context, m *dockerClusterMaster) ([]*dockerClusterMaster, error) {
+	id, err := m.do(ctx, "cluster", "myid").Text()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER MYID on %s: %w", m.addr, err)
+	}
+	nodes, err := m.do(ctx, "cluster", "nodes").Text()
+	if err != nil {
+		return nil, fmt.Errorf("CLUSTER NODES on %s: %w", m.addr, err)
+	}
+	var out []*dockerClusterMaster
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[3] != id || strings.Contains(f[2], "fail") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		for _, s := range n.servers() {
+			if s.addr == addr {
+				out = append(out, s)
+			}
+		}
+	}
+	return out, nil
+}
+
+// replicaOfKey is the first replica of the master serving key's slot.
+func (n *dockerClusterNode) replicaOfKey(ctx context.Context, key string) (slot int, m, r *dockerClusterMaster, err error) {
+	if slot, err = n.slotOf(ctx, key); err != nil {
+		return 0, nil, nil, err
+	}
+	if m, err = n.masterFor(ctx, slot); err != nil {
+		return 0, nil, nil, err
+	}
+	reps, err := n.replicasOf(ctx, m)
+	if err != nil || len(reps) == 0 {
+		return 0, nil, nil, fmt.Errorf("chaos: %s: the master %s of slot %d has no replica (%v)", n.name, m.addr, slot, err)
+	}
+	return slot, m, reps[0], nil
+}
+
+// CutReplicaOf cuts the link as redistest.CutReplication does on
+// processes.
+func (n *dockerClusterNode) CutReplicaOf(ctx context.Context, key string) (string, error) {
+	_, _, r, err := n.replicaOfKey(ctx, key)
+	if err != nil {
+		return "", err
+	}
+	n.mu.Lock()
+	n.cut = append(n.cut, r)
+	n.mu.Unlock()
+	if err := r.rdb.ConfigSet(ctx, "masterauth", "chaos-wrong-password").Err(); err != nil {
+		return "", fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err)
+	}
+	if err := r.do(ctx, "client", "kill", "type", "master").Err(); err != nil {
+		return "", fmt.Errorf("chaos: CLIENT KILL TYPE master on %s: %w", r.addr, err)
+	}
+	return r.addr, n.await(ctx, "replication of "+r.addr+" cut", func(ctx context.Context) (bool, error) {
+		info, err := r.do(ctx, "info", "replication").Text()
+		return err == nil && infoField(info, "master_link_status") == "down", err
+	})
+}
+
+func (n *dockerClusterNode) RestoreReplicas(ctx context.Context) error {
+	n.mu.Lock()
+	cut := n.cut
+	n.cut = nil
+	n.mu.Unlock()
+	var errs []error
+	for _, r := range cut {
+		if err := r.rdb.ConfigSet(ctx, "masterauth", "").Err(); err != nil {
+			errs = append(errs, fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err))
+			continue
+		}
+		errs = append(errs, n.await(ctx, "replication of "+r.addr+" restored", func(ctx context.Context) (bool, error) {
+			info, err := r.do(ctx, "info", "replication").Text()
+			return err == nil && (infoField(info, "role") == "master" || infoField(info, "master_link_status") == "up"), err
+		}))
+	}
+	return errors.Join(errs...)
+}
+
+func (n *dockerClusterNode) FailoverMasterOf(ctx context.Context, key string) (string, string, error) {
+	slot, m, r, err := n.replicaOfKey(ctx, key)
+	if err != nil {
+		return "", "", err
+	}
+	if err := r.do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
+		return "", "", fmt.Errorf("chaos: %s: CLUSTER FAILOVER TAKEOVER on %s: %w", n.name, r.addr, err)
+	}
+	if err := n.awaitMaster(ctx, slot, r); err != nil {
+		return "", "", err
+	}
+	return m.addr, r.addr, nil
+}
+
+func (n *dockerClusterNode) Freeze(ctx context.Context) error {
+	all := n.servers()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		wg.Go(func() { errs[i] = s.Pause(ctx) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Revive kills the containers (a paused one must be thawed first: what
+// it then serves in the moment before the kill dies with it) and starts
+// them again: their writable layers keep nodes.conf, and without
+// persistence nothing else.
+func (n *dockerClusterNode) Revive(ctx context.Context) error {
+	all := n.servers()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, s := range all {
+		wg.Go(func() {
+			if errs[i] = s.Resume(ctx); errs[i] == nil {
+				if errs[i] = s.Kill(ctx); errs[i] == nil {
+					errs[i] = s.Restart(ctx)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	clients := make([]*redis.Client, len(all))
+	for i, s := range all {
+		clients[i] = s.rdb
+	}
+	return awaitClusterOK(ctx, n.name, clients)
 }

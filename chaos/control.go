@@ -90,6 +90,26 @@ func (c *clientControl) pass(ctx context.Context) {
 	c.mu.Unlock()
 }
 
+// park counts the caller as parked until ready is closed or ctx ends (a
+// late client before it exists; a nil or closed ready returns at once).
+func (c *clientControl) park(ctx context.Context, ready <-chan struct{}) {
+	select {
+	case <-ready:
+		return
+	default:
+	}
+	c.mu.Lock()
+	c.parked++
+	c.mu.Unlock()
+	select {
+	case <-ready:
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	c.parked--
+	c.mu.Unlock()
+}
+
 type pinRequest struct {
 	client  int           // or AnyClient
 	since   time.Duration // only acquisitions invoked from here on

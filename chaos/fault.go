@@ -39,6 +39,8 @@ type Env struct {
 	Clients  int
 
 	clients clientControl
+	// fresh gives client i a new locker, as a new process (StepFresh).
+	fresh func(i int) error
 
 	mu         sync.Mutex
 	clocks     map[int]time.Duration  // each node's clock offset so far

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -55,7 +56,7 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	if sc.Replicas || sc.SpareReplicas {
 		servers *= 2 // n<N+i> is n<i>'s replica, or its spare
 	}
-	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters})
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters, ClusterReplicas: sc.ClusterReplicas})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -102,16 +103,18 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	w := &workload{rec: rec, resource: resource, control: &env.clients, ttl: sc.maxTTL(), hold: sc.hold(), margin: sc.margin(), useDo: sc.UseDo}
 	defer func() {
 		for _, l := range w.lockers {
-			err = errors.Join(err, l.Close())
+			if l != nil {
+				err = errors.Join(err, l.Close())
+			}
 		}
 	}()
-	for i := range sc.clients() {
-		l, err := sc.Scheme.NewLocker(SchemeEnv{
+	newLocker := func(i int) (Locker, error) {
+		return sc.Scheme.NewLocker(SchemeEnv{
 			Addrs:              lockNodeAddrs(cluster, nw, sc.nodes()),
 			ClusterSeeds:       cluster.clusterSeeds(),
 			TTL:                sc.clientTTL(i),
 			ClockSkew:          sc.ClientSkew[i],
-			RestartGrace:       sc.RestartGrace,
+			RestartGrace:       cmpOr(sc.ClientGrace[i], sc.RestartGrace),
 			ClockGuard:         !sc.NoClockGuard,
 			AllowFailoverNodes: sc.AllowFailoverNodes,
 			DurableVotes:       sc.DurableVotes,
@@ -122,12 +125,41 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			Log:       log.With("client", i),
 			TLSConfig: cluster.TLS,
 		})
+	}
+	for i := range sc.clients() {
+		arrived := make(chan struct{})
+		w.arrived = append(w.arrived, arrived)
+		if slices.Contains(sc.Late, i) {
+			w.lockers = append(w.lockers, nil)
+			continue
+		}
+		close(arrived)
+		l, err := newLocker(i)
 		if err != nil {
 			return nil, err
 		}
 		w.lockers = append(w.lockers, l)
 	}
 	assignRWRoles(w.lockers)
+	env.fresh = func(i int) error {
+		if i < 0 || i >= len(w.lockers) {
+			return fmt.Errorf("chaos: no client %d to start afresh (the scenario has %d)", i, len(w.lockers))
+		}
+		l, err := newLocker(i)
+		if err != nil {
+			return err
+		}
+		// The new locker takes client i's role (a read-write lock's):
+		// roles go by index, and the others keep theirs.
+		alone := make([]Locker, len(w.lockers))
+		alone[i] = l
+		assignRWRoles(alone)
+		if old := w.setLocker(i, l); old != nil {
+			// Closing waits for its background cleanups.
+			return old.Close()
+		}
+		return nil
+	}
 
 	log.Info("scenario start", "about", sc.About, "expect", sc.Expect.Verdict)
 	wctx, stopWorkload := context.WithCancel(ctx)
@@ -140,6 +172,9 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	// Closing the lockers waits for the library's background cleanups, so
 	// that the key scan sees the final state.
 	for _, l := range w.lockers {
+		if l == nil {
+			continue
+		}
 		if cerr := l.Close(); cerr != nil {
 			log.Warn("closing a locker", "err", cerr)
 		}
@@ -233,7 +268,16 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 	case StepWait:
 		return sleep(ctx, st.Wait)
 	case StepAwaitHold:
+		if st.Wait > 0 {
+			return tryPinHold(ctx, env, st.Client, st.Wait)
+		}
 		return pinHold(ctx, env, st.Client, 10*sc.maxTTL()+5*time.Second)
+	case StepFresh:
+		if env.fresh == nil {
+			return fmt.Errorf("this runner cannot start %s afresh (RunScenario's workload can)", clientName(st.Client))
+		}
+		env.Note("%s starts as a new process, which has met no node", clientName(st.Client))
+		return env.fresh(st.Client)
 	case StepUnpin:
 		env.clients.unpin()
 	case StepQuiesce:
@@ -295,6 +339,25 @@ func pinHold(ctx context.Context, env *Env, client int, within time.Duration) er
 	case <-t.C:
 		env.clients.unpin()
 		return fmt.Errorf("no acquisition by %s within %s", clientName(client), within)
+	}
+}
+
+// tryPinHold is pinHold that gives up after within without failing the
+// schedule: whether client acquires at all is what the scenario shows.
+func tryPinHold(ctx context.Context, env *Env, client int, within time.Duration) error {
+	claimed := env.clients.requestPin(client, env.Rec.Now())
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-claimed:
+		return nil
+	case <-ctx.Done():
+		env.clients.unpin()
+		return ctx.Err()
+	case <-t.C:
+		env.clients.unpin()
+		env.Note("no acquisition by %s within %s: no hold pinned", clientName(client), within)
+		return nil
 	}
 }
 

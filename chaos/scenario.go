@@ -113,6 +113,7 @@ const (
 	StepHoldBack                           // park every client but the pinned holder
 	StepAlign                              // wait until the wall clock is Wait into a second
 	StepAwaitExtension                     // wait until the library reports an extension's outcome, unless the pinned hold ended
+	StepFresh                              // Client starts as a new process: a new locker that has met no node
 )
 
 // AnyClient in a StepAwaitHold step accepts an acquisition by any client.
@@ -138,6 +139,18 @@ func Wait(d time.Duration) Step { return Step{Kind: StepWait, Wait: d} }
 // AwaitHold is the step that waits for client (or AnyClient) to acquire the
 // lock in an attempt started from then on, and pins that hold.
 func AwaitHold(client int) Step { return Step{Kind: StepAwaitHold, Client: client} }
+
+// TryAwaitHold is AwaitHold that goes on, pinning nothing, when client
+// has not acquired within d: a schedule whose holder the library may
+// rightly refuse (its vote would rest on a write a failover loses).
+func TryAwaitHold(client int, d time.Duration) Step {
+	return Step{Kind: StepAwaitHold, Client: client, Wait: d}
+}
+
+// Fresh is the step that makes client start over as a new process (a
+// late client's first start): its old locker is closed, and the new one
+// has met no node and learned nothing of them.
+func Fresh(client int) Step { return Step{Kind: StepFresh, Client: client} }
 
 // Unpin is the step that lets the pinned holder release.
 func Unpin() Step { return Step{Kind: StepUnpin} }
@@ -174,7 +187,12 @@ func (s Step) String() string {
 	case StepWait:
 		return "wait " + s.Wait.String()
 	case StepAwaitHold:
+		if s.Wait > 0 {
+			return fmt.Sprintf("await and pin an acquisition by %s for up to %s", clientName(s.Client), s.Wait)
+		}
 		return "await and pin an acquisition by " + clientName(s.Client)
+	case StepFresh:
+		return clientName(s.Client) + " starts as a new process"
 	case StepUnpin:
 		return "unpin the held lock"
 	case StepQuiesce:
@@ -210,7 +228,11 @@ type Scenario struct {
 	NoClockGuard bool          // turn the clock-jump guard off
 	ClientSkew   map[int]time.Duration
 	ClientTTL    map[int]time.Duration // a client's own TTL instead of TTL (clients of one lock with different TTLs)
-	Replica      bool                  // node 1 replicates node 0 (the failover baseline)
+	// ClientGrace is a client's own RestartGrace instead of RestartGrace
+	// (a holder that starts beside servers just started, whose grace
+	// does not matter to the schedule: the challenger's does).
+	ClientGrace map[int]time.Duration
+	Replica     bool // node 1 replicates node 0 (the failover baseline)
 	// Replicas makes every lock node a master with an asynchronous replica
 	// of its own (started beside the N nodes; the clients never see it).
 	Replicas bool
@@ -235,6 +257,13 @@ type Scenario struct {
 	// ClusterMasters > 0: each node is a Redis Cluster of that many
 	// masters, reached through a ClusterClient (see cluster.go).
 	ClusterMasters int
+	// ClusterReplicas is how many asynchronous replicas each master of a
+	// Cluster node has.
+	ClusterReplicas int
+	// Late are clients that do not exist when the run starts: each is
+	// made, as a new process that has met no node, by its first
+	// Fresh step (counted as parked until then).
+	Late []int
 
 	Schedule []Step
 }

@@ -73,8 +73,19 @@ func TestScenarioTable(t *testing.T) {
 		}
 		applied := map[string]bool{}
 		joined := map[int]bool{} // masters a ReplicaJoin gave a replica so far
+		started := map[int]bool{}
+		for _, c := range sc.Late {
+			if c < 0 || c >= sc.clients() {
+				t.Errorf("%s: late client %d of %d", sc.Name, c, sc.clients())
+			}
+		}
 		for _, st := range sc.Schedule {
 			switch st.Kind {
+			case StepFresh:
+				if st.Client < 0 || st.Client >= sc.clients() {
+					t.Errorf("%s: starts client %d afresh, of %d", sc.Name, st.Client, sc.clients())
+				}
+				started[st.Client] = true
 			case StepApply:
 				applied[st.Fault.Name()] = true
 				if _, onCluster := st.Fault.(clusterFault); onCluster != (sc.ClusterMasters > 0) {
@@ -94,6 +105,10 @@ func TestScenarioTable(t *testing.T) {
 						}
 						joined[m] = true
 					}
+				case RegisterReplicationCut, RegisterFailover:
+					if sc.ClusterReplicas == 0 {
+						t.Errorf("%s: %s needs Cluster masters with replicas (ClusterReplicas)", sc.Name, st.Fault.Name())
+					}
 				case ClockJump, ClockFast, ShardClockJump:
 					if !sc.needsFakeTime() {
 						t.Errorf("%s: clock fault without libfaketime", sc.Name)
@@ -108,6 +123,14 @@ func TestScenarioTable(t *testing.T) {
 		}
 		for f := range applied {
 			t.Errorf("%s: %s is never healed", sc.Name, f)
+		}
+		for _, c := range sc.Late {
+			if !started[c] {
+				t.Errorf("%s: late client %d never starts (no Fresh step)", sc.Name, c)
+			}
+		}
+		if sc.ClusterReplicas > 0 && sc.ClusterMasters == 0 {
+			t.Errorf("%s: ClusterReplicas without ClusterMasters", sc.Name)
 		}
 		if err := (Expect{Verdict: sc.Expect.Verdict}).Judge(Result{Counts: map[Check]int{}}); sc.Expect.Verdict == VerdictSafe && err != nil {
 			t.Errorf("%s: %v", sc.Name, err)

@@ -24,8 +24,14 @@ const (
 // workload makes K clients contend for one lock. Every step of every
 // client goes into the history; the workload never judges what it sees.
 type workload struct {
-	rec      *Recorder
-	lockers  []Locker
+	rec *Recorder
+	// lockers are the clients' lockers, by client; nil for a late client
+	// not made yet (Scenario.Late). A Fresh step replaces one: use
+	// locker(c) once the workload runs.
+	lockers []Locker
+	// arrived[c] is closed once client c has a locker.
+	arrived  []chan struct{}
+	mu       sync.Mutex
 	resource *redis.Client
 	control  *clientControl
 	ttl      time.Duration
@@ -45,6 +51,8 @@ func (w *workload) run(ctx context.Context) {
 }
 
 func (w *workload) client(ctx context.Context, c int) {
+	// A late client waits for its first locker, parked meanwhile.
+	w.control.park(ctx, w.arrived[c])
 	for ctx.Err() == nil {
 		w.control.pass(ctx)
 		if ctx.Err() != nil {
@@ -59,7 +67,7 @@ func (w *workload) client(ctx context.Context, c int) {
 			continue
 		}
 		attemptCtx, stop := w.control.attemptContext(ctx)
-		h, err := w.lockers[c].Acquire(attemptCtx)
+		h, err := w.locker(c).Acquire(attemptCtx)
 		stop()
 		if err != nil {
 			e := ev(AcquireFail)
@@ -78,6 +86,27 @@ func (w *workload) client(ctx context.Context, c int) {
 		w.recordRelease(ev, err)
 		w.think(ctx)
 	}
+}
+
+// locker is client c's locker now.
+func (w *workload) locker(c int) Locker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.lockers[c]
+}
+
+// setLocker gives client c the locker l, a new process that has met no
+// node, and returns the one it replaces (nil for a late client's first).
+// The client takes it at its next attempt: replace only a parked client's.
+func (w *workload) setLocker(c int, l Locker) Locker {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	old := w.lockers[c]
+	w.lockers[c] = l
+	if old == nil {
+		close(w.arrived[c])
+	}
+	return old
 }
 
 // think pauses a client between a release and its next attempt for a
@@ -128,7 +157,7 @@ func (w *workload) doOnce(ctx context.Context, c, hold int, invoked time.Duratio
 	// hands its ctx to the body): the holder stops early and releases.
 	ctx, stop := w.control.attemptContext(ctx)
 	defer stop()
-	err := w.lockers[c].Do(ctx, func(fnCtx context.Context, h Held) error {
+	err := w.locker(c).Do(ctx, func(fnCtx context.Context, h Held) error {
 		acquired = true
 		w.acquired(ev, h, invoked)
 		w.body(fnCtx, c, hold, h)
