@@ -259,7 +259,7 @@ func ghostCall(t *testing.T, s *redistest.Server, c *Client, name, op, value str
 	lock := c.LockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	// Its first round (1), no round failed before it; proposal 1.
-	vals, err := s.Client().Eval(context.Background(), fairQueueSrc, keys, op, value, ticket, time.Minute.Milliseconds(), 0, 1,
+	vals, err := s.Client().Eval(context.Background(), fairQueueScript.src, keys, op, value, ticket, time.Minute.Milliseconds(), 0, 1,
 		0, time.Minute.Milliseconds(), c.releaseChannel(name), "0", 1).Int64Slice()
 	if err != nil {
 		t.Fatal(err)

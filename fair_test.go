@@ -226,9 +226,15 @@ func TestFairLockWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 // a client that then dies would: it never refreshes, claims or leaves.
 func ghost(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name, value string, ticket int64, ttl, entryTTL time.Duration) {
 	t.Helper()
-	src, err := os.ReadFile("lua/fair_queue.lua")
-	if err != nil {
-		t.Fatal(err)
+	// The whole library in front of the script, as valid as the pieces
+	// the client puts there (lua/lib.lua).
+	var src []byte
+	for _, file := range []string{"lua/lib.lua", "lua/fair_queue.lua"} {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		src = append(src, b...)
 	}
 	k := c.LockKey(name)
 	keys := []string{k, k + ":fence", k + ":queue", k + ":queue:expiry", k + ":queue:settings", k + ":grant"}

@@ -4,11 +4,19 @@ package redlock_test
 // settings and timings nobody designed for.
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
@@ -144,5 +152,368 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	}
 	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "data-kept marker") {
 		t.Fatalf("want the flushed nodes still sitting out for the flush, got %v", err)
+	}
+}
+
+// truncateAOFAt cuts s's AOF (the incremental file of a multi-part AOF,
+// Redis 7+ and Valkey) just before the first command that names key, as
+// the crash of a machine loses the writes the server had not fsynced yet.
+// A key in no file was lost already: with everysec, a server whose last
+// fsync is still running holds its writes back (up to 2s), and the kill
+// lost them. The server must be down.
+func truncateAOFAt(t *testing.T, s *redistest.Server, key string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(s.Dir, "data", "appendonlydir", "*.incr.aof"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: no incremental AOF file (%v)", s.Addr, err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at := bytes.Index(b, []byte(key))
+		if at < 0 {
+			continue
+		}
+		// Back to the start of the command (or the MULTI around it): a
+		// truncated tail is loaded as far as it is whole.
+		if m := bytes.LastIndex(b[:at], []byte("*1\r\n$5\r\nMULTI\r\n")); m >= 0 {
+			at = m
+		} else {
+			at = bytes.LastIndex(b[:at], []byte("\n*")) + 1
+		}
+		if err := os.Truncate(f, int64(at)); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+}
+
+// Issue 25's item 3: appendonly yes with appendfsync everysec keeps the
+// writes across a restart of the process, but the crash of the machine
+// loses up to the last second of them. The guard must count its start as
+// one without persistence: a quorum that crashed during a hold, losing the
+// holder's key, sits out the grace for a client that knew the nodes and
+// for a fresh one.
+func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	// Up an hour by their clocks, so that the hold needs no grace first.
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true, Args: []string{"--appendfsync", "everysec"}})
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newClient := func() *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	x, before := newClient(), newClient()
+	before.Nodes(ctx)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	eventually(t, 5*time.Second, "X's key on every node", func() bool {
+		for _, s := range cl.Servers {
+			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range cl.Servers[:2] {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		truncateAOFAt(t, s, x.LockKey(name))
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+			t.Fatalf("%s has X's key after the crash (%d, %v): nothing was lost", s.Addr, n, err)
+		}
+	}
+	before.Nodes(ctx)
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
+		left := time.Until(held.Deadline())
+		l, err := tc.c.TryAcquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+			t.Fatalf("%s took lock %q after 2 of 3 everysec nodes crashed, while X holds it for %.1fs more", tc.who, name, left.Seconds())
+		}
+		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
+			t.Fatalf("%s: want the crashed nodes sitting out as started without persistence, got %v", tc.who, err)
+		}
+	}
+}
+
+// A Cluster master's clock jumps forward alone, in 2 of 3 Cluster nodes,
+// while X holds a lock whose slot it serves: X's key expires there at once.
+// A client that knew the nodes sees the jump in the master's reply (its
+// own clock history); a fresh client meets the jumped master beside the
+// other master of its node and must not trust it either. Run for a lock
+// of each half of the slots, so that the jumped master is the node's first
+// by address in some nodes and not in others (the first master's clock is
+// the one the other nodes are compared with).
+func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
+	for _, half := range [][2]int{{0, 8191}, {8192, 16383}} {
+		t.Run(fmt.Sprintf("slots-%d-%d", half[0], half[1]), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+			defer cancel()
+			rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
+			opts := redlock.Options{TTL: 20 * time.Second}
+			newClient := func() *redlock.Client {
+				c, err := redlock.New(clusterClients(t, rcs), opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = c.Close() })
+				return c
+			}
+			x, before := newClient(), newClient()
+			for i, info := range before.Nodes(ctx) {
+				if info.Err != nil || !info.Voting {
+					t.Fatalf("node %d: %+v, want it voting (persistent masters without replicas)", i, info)
+				}
+			}
+			name := nameInSlots(x, "job", half[0], half[1])
+			slot := x.KeySlot(name)
+			held, err := x.TryAcquire(ctx, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = held.Release(context.Background()) })
+			masters := make([]*redistest.Server, len(rcs))
+			for i, rc := range rcs {
+				if masters[i], err = rc.MasterFor(ctx, slot); err != nil {
+					t.Fatal(err)
+				}
+			}
+			eventually(t, 5*time.Second, "X's key on every node", func() bool {
+				for _, m := range masters {
+					if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			for i, m := range masters[:2] {
+				first := true
+				for _, sh := range rcs[i].Shards {
+					first = first && m.Addr <= sh.Master.Addr
+				}
+				t.Logf("node %d: the slot's master %s is the node's first by address: %v", i, m.Addr, first)
+				if err := m.SetClockOffset(30 * time.Second); err != nil {
+					t.Fatal(err)
+				}
+				if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+					t.Fatalf("%s kept X's key after its clock jumped 30s (%d, %v)", m.Addr, n, err)
+				}
+			}
+			for _, tc := range []struct {
+				who string
+				c   *redlock.Client
+			}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
+				left := time.Until(held.Deadline())
+				if left < time.Second {
+					t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+				}
+				l, err := tc.c.TryAcquire(ctx, name)
+				if err == nil {
+					_ = l.Release(ctx)
+					t.Fatalf("%s took lock %q after its master's clock jumped 30s in 2 of 3 Cluster nodes, while X holds it for %.1fs more", tc.who, name, left.Seconds())
+				}
+				if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "clock") {
+					t.Fatalf("%s: want the jumped nodes sitting out for their clocks, got %v", tc.who, err)
+				}
+			}
+		})
+	}
+}
+
+// Clients with different TTLs on the same nodes: Z holds a lock of 900ms,
+// whose validity keeps a drift budget of 11ms; W uses 60s locks, and its
+// clock guard follows its own TTLs by default: it reacts only to a jump
+// beyond 602ms. A clock jump of 500ms on 2 of 3 nodes expires Z's key there
+// half a second early, and the default W took the lock with 487ms of Z's
+// validity left. The guard's threshold must be the drift budget of the
+// shortest lock any client holds on the nodes (docs/GUARANTEES.md): W set
+// to it, having met the nodes before, must not take the lock while Z's
+// validity runs.
+func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true})
+	const short = 900 * time.Millisecond
+	newClient := func(opts redlock.Options) *redlock.Client {
+		c, err := redlock.New(cl.Clients(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	z := newClient(redlock.Options{TTL: short})
+	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
+	l, err := w.TryAcquire(ctx, "warm-up") // W meets the nodes
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	const name = "job"
+	held, err := z.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	for _, s := range cl.Servers[:2] {
+		if err := s.SetClockOffset(500 * time.Millisecond); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var last error
+	for time.Now().Before(held.Deadline()) {
+		l, err := w.TryAcquire(ctx, name)
+		if err == nil {
+			left := time.Until(held.Deadline())
+			_ = l.Release(ctx)
+			if left > 0 {
+				t.Fatalf("W (60s locks) took lock %q after a 500ms clock jump on 2 of 3 nodes, while Z (900ms locks) holds it for %v more", name, left.Round(time.Millisecond))
+			}
+			return
+		}
+		last = err
+	}
+	if !errors.Is(last, redlock.ErrNodeSittingOut) || !strings.Contains(last.Error(), "clock jumped") {
+		t.Fatalf("want W refused to the end of Z's validity with the jumped nodes sitting out, last got %v", last)
+	}
+}
+
+// restartBefore is a go-redis hook that restarts a server (without
+// persistence: empty) the first time a script call naming key is about to
+// be sent to it: after the client's guard was read, before its vote.
+type restartBefore struct {
+	s     *redistest.Server
+	key   string
+	once  sync.Once
+	fired bool
+	err   error
+}
+
+func (h *restartBefore) names(cmd redis.Cmder) bool {
+	switch cmd.Name() {
+	case "evalsha", "eval":
+		return slices.Contains(cmd.Args(), any(h.key))
+	}
+	return false
+}
+
+func (h *restartBefore) fire(cmds ...redis.Cmder) {
+	if slices.ContainsFunc(cmds, h.names) {
+		h.once.Do(func() { h.fired, h.err = true, h.s.Restart(false) })
+	}
+}
+
+func (h *restartBefore) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *restartBefore) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		h.fire(cmd)
+		return next(ctx, cmd)
+	}
+}
+
+func (h *restartBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		h.fire(cmds...)
+		return next(ctx, cmds)
+	}
+}
+
+// The worst moment for a restart: Y's guard of the nodes was just read
+// (a second old at most, so the vote reads it without a probe), and 2 of 3
+// servers restart empty between that read and Y's acquire script. The
+// script goes out on a new connection and wins on the empty servers; the
+// dial must make the vote wait for a probe, which finds new servers without
+// persistence.
+func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Up an hour by their clocks, so that the hold needs no grace first.
+	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	opts := redlock.Options{TTL: 20 * time.Second}
+	x, err := redlock.New(cl.Clients(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	const name = "job"
+	var hooks []*restartBefore
+	var clients []redis.UniversalClient
+	for i, s := range cl.Servers {
+		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, DisableIdentity: true})
+		t.Cleanup(func() { _ = rdb.Close() })
+		if i < 2 {
+			h := &restartBefore{s: s, key: x.LockKey(name)}
+			rdb.AddHook(h)
+			hooks = append(hooks, h)
+		}
+		clients = append(clients, rdb)
+	}
+	y, err := redlock.New(clients, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	eventually(t, 5*time.Second, "X's key on every node", func() bool {
+		for _, s := range cl.Servers {
+			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, info := range y.Nodes(ctx) { // Y's guards, fresh
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("node %d: %+v, want it voting", i, info)
+		}
+	}
+	left := time.Until(held.Deadline())
+	l, err := y.TryAcquire(ctx, name)
+	for _, h := range hooks {
+		if !h.fired || h.err != nil {
+			t.Fatalf("%s: the restart before Y's script: fired %v, %v", h.s.Addr, h.fired, h.err)
+		}
+	}
+	if err == nil {
+		_ = l.Release(ctx)
+		t.Fatalf("Y took lock %q: 2 of 3 servers restarted empty between its guard and its vote, while X holds it for %.1fs more", name, left.Seconds())
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
+		t.Fatalf("want the restarted servers sitting out, got %v", err)
 	}
 }

@@ -112,7 +112,10 @@ type Options struct {
 	// between two samples, or disagree with the other nodes' clocks when
 	// the client meets it, before it sits out one largest TTL in use.
 	// Default 0: the drift allowance of the smallest TTL this client used.
-	// NoClockGuard turns the guard off.
+	// That protects the drift budget of this client's locks only: where
+	// other clients hold shorter locks on the same nodes, set it to at most
+	// the drift allowance of the shortest TTL any client uses
+	// (docs/GUARANTEES.md). NoClockGuard turns the guard off.
 	ClockJumpThreshold time.Duration
 	// DisableFencing skips the fence register: Token() is 0.
 	DisableFencing bool

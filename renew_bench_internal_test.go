@@ -5,6 +5,7 @@ package redlock
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,20 +70,34 @@ func selfCPU(b *testing.B) time.Duration {
 func serversCPU(b *testing.B, rdbs []redis.UniversalClient) time.Duration {
 	var sum time.Duration
 	for _, rdb := range rdbs {
-		info, err := rdb.Info(context.Background(), "cpu").Result()
-		if err != nil {
-			b.Fatal(err)
-		}
-		for line := range strings.Lines(info) {
-			name, val, _ := strings.Cut(strings.TrimSpace(line), ":")
-			if name == "used_cpu_sys" || name == "used_cpu_user" {
-				s, err := strconv.ParseFloat(val, 64)
-				if err != nil {
-					b.Fatalf("INFO cpu %s: %v", line, err)
-				}
-				sum += time.Duration(s * float64(time.Second))
+		sum += infoCPU(b, rdb, "used_cpu_sys", "used_cpu_user")
+	}
+	return sum
+}
+
+// infoCPU is the sum of the named fields of rdb's INFO cpu (seconds), each
+// of which must be there.
+func infoCPU(b *testing.B, rdb redis.UniversalClient, fields ...string) time.Duration {
+	b.Helper()
+	info, err := rdb.Info(context.Background(), "cpu").Result()
+	if err != nil {
+		b.Fatal(err)
+	}
+	var sum time.Duration
+	found := 0
+	for line := range strings.Lines(info) {
+		name, val, _ := strings.Cut(strings.TrimSpace(line), ":")
+		if slices.Contains(fields, name) {
+			s, err := strconv.ParseFloat(val, 64)
+			if err != nil {
+				b.Fatalf("INFO cpu %s: %v", line, err)
 			}
+			sum += time.Duration(s * float64(time.Second))
+			found++
 		}
+	}
+	if found != len(fields) {
+		b.Fatalf("INFO cpu has not all of %v: %q", fields, info)
 	}
 	return sum
 }

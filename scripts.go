@@ -2,7 +2,8 @@ package redlock
 
 import (
 	"context"
-	_ "embed"
+	"embed"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -10,69 +11,38 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// The compare-and-act scripts, one per file in lua/. They all answer with an
-// array of integers, which go-redis reads without boxing a value per field.
+// The compare-and-act scripts, one per file in lua/, each run with the
+// pieces of lua/lib.lua it names in front of it (see assemble). They all
+// answer with an array of integers, which go-redis reads without boxing a
+// value per field.
+//
+//go:embed lua/*.lua
+var luaFiles embed.FS
+
 var (
-	//go:embed lua/acquire.lua
-	acquireSrc string
-	//go:embed lua/raise.lua
-	raiseSrc string
-	//go:embed lua/extend.lua
-	extendSrc string
-	//go:embed lua/release.lua
-	releaseSrc string
-	//go:embed lua/fenced_set.lua
-	fencedSetSrc string
-	//go:embed lua/ttl_register.lua
-	ttlRegisterSrc string
-	//go:embed lua/rw_read_acquire.lua
-	rwReadAcquireSrc string
-	//go:embed lua/rw_read_release.lua
-	rwReadReleaseSrc string
-	//go:embed lua/rw_read_extend.lua
-	rwReadExtendSrc string
-	//go:embed lua/rw_read_raise.lua
-	rwReadRaiseSrc string
-	//go:embed lua/rw_write_acquire.lua
-	rwWriteAcquireSrc string
-	//go:embed lua/rw_write_release.lua
-	rwWriteReleaseSrc string
-	//go:embed lua/rw_write_extend.lua
-	rwWriteExtendSrc string
-	//go:embed lua/rw_intent_clear.lua
-	rwIntentClearSrc string
-	//go:embed lua/semaphore_acquire.lua
-	semaphoreAcquireSrc string
-	//go:embed lua/semaphore_release.lua
-	semaphoreReleaseSrc string
-	//go:embed lua/semaphore_extend.lua
-	semaphoreExtendSrc string
-	//go:embed lua/fair_queue.lua
-	fairQueueSrc string
-	//go:embed lua/fair_extend.lua
-	fairExtendSrc string
+	acquireScript     = newScript("acquire.lua")
+	raiseScript       = newScript("raise.lua")
+	extendScript      = newRenewalScript("extend.lua")
+	releaseScript     = newScript("release.lua")
+	ttlRegisterScript = newRenewalScript("ttl_register.lua")
+	// FencedSet's script runs on the resource's server, not on the lock
+	// nodes: the probes do not load it, its first run does.
+	fencedSetScript = newResourceScript("fenced_set.lua")
 
-	acquireScript     = newScript(acquireSrc)
-	raiseScript       = newScript(raiseSrc)
-	extendScript      = newRenewalScript(extendSrc)
-	releaseScript     = newScript(releaseSrc)
-	fencedSetScript   = newScript(fencedSetSrc)
-	ttlRegisterScript = newRenewalScript(ttlRegisterSrc)
+	rwReadAcquireScript  = newScript("rw_read_acquire.lua")
+	rwReadReleaseScript  = newScript("rw_read_release.lua")
+	rwReadExtendScript   = newRenewalScript("rw_read_extend.lua")
+	rwReadRaiseScript    = newScript("rw_read_raise.lua")
+	rwWriteAcquireScript = newScript("rw_write_acquire.lua")
+	rwWriteReleaseScript = newScript("rw_write_release.lua")
+	rwWriteExtendScript  = newRenewalScript("rw_write_extend.lua")
+	rwIntentClearScript  = newScript("rw_intent_clear.lua")
 
-	rwReadAcquireScript  = newScript(rwReadAcquireSrc)
-	rwReadReleaseScript  = newScript(rwReadReleaseSrc)
-	rwReadExtendScript   = newRenewalScript(rwReadExtendSrc)
-	rwReadRaiseScript    = newScript(rwReadRaiseSrc)
-	rwWriteAcquireScript = newScript(rwWriteAcquireSrc)
-	rwWriteReleaseScript = newScript(rwWriteReleaseSrc)
-	rwWriteExtendScript  = newRenewalScript(rwWriteExtendSrc)
-	rwIntentClearScript  = newScript(rwIntentClearSrc)
-
-	semaphoreAcquireScript = newScript(semaphoreAcquireSrc)
-	semaphoreReleaseScript = newScript(semaphoreReleaseSrc)
-	semaphoreExtendScript  = newRenewalScript(semaphoreExtendSrc)
-	fairQueueScript        = newScript(fairQueueSrc)
-	fairExtendScript       = newRenewalScript(fairExtendSrc)
+	semaphoreAcquireScript = newScript("semaphore_acquire.lua")
+	semaphoreReleaseScript = newScript("semaphore_release.lua")
+	semaphoreExtendScript  = newRenewalScript("semaphore_extend.lua")
+	fairQueueScript        = newScript("fair_queue.lua")
+	fairExtendScript       = newRenewalScript("fair_extend.lua")
 )
 
 // script is a Lua script run by EVALSHA, falling back to EVAL when the node
@@ -85,56 +55,235 @@ var (
 // the scripts still unknown (see loadScripts); from then on it runs with
 // EVALSHA on every node, since the SHA depends on the source alone.
 type script struct {
-	src    string
-	srcArg any                 // src, boxed once
-	sha    atomic.Pointer[any] // the SHA, boxed once; nil until a node told it
+	file   string // its file in lua/, e.g. "acquire.lua"
+	src    string // the pieces of lua/lib.lua it names, then the file
+	srcArg any    // src, boxed once
+	// lines tells where each line of src comes from: the library's
+	// pieces, then the file (a batched form numbers them the same)
+	lines []lineRun
+	sha   atomic.Pointer[any] // the SHA, boxed once; nil until a node told it
 	// renewal scripts go on a node's renewal pipe, apart from the acquires
 	// (see nodePipes)
 	renewal bool
 	// batched is the script's batched form (see batchSrc), nil for a
-	// batched form itself.
+	// batched form itself and for a resource script.
 	batched *script
+	// resource scripts run on the resource's server, not the lock nodes
+	// (see newResourceScript); loadRefused is set once a server refused to
+	// load one: it runs by EVAL from then on.
+	resource    bool
+	loadRefused atomic.Bool
+}
+
+// lineRun is a run of n lines of file from line first on, placed one after
+// the other in a script's source.
+type lineRun struct {
+	file     string
+	first, n int
 }
 
 // scripts lists every script made by newScript: the probes load them all,
 // so a new script needs nothing more than its newScript line.
 var scripts []*script
 
-func newScript(src string) *script {
-	s := &script{src: src, srcArg: src}
-	b := batchSrc(src)
-	s.batched = &script{src: b, srcArg: b}
+func newScript(file string) *script {
+	s, lib, body := assemble(file)
+	b := batchSrc(lib, body)
+	s.batched = &script{file: file, src: b, srcArg: b, lines: s.lines}
 	scripts = append(scripts, s, s.batched)
 	return s
 }
 
-func newRenewalScript(src string) *script {
-	s := newScript(src)
+func newRenewalScript(file string) *script {
+	s := newScript(file)
 	s.renewal = true
 	s.batched.renewal = true
 	return s
 }
 
-// batchSrc is the batched form of a script: its source becomes the body of
-// a function one(KEYS, ARGV), called once per lock under pcall, so that one
+// newResourceScript makes a script that runs on the server of the
+// resource a lock guards (FencedSet's), which need not be a lock node: it
+// is left out of scripts, which every probe of every lock node loads, and
+// learns its SHA where it first runs (see runScript).
+func newResourceScript(file string) *script {
+	s, _, _ := assemble(file)
+	s.resource = true
+	return s
+}
+
+// libPiece is one piece of lua/lib.lua: the lines first to last of the
+// file.
+type libPiece struct {
+	names       []string // the locals it declares
+	first, last int
+	text        string
+	needs       []string // the names of earlier pieces it uses
+}
+
+// library holds lua/lib.lua's pieces in the file's order.
+var library = parseLibrary(mustRead("lib.lua"))
+
+func mustRead(file string) string {
+	b, err := luaFiles.ReadFile("lua/" + file)
+	if err != nil {
+		panic("redlock: embedded script " + file + ": " + err.Error())
+	}
+	return string(b)
+}
+
+// parseLibrary cuts the library into its pieces: the runs of lines between
+// blank lines, but the file's opening comment. A piece is named by the
+// locals its lines at column 1 declare ("local function f(", "local a, b =").
+func parseLibrary(src string) []libPiece {
+	lines := strings.SplitAfter(src, "\n")
+	var pieces []libPiece
+	for i := 0; i < len(lines); {
+		j := i
+		for j < len(lines) && strings.TrimSpace(lines[j]) != "" {
+			j++
+		}
+		if j > i && i > 0 {
+			pieces = append(pieces, libPiece{first: i + 1, last: j, text: strings.Join(lines[i:j], "")})
+		}
+		i = j + 1
+	}
+	for i := range pieces {
+		p := &pieces[i]
+		for _, l := range strings.Split(p.text, "\n") {
+			decl, ok := strings.CutPrefix(l, "local ")
+			if !ok {
+				continue
+			}
+			if f, ok := strings.CutPrefix(decl, "function "); ok {
+				name, _, _ := strings.Cut(f, "(")
+				p.names = append(p.names, name)
+				continue
+			}
+			decl, _, _ = strings.Cut(decl, "=")
+			for _, name := range strings.Split(decl, ",") {
+				p.names = append(p.names, strings.TrimSpace(name))
+			}
+		}
+		if len(p.names) == 0 {
+			panic(fmt.Sprintf("redlock: lua/lib.lua:%d-%d declares no local", p.first, p.last))
+		}
+		code := luaCode(p.text)
+		for _, q := range pieces[:i] {
+			if namesAny(code, q.names) {
+				p.needs = append(p.needs, q.names[0])
+			}
+		}
+	}
+	return pieces
+}
+
+// namesAny tells whether code uses any of names as a whole word.
+func namesAny(code string, names []string) bool {
+	for _, n := range names {
+		if usesName(code, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// luaCode is src without its comments, for finding the names it uses. The
+// scripts put no "--" inside a string.
+func luaCode(src string) string {
+	var b strings.Builder
+	for _, l := range strings.Split(src, "\n") {
+		code, _, _ := strings.Cut(l, "--")
+		b.WriteString(code)
+		b.WriteByte('\n')
+	}
+	return b.String()
+}
+
+// usesName tells whether code uses name as a whole word.
+func usesName(code, name string) bool {
+	for rest := code; ; {
+		i := strings.Index(rest, name)
+		if i < 0 {
+			return false
+		}
+		before, after := i == 0 || !isWordByte(rest[i-1]), i+len(name) == len(rest) || !isWordByte(rest[i+len(name)])
+		if before && after {
+			return true
+		}
+		rest = rest[i+len(name):]
+	}
+}
+
+func isWordByte(c byte) bool {
+	return c == '_' || c >= '0' && c <= '9' || c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z'
+}
+
+// assemble reads lua/<file> and puts in front of it the library's pieces
+// it names, and those they name, in the library's order. Only the named
+// ones: a local function costs a closure at every run of the script. It
+// also gives the two parts, for the batched form.
+func assemble(file string) (s *script, lib, body string) {
+	body = mustRead(file)
+	want := map[string]bool{} // by a piece's first name
+	code := luaCode(body)
+	for i := len(library) - 1; i >= 0; i-- { // a piece needs only earlier ones
+		p := library[i]
+		if want[p.names[0]] || namesAny(code, p.names) {
+			want[p.names[0]] = true
+			for _, n := range p.needs {
+				want[n] = true
+			}
+		}
+	}
+	var pieces strings.Builder
+	var lines []lineRun
+	for _, p := range library {
+		if want[p.names[0]] {
+			pieces.WriteString(p.text)
+			lines = append(lines, lineRun{"lib.lua", p.first, p.last - p.first + 1})
+		}
+	}
+	lib = pieces.String()
+	lines = append(lines, lineRun{file, 1, strings.Count(body, "\n") + 1})
+	src := lib + body
+	return &script{file: file, src: src, srcArg: src, lines: lines}, lib, body
+}
+
+// where names the file and line of line n of the script's source, e.g.
+// "lua/lib.lua:35 for lua/acquire.lua"; "" for a line of neither (the
+// loop of a batched form).
+func (s *script) where(n int) string {
+	for _, r := range s.lines {
+		if n <= r.n {
+			if r.file != s.file {
+				return fmt.Sprintf("lua/%s:%d for lua/%s", r.file, r.first+n-1, s.file)
+			}
+			return fmt.Sprintf("lua/%s:%d", r.file, r.first+n-1)
+		}
+		n -= r.n
+	}
+	return ""
+}
+
+// batchSrc is the batched form of a script: its library pieces (lib),
+// defined once for the whole run, then its file (body) as the body of a
+// function one(KEYS, ARGV), called once per lock under pcall, so that one
 // EVALSHA runs the script for many locks and a lock whose call fails (a
 // key of the wrong type, an ACL refusal) gets its error as its own answer
-// while the others run. The function starts on the source's first line, so
-// a line of the source is the same line in both forms.
+// while the others run. The library starts on the run's first line and
+// the function on the line after it, so a line has the same number in both
+// forms.
 //
-// An error caught by pcall carries no line (scripts have no debug library),
-// so the batched form sees the script's calls through a local redis whose
-// call records the command's name, and names it in the error: explain can
-// then name an ACL refusal's command as it does from the line.
+// Defined once for the run, the library's clock reads TIME once for all
+// the run's calls (see lua/lib.lua clock). That spares each lock one of its
+// two or three server calls.
 //
-// That local redis also answers every call's TIME with the run's first
-// (the same table: the scripts only read it): a run is atomic, no other command runs on the server
-// between its start and any of its calls, and the server judges its keys'
-// expiry by the run's start time too, so the run decides each lock as if
-// every call had run at that first instant, a schedule that could have
-// happened. The time each call answers still lies between the run's send
-// and its answer, which is all a clock sample (recheck) asks. It spares
-// each lock one of its two or three server calls.
+// An error caught by pcall carries no line of its own (scripts have no
+// debug library), so the batched form sees the script's calls through a
+// local redis whose call raises a call's error from the line that made the
+// call (error's level 2), and records the command's name: the error names
+// both. explain can then name the command and place it as it does from a
+// plain run's error.
 //
 // Each lock's KEYS and ARGV are two tables the run refills for every lock
 // (the scripts keep no reference to them past their call).
@@ -150,12 +299,12 @@ func newRenewalScript(src string) *script {
 // turn, the length of its script's reply and that reply's integers, or,
 // when its call failed, minus the length of the error's message and the
 // message's bytes (see batchAnswers).
-func batchSrc(src string) string {
-	return "local call, last, now = redis.call, nil, nil " +
-		"local redis = setmetatable({call = function(c, ...) last = c " +
-		"if c == 'TIME' then now = now or call('TIME') return now end " +
-		"return call(c, ...) end}, {__index = redis}) " +
-		"local function one(KEYS, ARGV) " + src + `
+func batchSrc(lib, body string) string {
+	return "local pcall_, failed = redis.pcall, nil " +
+		"local redis = setmetatable({call = function(c, ...) local r = pcall_(c, ...) " +
+		"if type(r) == 'table' and r.err then failed = c error(r.err, 2) end " +
+		"return r end}, {__index = redis}) " + lib +
+		"local function one(KEYS, ARGV) " + body + `
 end
 local out, n, keys, argv, nk0, na0 = {}, 0, {}, {}, 0, 0
 local k, p, left, nk, na = 1, 2, 0, 0, 0
@@ -180,15 +329,26 @@ for j = 1, tonumber(ARGV[1]) do
     argv[x] = ARGV[p]
     p = p + 1
   end
-  last = nil
+  failed = nil
   local ok, r = pcall(one, keys, argv)
   if not ok then
     if type(r) == 'table' and r.err then
       r = r.err
     end
     r = tostring(r)
-    if last then
-      r = r .. "` + batchCallMarker + `" .. string.lower(last) .. "')"
+    local line, msg = string.match(r, '^user_script:(%d+): (.*)$')
+    if line then
+      r = msg
+    end
+    local tag = ''
+    if failed then
+      tag = "` + batchCallMarker + `" .. string.lower(failed) .. "'"
+    end
+    if line then
+      tag = tag .. (failed and ', on' or ' (on') .. ' @user_script:' .. line
+    end
+    if tag ~= '' then
+      r = r .. tag .. ')'
     end
     n = n + 1
     out[n] = -#r
@@ -212,8 +372,9 @@ return out
 `
 }
 
-// batchCallMarker ends the error of a lock's call in a batched run with the
-// command the script was calling: "... (in the script's call of 'get')".
+// batchCallMarker follows the error of a lock's call in a batched run with
+// the command the script was calling and the line it called it from:
+// "... (in the script's call of 'get', on @user_script:12)".
 const batchCallMarker = " (in the script's call of '"
 
 // batchArgs builds the command of the batched form of s for calls, each a
@@ -308,47 +469,73 @@ func (s *script) args(keys []string, argv ...any) []any {
 	return append(args, argv...)
 }
 
-// explain turns an ACL refusal of a command inside the script into a
-// NOPERM error that names the command. Redis 7.0 tells only the line ("ERR
-// The user executing the script can't run this command or subcommand
-// script: <sha>, on @user_script:17."), so the commands called on that line
-// of the source are named instead. Redis 8 and Valkey 9 name the command but
-// say ERR, not NOPERM ("ERR ACL failure in script: User u has no
-// permissions to run the 'set' command script: <sha>, on
-// @user_script:17."). Other errors are returned as they are.
+// explain places an error the script met on the node: it names the file
+// and line in lua/ (the server numbers the lines of the source it ran, the
+// library's pieces and then the script's file: see where) and the command
+// called there, wrapping the server's error. An ACL refusal of a command
+// inside the script becomes a NOPERM error that names the command. Redis
+// 7.0 tells only the line ("ERR The user executing the script can't run
+// this command or subcommand script: <sha>, on @user_script:17."), so the
+// commands called on that line of the source are named instead. Redis 8
+// and Valkey 9 name the command but say ERR, not NOPERM ("ERR ACL failure
+// in script: User u has no permissions to run the 'set' command script:
+// <sha>, on @user_script:17."). A batched run's error names both (see
+// batchCallMarker). Errors that are no script's (a timeout, NOSCRIPT) are
+// returned as they are.
 func (s *script) explain(err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, refused, ok := strings.Cut(err.Error(), aclRefusalNamed); ok && strings.Contains(err.Error(), "ACL failure in script") {
-		name, _, _ := strings.Cut(refused, "'")
-		return fmt.Errorf("NOPERM the ACL refused the lock script the command '%s' (see ACLRule): %w", strings.ToLower(name), err)
-	}
-	if !strings.Contains(err.Error(), "can't run this command") {
-		return err
-	}
-	if _, call, ok := strings.Cut(err.Error(), batchCallMarker); ok { // a batched run's
-		name, _, _ := strings.Cut(call, "'")
-		return fmt.Errorf("NOPERM the ACL refused the lock script the command '%s' (see ACLRule): %w", name, err)
-	}
-	_, after, ok := strings.Cut(err.Error(), "@user_script:")
-	if !ok {
-		return err
-	}
-	digits := strings.TrimRight(after, ".")
-	line := 0
-	for _, d := range digits {
-		if d < '0' || d > '9' {
-			break
+	msg := err.Error()
+	place, cmds := "", []string(nil)
+	if i := strings.LastIndex(msg, "user_script:"); i >= 0 {
+		line := 0
+		for _, d := range msg[i+len("user_script:"):] {
+			if d < '0' || d > '9' {
+				break
+			}
+			line = line*10 + int(d-'0')
 		}
-		line = line*10 + int(d-'0')
+		place = s.where(line)
+		cmds = s.callsOn(line)
 	}
-	lines := strings.Split(s.src, "\n")
-	if line < 1 || line > len(lines) {
+	if _, call, ok := strings.Cut(msg, batchCallMarker); ok { // a batched run's
+		name, _, _ := strings.Cut(call, "'")
+		cmds = []string{"'" + name + "'"}
+	}
+	if _, refused, ok := strings.Cut(msg, aclRefusalNamed); ok && strings.Contains(msg, "ACL failure in script") {
+		name, _, _ := strings.Cut(refused, "'")
+		cmds = []string{"'" + strings.ToLower(name) + "'"}
+		return fmt.Errorf("NOPERM the ACL refused the lock script the command %s%s (see ACLRule): %w", cmds[0], at(place), err)
+	}
+	if strings.Contains(msg, "can't run this command") && len(cmds) > 0 {
+		return fmt.Errorf("NOPERM the ACL refused the lock script the command %s%s (see ACLRule): %w", strings.Join(cmds, " or "), at(place), err)
+	}
+	if place == "" {
 		return err
+	}
+	if len(cmds) > 0 {
+		place += ", in its call of " + strings.Join(cmds, " or ")
+	}
+	return fmt.Errorf("%w (at %s)", err, place)
+}
+
+func at(place string) string {
+	if place == "" {
+		return ""
+	}
+	return " at " + place
+}
+
+// callsOn gives the commands (quoted, in lower case) that line n of the
+// script's source calls.
+func (s *script) callsOn(n int) []string {
+	lines := strings.Split(s.src, "\n")
+	if n < 1 || n > len(lines) {
+		return nil
 	}
 	var cmds []string
-	for rest := lines[line-1]; ; {
+	for rest := lines[n-1]; ; {
 		_, call, found := strings.Cut(rest, "redis.call('")
 		if !found {
 			break
@@ -357,10 +544,7 @@ func (s *script) explain(err error) error {
 		cmds = append(cmds, "'"+strings.ToLower(name)+"'")
 		rest = tail
 	}
-	if len(cmds) == 0 {
-		return err
-	}
-	return fmt.Errorf("NOPERM the ACL refused the lock script the command %s (see ACLRule): %w", strings.Join(cmds, " or "), err)
+	return cmds
 }
 
 // aclRefusalNamed precedes the refused command's name in the ACL error of
@@ -396,9 +580,29 @@ func (r redisRunner) run(ctx context.Context, s *script, args []any) ([]int64, e
 // runScript is run with a check of the reply's length, for callers off the
 // hot path.
 func runScript(ctx context.Context, rdb processor, s *script, want int, keys []string, argv ...any) ([]int64, error) {
+	s.loadOn(ctx, rdb)
 	vals, err := redisRunner{rdb}.run(ctx, s, s.args(keys, argv...))
 	if err == nil && len(vals) != want {
 		err = fmt.Errorf("redlock: unexpected script reply %v", vals)
 	}
 	return vals, err
+}
+
+// loadOn learns the SHA of a resource script from rdb, the server it runs
+// on, before its first run there: the probes load only the lock nodes'
+// scripts. A server that refuses SCRIPT LOAD (an ACL user without it) leaves
+// the script on EVAL for good; one that did not answer is asked again next
+// time.
+func (s *script) loadOn(ctx context.Context, rdb processor) {
+	if !s.resource || s.sha.Load() != nil || s.loadRefused.Load() {
+		return
+	}
+	cmd := redis.NewStringCmd(ctx, "script", "load", s.src)
+	_ = rdb.Process(ctx, cmd)
+	var refused redis.Error
+	if err := cmd.Err(); err == nil {
+		s.learn(cmd.Val())
+	} else if errors.As(err, &refused) {
+		s.loadRefused.Store(true)
+	}
 }

@@ -8,8 +8,6 @@
 -- Returns {1, fence before, sec, usec} when the lock is ours here,
 --         {0, pttl of the holder, sec, usec} when another owner has it.
 -- The node's TIME rides along so the client can spot a clock jump for free.
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
 -- A value equal to ours means a retried command already won here. Its
 -- yes must still write (here the same value, same expiry): from Redis 7.2
 -- a WAIT behind this call covers only this connection's own writes, and
@@ -24,22 +22,6 @@ if won then
     -- Prefixed with the owner value: a reader shows it only beside that owner's key.
     redis.call('SET', KEYS[3], ARGV[1] .. ARGV[5], 'PX', ARGV[2])
   end
-  if ARGV[3] == '0' then
-    return {1, 0, sec, usec}
-  end
-  local stored = redis.call('GET', KEYS[2])
-  local fence = tonumber(stored or '0')
-  -- Values stay strings: a Lua number may be written back in exponent form.
-  local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
-  if not higher then
-    raised = stored
-  end
-  if ARGV[4] ~= '0' then
-    -- Every acquisition renews the register's lifetime.
-    redis.call('SET', KEYS[2], raised, 'PX', ARGV[4])
-  elseif higher then
-    redis.call('SET', KEYS[2], raised)
-  end
-  return {1, fence, sec, usec}
+  return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
 end
 return {0, redis.call('PTTL', KEYS[1]), sec, usec}

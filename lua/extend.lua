@@ -7,30 +7,15 @@
 -- ARGV[5] (with KEYS[3]) the holder's metadata
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds it,
 -- -1 a newer token was issued here (our lock is stale).
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
-local owner = redis.call('GET', KEYS[1])
-if owner == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if KEYS[3] then
-    redis.call('PEXPIRE', KEYS[3], ARGV[2]) -- the metadata lives as long as the lock
-  end
-  return {1, sec, usec}
+local held = renew(KEYS[1], ARGV[1], ARGV[2])
+if held == 1 and KEYS[3] then
+  redis.call('PEXPIRE', KEYS[3], ARGV[2]) -- the metadata lives as long as the lock
 end
-if owner then
-  return {0, sec, usec}
+if held then
+  return {held, sec, usec}
 end
-local token = tonumber(ARGV[3])
-if token > 0 then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if fence > token then
-    return {-1, sec, usec}
-  end
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
-  elseif token > fence then
-    redis.call('SET', KEYS[2], ARGV[3])
-  end
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
+  return {-1, sec, usec}
 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 if KEYS[3] then

@@ -13,17 +13,14 @@
 -- fencing off), ARGV[4] the fence register's lifetime in ms (0: for ever)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds
 -- it, -1 a newer token was issued here (our lock is stale).
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
 local me, grant = ARGV[1], KEYS[6]
 local function forget()
   redis.call('ZREM', KEYS[3], me)
   redis.call('ZREM', KEYS[4], me)
   redis.call('HDEL', KEYS[5], me)
 end
-local owner = redis.call('GET', KEYS[1])
-if owner == me then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+local held = renew(KEYS[1], me, ARGV[2])
+if held == 1 then
   if redis.call('HGET', grant, 'owner') == me then
     -- No wait of ours undoes this pin: we wait no more.
     redis.call('HSET', grant, 'claimed', 'held')
@@ -32,20 +29,11 @@ if owner == me then
   forget()
   return {1, sec, usec}
 end
-if owner then
+if held then
   return {0, sec, usec}
 end
-local token = tonumber(ARGV[3])
-if token > 0 then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if fence > token then
-    return {-1, sec, usec}
-  end
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
-  elseif token > fence then
-    redis.call('SET', KEYS[2], ARGV[3])
-  end
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
+  return {-1, sec, usec}
 end
 redis.call('SET', KEYS[1], me, 'PX', ARGV[2])
 redis.call('DEL', grant)

@@ -29,8 +29,6 @@
 --   leave:   {0, PTTL}: the caller holds the lock by a take round and
 --            leaves this queue
 --   release: {1} the key was ours (handed on or deleted), {0} not
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
 local nowms = sec * 1000 + math.floor(usec / 1000)
 local op, me = ARGV[1], ARGV[2]
 local queue, expiry, settings, grant = KEYS[3], KEYS[4], KEYS[5], KEYS[6]
@@ -39,27 +37,6 @@ local function forget(w)
   redis.call('ZREM', queue, w)
   redis.call('ZREM', expiry, w)
   redis.call('HDEL', settings, w)
-end
-
--- The acquire's fencing step (lua/acquire.lua), for a take that holds the
--- key here: read the register, raise it to the proposal.
-local function raiseFence()
-  if ARGV[6] == '0' then
-    return {1, 0, sec, usec}
-  end
-  local stored = redis.call('GET', KEYS[2])
-  local fence = tonumber(stored or '0')
-  -- Values stay strings: a Lua number may be written back in exponent form.
-  local raised, higher = ARGV[6], tonumber(ARGV[6]) > fence
-  if not higher then
-    raised = stored
-  end
-  if ARGV[7] ~= '0' then
-    redis.call('SET', KEYS[2], raised, 'PX', ARGV[7])
-  elseif higher then
-    redis.call('SET', KEYS[2], raised)
-  end
-  return {1, fence, sec, usec}
 end
 
 -- Nobody queued, not even an expired entry: the uncontended case needs
@@ -73,7 +50,7 @@ if redis.call('EXISTS', queue) == 0 then
     redis.call('SET', KEYS[1], me, 'PX', ARGV[4])
     redis.call('HSET', grant, 'owner', me, 'claimed', ARGV[11])
     redis.call('PEXPIRE', grant, ARGV[4])
-    return raiseFence()
+    return {1, propose(KEYS[2], ARGV[6], ARGV[7]), sec, usec}
   end
   if op == 'release' and holder == me then
     redis.call('DEL', KEYS[1], grant)
@@ -140,7 +117,7 @@ end
 -- The claim step, once the key is ours by a grant: extend it to our TTL
 -- (the caller dates its validity from the round's start, before this),
 -- pin the grant with the round's number so that it no longer moves, leave
--- the queue, and do the acquire's fencing step.
+-- the queue, and do the acquire's fencing step (lua/lib.lua propose).
 local function claim(round)
   redis.call('PEXPIRE', KEYS[1], ARGV[4])
   -- Pinned by this round, unless a later round (whose take overtook a
@@ -151,7 +128,7 @@ local function claim(round)
   end
   redis.call('PEXPIRE', grant, ARGV[4])
   forget(me)
-  return raiseFence()
+  return {1, propose(KEYS[2], ARGV[6], ARGV[7]), sec, usec}
 end
 
 

@@ -1,21 +1,17 @@
 -- Slow path of the fencing protocol: raise the fence register to the token
 -- the client chose, but only while this node still holds the lock for us.
--- KEYS[1] lock key, KEYS[2] fence register; ARGV[1] owner value, ARGV[2] token,
+-- KEYS[1] lock key, KEYS[2] fence register; ARGV[1] owner value, ARGV[2] token
+-- (at least 1: the slow path's token is max f + 1, with fencing on),
 -- ARGV[3] the fence register's lifetime in ms (0: it never expires)
 -- Returns {1} when the register now holds at least the token, {0} otherwise.
 if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return {0}
 end
-local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-local token = tonumber(ARGV[2])
-if fence > token then
+local ok, wrote = raise(KEYS[2], ARGV[2], ARGV[3])
+if not ok then
   return {0}
 end
-if ARGV[3] ~= '0' then
-  redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3]) -- token >= fence here
-elseif token > fence then
-  redis.call('SET', KEYS[2], ARGV[2])
-else
+if wrote == false then
   -- Already raised (a retried command): the yes still writes, the same
   -- value, so that a WAIT behind it covers a write of its own
   -- connection (see acquire.lua).

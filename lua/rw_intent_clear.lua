@@ -3,8 +3,6 @@
 -- KEYS[1] writer intents (ZSET: intent id -> expiry in µs of this node's clock)
 -- ARGV[1] intent id, ARGV[2] the lock's release channel
 -- Returns {1} when the intent was here, {0} otherwise.
-local now = redis.call('TIME')
-local nowus = tonumber(now[1]) * 1000000 + tonumber(now[2])
 if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 then
   return {0}
 end

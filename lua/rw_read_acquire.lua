@@ -11,37 +11,12 @@
 -- (0: it never expires)
 -- Returns {1, fence register before, sec, usec} when admitted here,
 --         {0, writer's PTTL or -1 when a waiting writer refused us, sec, usec}.
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
-local nowus = sec * 1000000 + usec
 local ttl = tonumber(ARGV[2])
+-- Once admitted, the acquire's fence step: a reader's acquisition renews
+-- the register's lifetime too.
 local function admitted()
-  if ARGV[3] == '0' then
-    return {1, 0, sec, usec}
-  end
-  local stored = redis.call('GET', KEYS[2])
-  local fence = tonumber(stored or '0')
-  -- Values stay strings: a Lua number may be written back in exponent form.
-  local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
-  if not higher then
-    raised = stored
-  end
-  if ARGV[4] ~= '0' then
-    -- Every acquisition, a reader's too, renews the register's lifetime.
-    redis.call('SET', KEYS[2], raised, 'PX', ARGV[4])
-  elseif higher then
-    redis.call('SET', KEYS[2], raised)
-  end
-  return {1, fence, sec, usec}
-end
--- The entry lives exactly the TTL on this node's clock, as a key set with
--- PX would; the set itself outlives its longest entry by a millisecond, so
--- it never vanishes under a live entry.
-local function enter()
-  redis.call('ZADD', KEYS[3], nowus + ttl * 1000, ARGV[1])
-  if redis.call('PTTL', KEYS[3]) < ttl + 1 then
-    redis.call('PEXPIRE', KEYS[3], ttl + 1)
-  end
+  enter(KEYS[3], ARGV[1], ttl)
+  return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
 end
 -- A retried command that already won here. Its yes still writes (the
 -- entry, from now: it only lives longer than the reader counts on), so
@@ -49,7 +24,6 @@ end
 -- acquire.lua).
 local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if mine and tonumber(mine) > nowus then
-  enter()
   return admitted()
 end
 local writer = redis.call('PTTL', KEYS[1])
@@ -60,5 +34,4 @@ redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowus)
 if redis.call('ZCARD', KEYS[4]) > 0 then
   return {0, -1, sec, usec}
 end
-enter()
 return admitted()

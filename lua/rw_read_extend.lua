@@ -13,35 +13,17 @@
 -- lifetime in ms (0: it never expires)
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 a writer holds it,
 -- -1 a newer token was issued here (our entry is not put back).
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
-local nowus = sec * 1000000 + usec
 local ttl = tonumber(ARGV[2])
-local function keep()
-  redis.call('ZADD', KEYS[3], nowus + ttl * 1000, ARGV[1])
-  if redis.call('PTTL', KEYS[3]) < ttl + 1 then
-    redis.call('PEXPIRE', KEYS[3], ttl + 1)
-  end
-end
 local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if score and tonumber(score) > nowus then
-  keep()
+  enter(KEYS[3], ARGV[1], ttl)
   return {1, sec, usec}
 end
 if redis.call('EXISTS', KEYS[1]) == 1 then
   return {0, sec, usec}
 end
-local token = tonumber(ARGV[3])
-if token > 0 then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if fence > token then
-    return {-1, sec, usec}
-  end
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
-  elseif token > fence then
-    redis.call('SET', KEYS[2], ARGV[3])
-  end
+if not raise(KEYS[2], ARGV[3], ARGV[4]) then
+  return {-1, sec, usec}
 end
-keep()
+enter(KEYS[3], ARGV[1], ttl)
 return {2, sec, usec}

@@ -9,8 +9,6 @@
 -- in ms (0: it never expires)
 -- Returns {1} when the register now holds at least the token, {0} when the
 -- reader is not admitted here.
-local now = redis.call('TIME')
-local nowus = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local score = redis.call('ZSCORE', KEYS[3], ARGV[1])
 if not score or tonumber(score) <= nowus then
   return {0}

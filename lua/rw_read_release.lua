@@ -6,8 +6,6 @@
 -- The message is "*" and the owner value: "*" asks every waiter of the lock
 -- to try, since readers do not exclude each other.
 -- Returns {1} when our entry was still live here, {0} otherwise.
-local now = redis.call('TIME')
-local nowus = tonumber(now[1]) * 1000000 + tonumber(now[2])
 local score = redis.call('ZSCORE', KEYS[1], ARGV[1])
 if not score then
   return {0}

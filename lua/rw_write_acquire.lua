@@ -12,9 +12,6 @@
 -- ARGV[5] intent id ("" records none: a single try), ARGV[6] intent TTL in ms
 -- Returns {1, fence before, sec, usec} when the lock is ours here,
 --         {0, how long the holders keep it at most in ms, sec, usec}.
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
-local nowus = sec * 1000000 + usec
 local owner = redis.call('GET', KEYS[1])
 local won = owner == ARGV[1] -- a retried command that already won here
 local hint = -1
@@ -37,30 +34,11 @@ else
 end
 if not won then
   if ARGV[5] ~= '' then
-    local ttl = tonumber(ARGV[6])
-    redis.call('ZADD', KEYS[4], nowus + ttl * 1000, ARGV[5])
-    if redis.call('PTTL', KEYS[4]) < ttl + 1 then
-      redis.call('PEXPIRE', KEYS[4], ttl + 1)
-    end
+    enter(KEYS[4], ARGV[5], tonumber(ARGV[6]))
   end
   return {0, hint, sec, usec}
 end
 if ARGV[5] ~= '' then
   redis.call('ZREM', KEYS[4], ARGV[5])
 end
-if ARGV[3] == '0' then
-  return {1, 0, sec, usec}
-end
-local stored = redis.call('GET', KEYS[2])
-local fence = tonumber(stored or '0')
--- Values stay strings: a Lua number may be written back in exponent form.
-local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
-if not higher then
-  raised = stored
-end
-if ARGV[4] ~= '0' then
-  redis.call('SET', KEYS[2], raised, 'PX', ARGV[4])
-elseif higher then
-  redis.call('SET', KEYS[2], raised)
-end
-return {1, fence, sec, usec}
+return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}

@@ -19,8 +19,6 @@
 --         {0, shortest pttl of the holders, sec, usec, -1} when all K are taken,
 --         {2, pttl of the record, sec, usec, recorded K} when another K is
 --         recorded (nothing is written then).
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
 local k = (#KEYS - 1) / 2
 local record = KEYS[2 * k + 1]
 local recorded = redis.call('GET', record)
@@ -64,20 +62,4 @@ end
 if redis.call('PTTL', record) < tonumber(ARGV[2]) then
   redis.call('SET', record, ARGV[6], 'PX', ARGV[2])
 end
-if ARGV[3] == '0' then
-  return {1, 0, sec, usec, slot}
-end
-local fenceKey = KEYS[k + slot + 1]
-local stored = redis.call('GET', fenceKey)
-local fence = tonumber(stored or '0')
--- Values stay strings: a Lua number may be written back in exponent form.
-local raised, higher = ARGV[3], tonumber(ARGV[3]) > fence
-if not higher then
-  raised = stored
-end
-if ARGV[4] ~= '0' then
-  redis.call('SET', fenceKey, raised, 'PX', ARGV[4])
-elseif higher then
-  redis.call('SET', fenceKey, raised)
-end
-return {1, fence, sec, usec, slot}
+return {1, propose(KEYS[k + slot + 1], ARGV[3], ARGV[4]), sec, usec, slot}

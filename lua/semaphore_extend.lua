@@ -10,38 +10,23 @@
 -- ARGV[4] the fence register's lifetime in ms (0: it never expires), ARGV[5] K
 -- Returns {status, sec, usec}: 1 extended, 2 repaired, 0 another owner holds
 -- the slot or another K is recorded, -1 a newer token was issued here.
-local now = redis.call('TIME')
-local sec, usec = tonumber(now[1]), tonumber(now[2])
 local recorded = redis.call('GET', KEYS[3])
 if recorded and recorded ~= ARGV[5] then
   return {0, sec, usec}
 end
 local ttl = tonumber(ARGV[2])
-local owner = redis.call('GET', KEYS[1])
-if owner == ARGV[1] then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  if redis.call('PTTL', KEYS[3]) < ttl then
-    redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[2])
-  end
-  return {1, sec, usec}
-end
-if owner then
+local held = renew(KEYS[1], ARGV[1], ARGV[2])
+if held == 0 then
   return {0, sec, usec}
 end
-local token = tonumber(ARGV[3])
-if token > 0 then
-  local fence = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if fence > token then
+if not held then
+  if not raise(KEYS[2], ARGV[3], ARGV[4]) then
     return {-1, sec, usec}
   end
-  if ARGV[4] ~= '0' then
-    redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4]) -- token >= fence here
-  elseif token > fence then
-    redis.call('SET', KEYS[2], ARGV[3])
-  end
+  redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+-- The record lives at least as long as the slot key, extended or repaired.
 if redis.call('PTTL', KEYS[3]) < ttl then
   redis.call('SET', KEYS[3], ARGV[5], 'PX', ARGV[2])
 end
-return {2, sec, usec}
+return {held or 2, sec, usec}

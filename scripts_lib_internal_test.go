@@ -1,0 +1,280 @@
+package redlock
+
+// The library of lua/lib.lua in front of the scripts (scripts.go
+// assemble): which pieces a script gets, where an error's line lies in
+// lua/, and the resource script that only the resource's server loads.
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// allScripts are the plain scripts and the resource script.
+func allScripts() []*script {
+	var ss []*script
+	for _, s := range scripts {
+		if s.batched != nil {
+			ss = append(ss, s)
+		}
+	}
+	return append(ss, fencedSetScript)
+}
+
+// fileLines are the lines of lua/<file>, numbered from 1 (lines[0] is "").
+func fileLines(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := luaFiles.ReadFile("lua/" + file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]string{""}, strings.Split(string(b), "\n")...)
+}
+
+// Every line of every script's source, plain or batched, is the line of
+// lua/ that where names for it: the server's line numbers map back to the
+// files through the library's pieces.
+func TestEveryScriptLineMapsToItsFile(t *testing.T) {
+	for _, s := range allScripts() {
+		forms := []*script{s}
+		if s.batched != nil {
+			forms = append(forms, s.batched)
+		}
+		for _, form := range forms {
+			lines := strings.Split(form.src, "\n")
+			body := len(lines)
+			if form != s {
+				body = strings.Count(s.src, "\n") + 1 // then the batched run's loop
+			}
+			for n := 1; n <= body; n++ {
+				place := s.where(n)
+				var file string
+				var at int
+				if _, err := fmt.Sscanf(strings.ReplaceAll(place, ":", " "), "lua/%s %d", &file, &at); err != nil {
+					t.Fatalf("%s line %d: where says %q", s.file, n, place)
+				}
+				want := fileLines(t, file)[at]
+				// The batched form puts its own code in front of the
+				// library's first line and of the script's.
+				if got := lines[n-1]; got != want && (form == s || !strings.HasSuffix(got, want)) {
+					t.Errorf("%s (%s form) line %d is %q; where names %s, which is %q", s.file, formName(form, s), n, got, place, want)
+				}
+			}
+			if s.where(body+1) != "" {
+				t.Errorf("%s: the line after the script maps to %q", s.file, s.where(body+1))
+			}
+		}
+	}
+}
+
+func formName(form, s *script) string {
+	if form == s {
+		return "plain"
+	}
+	return "batched"
+}
+
+// A script gets the library's pieces it names, and those they name, and no
+// other: a function costs a closure at every run.
+func TestScriptsCarryOnlyTheLibraryPiecesTheyName(t *testing.T) {
+	for file, want := range map[string][]string{
+		"acquire.lua":         {"clock", "propose"},
+		"extend.lua":          {"clock", "raise", "renew"},
+		"raise.lua":           {"raise"},
+		"rw_read_extend.lua":  {"clock", "nowus", "raise", "enter"},
+		"rw_read_release.lua": {"clock", "nowus"},
+		"release.lua":         nil,
+		"fenced_set.lua":      nil,
+		"ttl_register.lua":    nil,
+	} {
+		var s *script
+		for _, c := range allScripts() {
+			if c.file == file {
+				s = c
+			}
+		}
+		for _, p := range library {
+			if got := strings.Contains(s.src, p.text); got != slices.Contains(want, p.names[0]) {
+				t.Errorf("%s carries %s: %v, want %v", file, p.names[0], got, !got)
+			}
+		}
+	}
+}
+
+// The batched form reads TIME once per run only because every script reads
+// it through the library's clock, defined once per run.
+func TestOnlyTheLibraryReadsTheClock(t *testing.T) {
+	files, err := fs.Glob(luaFiles, "lua/*.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		b, _ := luaFiles.ReadFile(f)
+		if strings.Contains(luaCode(string(b)), "'TIME'") != (f == "lua/lib.lua") {
+			t.Errorf("%s reads TIME itself: %v; only lua/lib.lua's clock may", f, strings.Contains(string(b), "'TIME'"))
+		}
+		// A batched run's calls share the clock: none may change it.
+		if m := clockWrite.FindString(luaCode(string(b))); m != "" && f != "lua/lib.lua" {
+			t.Errorf("%s writes the clock: %q", f, m)
+		}
+	}
+}
+
+var clockWrite = regexp.MustCompile(`\b(clock|sec|usec|nowus)\s*(\[[^]]*\]\s*)?=[^=]|local[^=\n]*\b(clock|sec|usec|nowus)\b[^=\n]*=`)
+
+// lineOf is the number of the line of lua/<file> that contains text.
+func lineOf(t *testing.T, file, text string) int {
+	t.Helper()
+	for n, l := range fileLines(t, file) {
+		if strings.Contains(l, text) {
+			return n
+		}
+	}
+	t.Fatalf("lua/%s has no line with %q", file, text)
+	return 0
+}
+
+// An error the acquire script meets on a real server names the command and
+// its place in lua/, in the script's own file or in the library, whether
+// the script ran alone or in a batched run; the server's error stays
+// wrapped, its code first.
+func TestScriptErrorNamesItsFileLineAndCommand(t *testing.T) {
+	cl := redistest.StartT(t, 1, redistest.Options{})
+	rdb := cl.Clients()[0]
+	ctx := context.Background()
+	for _, k := range []string{"{lib}:list-lock", "{lib}:list-fence"} {
+		if err := rdb.RPush(ctx, k, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inFile := fmt.Sprintf("at lua/acquire.lua:%d, in its call of 'get'", lineOf(t, "acquire.lua", "if not won and redis.call('GET', KEYS[1])"))
+	inLib := fmt.Sprintf("at lua/lib.lua:%d for lua/acquire.lua, in its call of 'get'", lineOf(t, "lib.lua", "local stored = redis.call('GET', key)"))
+	calls := []struct {
+		keys []string
+		want string // "" for success
+	}{
+		{[]string{"{lib}:free-lock", "{lib}:free-fence"}, ""},
+		{[]string{"{lib}:list-lock", "{lib}:free-fence"}, inFile}, // the lock key is a list
+		{[]string{"{lib}:other-lock", "{lib}:list-fence"}, inLib}, // the fence register is
+	}
+	args := make([][]any, len(calls))
+	for i, c := range calls {
+		args[i] = acquireScript.args(c.keys, fmt.Sprint("owner-", i), 10000, 1000+i, 0)
+	}
+	check := func(form string, i int, vals []int64, err error) {
+		want := calls[i].want
+		switch {
+		case want == "" && (err != nil || len(vals) != 4 || vals[0] != 1):
+			t.Errorf("%s call %d: %v %v, want won", form, i, vals, err)
+		case want != "" && (err == nil || !strings.HasPrefix(err.Error(), "WRONGTYPE") || !strings.Contains(err.Error(), want)):
+			t.Errorf("%s call %d: %v, want WRONGTYPE %s", form, i, err, want)
+		case want != "":
+			t.Logf("%s call %d: %v", form, i, err)
+		}
+	}
+	for i := range calls {
+		vals, err := redisRunner{rdb}.run(ctx, acquireScript, args[i])
+		check("alone", i, vals, err)
+		if i == 0 {
+			rdb.Del(ctx, calls[0].keys...)
+		}
+	}
+	cmd := redis.NewIntSliceCmd(ctx, acquireScript.batchArgs(args, true)...)
+	_ = rdb.Process(ctx, cmd)
+	vals, errs := make([][]int64, len(calls)), make([]error, len(calls))
+	splitBatch(acquireScript, cmd, nil, []int{0, 1, 2}, vals, errs)
+	for i := range calls {
+		check("batched", i, vals[i], errs[i])
+	}
+}
+
+// commandLog records the commands a client sends, by name and arguments.
+type commandLog struct {
+	mu   sync.Mutex
+	cmds [][]any
+}
+
+func (l *commandLog) add(cmds ...redis.Cmder) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range cmds {
+		l.cmds = append(l.cmds, c.Args())
+	}
+}
+
+func (l *commandLog) taken() [][]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cmds := l.cmds
+	l.cmds = nil
+	return cmds
+}
+
+func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		l.add(cmd)
+		return err
+	}
+}
+func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		l.add(cmds...)
+		return err
+	}
+}
+
+// FencedSet's script runs on the resource's server: the lock nodes' probes
+// never load it, and FencedSet runs it there by its SHA once known.
+func TestFencedSetScriptIsLoadedOnlyWhereItRuns(t *testing.T) {
+	cl := redistest.StartT(t, 2, redistest.Options{})
+	lockNode, resource := cl.Clients()[0], cl.Clients()[1]
+	nodeLog, resourceLog := &commandLog{}, &commandLog{}
+	lockNode.AddHook(nodeLog)
+	resource.AddHook(resourceLog)
+	c, err := New([]redis.UniversalClient{lockNode}, Options{AllowNoFaultTolerance: true, TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := context.Background()
+	l, err := c.TryAcquire(ctx, "resource-owner")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range nodeLog.taken() {
+		if slices.Contains(cmd, any(fencedSetScript.src)) {
+			t.Errorf("a lock node was sent FencedSet's script: %.40v", cmd)
+		}
+	}
+	for i := range 2 {
+		if err := FencedSet(ctx, resource, "balance", l.Token(), fmt.Sprint(i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if fencedSetScript.sha.Load() == nil {
+		t.Fatal("FencedSet did not learn its script's SHA")
+	}
+	cmds := resourceLog.taken()
+	if last := cmds[len(cmds)-1]; last[0] != "evalsha" {
+		t.Errorf("the second FencedSet sent %.40v, want evalsha", last)
+	}
+	for _, cmd := range cmds {
+		t.Logf("resource: %.60v", cmd)
+	}
+	if v, token, err := FencedGet(ctx, resource, "balance"); err != nil || v != "1" || token != l.Token() {
+		t.Errorf("FencedGet: %q %d %v, want \"1\" %d", v, token, err, l.Token())
+	}
+}
