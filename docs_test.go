@@ -571,3 +571,86 @@ func TestREADMEDescribesMakeTest(t *testing.T) {
 		says("`"+filepath.ToSlash(filepath.Dir(m))+"/`", "a nested module that make test vets and tests")
 	}
 }
+
+// TestDependenciesHaveTheirLicenceListed keeps docs/DEPENDENCIES.md true
+// (issue 28: a team checks every dependency's licence before it adopts a
+// library): every module that a module of the repository builds or tests
+// with has a row there with a licence that Apache-2.0 allows, and the
+// library's own rows give the versions its go.mod requires.
+func TestDependenciesHaveTheirLicenceListed(t *testing.T) {
+	data, err := os.ReadFile("docs/DEPENDENCIES.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"Apache-2.0": true, "MIT": true, "BSD-2-Clause": true, "BSD-3-Clause": true, "MPL-2.0": true}
+	// module -> its row's cells: the library's table (module, version,
+	// licence) comes before the nested modules' (module, licence, users).
+	lib, nested := map[string][]string{}, map[string][]string{}
+	rows := lib
+	for _, l := range strings.Split(string(data), "\n") {
+		if strings.HasPrefix(l, "## The nested modules") {
+			rows = nested
+		}
+		cells := strings.Split(strings.Trim(l, "| "), "|")
+		if !strings.HasPrefix(l, "| ") || len(cells) < 2 || strings.HasPrefix(l, "|---") {
+			continue
+		}
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		rows[cells[0]] = cells
+	}
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		goTool = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	mods := []string{"."}
+	for _, pattern := range []string{"*/go.mod", "*/*/go.mod"} {
+		more, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range more {
+			mods = append(mods, filepath.Dir(m))
+		}
+	}
+	for _, m := range mods {
+		// What the module builds and tests with (make test's vet step has
+		// downloaded it).
+		cmd := exec.Command(goTool, "list", "-deps", "-test", "-f", "{{with .Module}}{{if not .Main}}{{.Path}} {{.Version}}{{end}}{{end}}", "./...")
+		cmd.Dir = m
+		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=readonly")
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list in %s: %v", m, err)
+		}
+		seen := map[string]bool{}
+		for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+			path, version, _ := strings.Cut(l, " ")
+			if path == "" || strings.HasPrefix(path, "github.com/quorumlabs/redlock") || seen[path] {
+				continue
+			}
+			seen[path] = true
+			rows := nested
+			if m == "." {
+				rows = lib
+			}
+			row, ok := rows[path]
+			if !ok {
+				t.Errorf("module %s builds or tests with %s %s: docs/DEPENDENCIES.md has no row for it in its table: add it with its licence", m, path, version)
+				continue
+			}
+			licence := row[1]
+			if m == "." {
+				if len(row) < 3 || row[1] != version {
+					t.Errorf("docs/DEPENDENCIES.md: the library's row for %s says %q, its go.mod uses %s", path, row[1:], version)
+					continue
+				}
+				licence = row[2]
+			}
+			if id, _, _ := strings.Cut(licence, " "); !allowed[id] {
+				t.Errorf("docs/DEPENDENCIES.md: %s is under %q, which is not one of the licences the library's Apache-2.0 allows", path, licence)
+			}
+		}
+	}
+}

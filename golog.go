@@ -2,9 +2,12 @@ package redlock
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log"
 	"log/slog"
+	"net"
 	"os"
 	"strings"
 	"sync"
@@ -17,17 +20,33 @@ import (
 // default to stderr, and it has no logger per client. A node that is down
 // then prints a line for every dial of every pipe and retry: dozens a
 // second, from clients the library built and owns, in a program that asked
-// for its log in Options.Logger. NewFromURLs therefore installs, once per
-// process, a go-redis logger that sends each line that names the address of
-// a node of a live client built by NewFromURLs to that client's Logger (at
-// Warn, the same line at most once per goRedisRepeat and node, with how
-// many were held back), and every other line to stderr, as go-redis' own
-// default logger does.
+// for its log in Options.Logger.
 //
-// It is installed once, at the first NewFromURLs, and never again: a
-// program that calls redis.SetLogger after that keeps its own logger (and
-// gets every line). go-redis offers no way to read the logger in place, so
-// one that set its own logger before would lose it: such a program gives
+// What go-redis does have per client is the Dialer. NewFromURLs gives each
+// client it builds (a server's, a Cluster's, a Sentinel master's) a Dialer
+// that notes every address the client dials (the Cluster's other masters
+// and replicas, the master and the Sentinels that a Sentinel client finds,
+// not only the URLs' addresses) and marks the dial errors it returns with
+// the client (dialFailure: the same text, the same errors.Is/As). One
+// go-redis logger, installed once per process at the first NewFromURLs,
+// then sends each line to the Logger of the library's client it is about,
+// at Warn, the same line at most once per goRedisRepeat and node, with how
+// many were held back:
+//   - a line that carries a marked dial error goes to the client that made
+//     it ("failed to dial", a Sentinel that could not be reached): exactly,
+//     whoever else uses the address;
+//   - a line that carries a dial error without a mark is from a client the
+//     program built itself: it is not taken, whatever address it names;
+//   - any other line that names an address a live client of the library
+//     dialled or was given (go-redis' Sentinel and Cluster notices) goes to
+//     that client.
+// Every other line goes where go-redis' own default logger sends it
+// (stderr), or to the logger given to SetGoRedisLogger.
+//
+// The router is installed once and never again: a program that calls
+// redis.SetLogger after that replaces it (and gets every line). go-redis
+// offers no way to read the logger in place, so one that set its own
+// logger before the first NewFromURLs would lose it: such a program gives
 // it to SetGoRedisLogger instead, which keeps it for every line that is not
 // routed to a client's Logger.
 
@@ -71,6 +90,10 @@ type logRoute struct {
 	mu     sync.Mutex
 	seen   map[string]*lineSeen // node address + line -> when it was last logged
 	now    func() time.Time
+
+	// Under goRedisLog.mu:
+	addrs  map[string]bool // the addresses it is routed in goRedisLog.routes
+	closed bool            // the client was closed: its lines go back to the others
 }
 
 type lineSeen struct {
@@ -78,51 +101,123 @@ type lineSeen struct {
 	held int // lines held back since
 }
 
-// routeGoRedisLog sends go-redis' lines about addrs to logger until the
-// returned function is called (Close).
-func routeGoRedisLog(addrs []string, logger *slog.Logger, now func() time.Time) func() {
+// newLogRoute routes go-redis' lines about the clients built with its
+// dialer (see dialer) to logger, until close; it installs the router at
+// the first call.
+func newLogRoute(logger *slog.Logger, now func() time.Time) *logRoute {
 	goRedisLog.once.Do(func() { redis.SetLogger(goRedisRouter{}) })
-	r := &logRoute{logger: logger, seen: map[string]*lineSeen{}, now: now}
+	return &logRoute{logger: logger, seen: map[string]*lineSeen{}, now: now, addrs: map[string]bool{}}
+}
+
+// watch routes the lines that name addr to r.
+func (r *logRoute) watch(addrs ...string) {
 	goRedisLog.mu.Lock()
+	defer goRedisLog.mu.Unlock()
 	for _, a := range addrs {
-		goRedisLog.routes[a] = append(goRedisLog.routes[a], r)
-	}
-	goRedisLog.mu.Unlock()
-	return func() {
-		goRedisLog.mu.Lock()
-		defer goRedisLog.mu.Unlock()
-		for _, a := range addrs {
-			rs := goRedisLog.routes[a]
-			for i, x := range rs {
-				if x == r {
-					rs = append(rs[:i:i], rs[i+1:]...)
-					break
-				}
-			}
-			if len(rs) == 0 {
-				delete(goRedisLog.routes, a)
-			} else {
-				goRedisLog.routes[a] = rs
-			}
+		if r.closed || r.addrs[a] {
+			continue
 		}
+		r.addrs[a] = true
+		goRedisLog.routes[a] = append(goRedisLog.routes[a], r)
 	}
 }
 
-// goRedisRouter is the go-redis logger that routeGoRedisLog installs.
+// close ends the routing (Close of the client).
+func (r *logRoute) close() {
+	goRedisLog.mu.Lock()
+	defer goRedisLog.mu.Unlock()
+	r.closed = true
+	for a := range r.addrs {
+		rs := goRedisLog.routes[a]
+		for i, x := range rs {
+			if x == r {
+				rs = append(rs[:i:i], rs[i+1:]...)
+				break
+			}
+		}
+		if len(rs) == 0 {
+			delete(goRedisLog.routes, a)
+		} else {
+			goRedisLog.routes[a] = rs
+		}
+	}
+	clear(r.addrs)
+}
+
+// dialFunc is go-redis' Dialer.
+type dialFunc = func(ctx context.Context, network, addr string) (net.Conn, error)
+
+// dialer wraps the dialer of a client that the library builds: every
+// address it dials is watched, and its errors are marked as the client's.
+func (r *logRoute) dialer(base dialFunc) dialFunc {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		r.watch(addr)
+		conn, err := base(ctx, network, addr)
+		if err != nil {
+			return nil, &dialFailure{err: err, route: r, addr: addr}
+		}
+		return conn, nil
+	}
+}
+
+// baseDialer is what go-redis dials with when no Dialer is set
+// (redis.NewDialer), for the dial timeout and TLS settings given.
+func baseDialer(timeout time.Duration, cfg *tls.Config) dialFunc {
+	if timeout == 0 {
+		timeout = 5 * time.Second // go-redis' default
+	}
+	return redis.NewDialer(&redis.Options{DialTimeout: timeout, TLSConfig: cfg})
+}
+
+// dialFailure is a dial error of a client the library built, marked with
+// the client's route so that go-redis' line about it reaches that client's
+// Logger. It reads and matches as the error it wraps.
+type dialFailure struct {
+	err   error
+	route *logRoute
+	addr  string
+}
+
+func (e *dialFailure) Error() string { return e.err.Error() }
+func (e *dialFailure) Unwrap() error { return e.err }
+
+// Timeout and Temporary keep the wrapped error a net.Error for go-redis,
+// which asks with type assertions, not errors.As, whether to retry.
+func (e *dialFailure) Timeout() bool {
+	var t interface{ Timeout() bool }
+	return errors.As(e.err, &t) && t.Timeout()
+}
+
+func (e *dialFailure) Temporary() bool {
+	var t interface{ Temporary() bool }
+	return errors.As(e.err, &t) && t.Temporary()
+}
+
+// goRedisRouter is the go-redis logger that newLogRoute installs.
 type goRedisRouter struct{}
 
 // Printf implements go-redis' logging interface.
 func (goRedisRouter) Printf(ctx context.Context, format string, args ...any) {
 	line := fmt.Sprintf(format, args...)
-	var addr string
-	var routes []*logRoute
 	goRedisLog.mu.Lock()
 	other := goRedisLog.other
-	for a, rs := range goRedisLog.routes {
-		// The longest address that the line names: "host:6379" must not
-		// take the lines of "host:63790".
-		if len(a) > len(addr) && namesAddr(line, a) {
-			addr, routes = a, append(routes[:0], rs...)
+	route, addr, ours := byDialError(args)
+	if route != nil && route.closed {
+		route = nil
+	}
+	var routes []*logRoute
+	switch {
+	case route != nil:
+		routes = []*logRoute{route}
+	case ours:
+		// A dial error, not marked: a client the program built.
+	default:
+		for a, rs := range goRedisLog.routes {
+			// The longest address that the line names: "host:6379" must not
+			// take the lines of "host:63790".
+			if len(a) > len(addr) && namesAddr(line, a) {
+				addr, routes = a, append(routes[:0], rs...)
+			}
 		}
 	}
 	goRedisLog.mu.Unlock()
@@ -133,6 +228,27 @@ func (goRedisRouter) Printf(ctx context.Context, format string, args ...any) {
 	for _, r := range routes {
 		r.log(ctx, addr, line)
 	}
+}
+
+// byDialError finds, among a line's arguments, a dial error: the route of
+// the client that made it if it is marked (and the address it dialled),
+// and whether there is an unmarked one.
+func byDialError(args []any) (route *logRoute, addr string, unmarked bool) {
+	for _, a := range args {
+		err, ok := a.(error)
+		if !ok {
+			continue
+		}
+		var df *dialFailure
+		if errors.As(err, &df) {
+			return df.route, df.addr, false
+		}
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			unmarked = true
+		}
+	}
+	return nil, "", unmarked
 }
 
 // namesAddr tells whether line names the address a, not a longer one that

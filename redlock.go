@@ -382,27 +382,15 @@ func newClient(nodes []*node, opts Options) (*Client, error) {
 // masters. It owns the go-redis clients it creates: Close closes them, and
 // go-redis' log lines about their nodes go to Options.Logger, not stderr
 // (see golog.go: the first NewFromURLs installs a process-wide go-redis
-// logger; a program that wants its own calls redis.SetLogger after it).
+// logger that routes them; a program with a go-redis logger of its own
+// gives it to SetGoRedisLogger, which keeps it for every other line).
 // Their connections are dialled once, not retried, and go-redis does not
 // retry commands unless a URL sets max_retries: a node that refuses
 // connections is reported at once, and the client's own Acquire loop does
 // the retrying. (A Cluster node still follows MOVED and ASK redirects.)
 func NewFromURLs(urls []string, opts Options) (*Client, error) {
-	var clients []redis.UniversalClient
-	closeAll := func() {
-		for _, rdb := range clients {
-			_ = rdb.Close()
-		}
-	}
-	for _, u := range urls {
-		n, err := parseNodeURL(u, opts.TLSConfig)
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		clients = append(clients, n.client(hasQuery(u, "max_retries")))
-	}
-	// Routed before New, whose probe may be the first dial.
+	// Routed before the clients are built: their dialers mark the route,
+	// and New's probe may be the first dial.
 	logger, now := opts.Logger, time.Now
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
@@ -410,33 +398,29 @@ func NewFromURLs(urls []string, opts Options) (*Client, error) {
 	if opts.Clock != nil {
 		now = opts.Clock.Now
 	}
-	unroute := routeGoRedisLog(ownAddrs(clients), logger, now)
+	route := newLogRoute(logger, now)
+	var clients []redis.UniversalClient
+	closeAll := func() {
+		for _, rdb := range clients {
+			_ = rdb.Close()
+		}
+		route.close()
+	}
+	for _, u := range urls {
+		n, err := parseNodeURL(u, opts.TLSConfig)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		clients = append(clients, n.client(hasQuery(u, "max_retries"), route))
+	}
 	c, err := New(clients, opts)
 	if err != nil {
-		unroute()
 		closeAll()
 		return nil, err
 	}
-	c.owned, c.unrouteLog = clients, unroute
+	c.owned, c.unrouteLog = clients, route.close
 	return c, nil
-}
-
-// ownAddrs lists the addresses of the nodes of clients that go-redis' log
-// lines name: a server's, a Cluster's seeds. (A Sentinel-managed master's
-// address is known only once Sentinel named it.)
-func ownAddrs(clients []redis.UniversalClient) []string {
-	var addrs []string
-	for _, rdb := range clients {
-		switch rdb := rdb.(type) {
-		case *redis.Client:
-			if !isFailoverClient(rdb) {
-				addrs = append(addrs, rdb.Options().Addr)
-			}
-		case *redis.ClusterClient:
-			addrs = append(addrs, rdb.Options().Addrs...)
-		}
-	}
-	return addrs
 }
 
 // hasQuery tells whether a node URL sets the query option key itself: an

@@ -244,8 +244,9 @@ func hideCredentials(reason string, u *url.URL) string {
 }
 
 // client builds the go-redis client of the node, with the settings every
-// node of NewFromURLs gets (see there). The caller owns it.
-func (n *NodeURL) client(maxRetriesSet bool) redis.UniversalClient {
+// node of NewFromURLs gets (see there), its dials watched by route (see
+// golog.go). The caller owns it.
+func (n *NodeURL) client(maxRetriesSet bool, route *logRoute) redis.UniversalClient {
 	// A refused connection is an answer: report it at once. go-redis would
 	// dial 5 times, 100ms apart, and retry the command 3 times more on top,
 	// which turned 3 stopped nodes of 5 into seconds of waiting. The client
@@ -263,16 +264,26 @@ func (n *NodeURL) client(maxRetriesSet bool) redis.UniversalClient {
 		o := *n.Cluster
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
 		maxRetries(&o.MaxRetries)
+		o.Dialer = route.dialer(baseDialer(o.DialTimeout, o.TLSConfig))
+		route.watch(o.Addrs...) // the seeds; the other servers as they are dialled
 		return redis.NewClusterClient(&o)
 	case KindSentinel:
 		o := *n.Sentinel
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
 		maxRetries(&o.MaxRetries)
+		o.Dialer = route.dialer(baseDialer(o.DialTimeout, o.TLSConfig)) // the Sentinels' and the master's
+		// go-redis' Sentinel notices name the master by its name
+		// (name="locks", master="locks"), and tell the master's address
+		// before it is first dialled.
+		route.watch(o.SentinelAddrs...)
+		route.watch(fmt.Sprintf("name=%q", o.MasterName), fmt.Sprintf("master=%q", o.MasterName))
 		return redis.NewFailoverClient(&o)
 	}
 	o := *n.Master
 	o.ContextTimeoutEnabled, o.DialerRetries = true, 1
 	maxRetries(&o.MaxRetries)
+	o.Dialer = route.dialer(baseDialer(o.DialTimeout, o.TLSConfig))
+	route.watch(o.Addr)
 	return redis.NewClient(&o)
 }
 
