@@ -24,7 +24,7 @@ func TestBatchedDurableVotesWaitForEveryWrite(t *testing.T) {
 	masters, replicas := startReplicated(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	const ttl = 3 * time.Second
+	const ttl = 5 * time.Second // above twice waitRoom
 	c := newClient(t, masters, redlock.Options{TTL: ttl, NodeTimeout: waitRoom, DurableVotes: true})
 	sem, err := c.Semaphore("pool", 8)
 	if err != nil {

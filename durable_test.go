@@ -23,8 +23,10 @@ import (
 // out: a third of it goes to the WAIT, which the server answers up to
 // 1/hz (100ms) late, and a loaded machine (-race, other tests) must
 // still see the answer, not the deadline: the vote then fails as not
-// durable rather than as unanswered (both leave it uncounted).
-const waitRoom = time.Second
+// durable rather than as unanswered (both leave it uncounted). The votes
+// that must count need the room too: at a load average of 8, replicas
+// took more than the 333ms of a 1s node timeout to acknowledge.
+const waitRoom = 2 * time.Second
 
 // startReplicated starts n masters with one replica each, in sync.
 func startReplicated(t *testing.T, n int) (*redistest.Cluster, []*redistest.Server) {
@@ -148,7 +150,8 @@ func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
 	masters, replicas := startReplicated(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := newClient(t, masters, redlock.Options{TTL: 3 * time.Second, NodeTimeout: waitRoom, DurableVotes: true})
+	const ttl = 5 * time.Second // above twice waitRoom
+	c := newClient(t, masters, redlock.Options{TTL: ttl, NodeTimeout: waitRoom, DurableVotes: true})
 	l, err := c.TryAcquire(ctx, "renewed", redlock.WithAutoExtend())
 	if err != nil {
 		t.Fatal(err)
@@ -161,7 +164,7 @@ func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
 	}
 	// A renewal that counted was sent before the cut was complete: its
 	// deadline is at most a TTL from now.
-	bound := time.Now().Add(3 * time.Second)
+	bound := time.Now().Add(ttl)
 	select {
 	case <-l.Done():
 	case <-ctx.Done():

@@ -517,3 +517,79 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		t.Fatalf("want the restarted servers sitting out, got %v", err)
 	}
 }
+
+// Sub-second clients beside a long lock: W and Z use 100ms locks; W met
+// the nodes before X took a 20s lock (its registers then said nothing of
+// 20s), Z meets them only after 2 of 3 restarted empty. Both must keep the
+// restarted servers out for X's 20s, learnt from the register of the node
+// that did not restart, not for their own 100ms.
+func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	// Up an hour by their clocks, so that no hold needs a grace first.
+	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newClient := func(ttl time.Duration) *redlock.Client {
+		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	w := newClient(100 * time.Millisecond)
+	const name = "job"
+	l, err := w.TryAcquire(ctx, name) // W meets the nodes, and uses the name
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	x := newClient(20 * time.Second)
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	eventually(t, 5*time.Second, "X's key on every node", func() bool {
+		for _, s := range cl.Servers {
+			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, s := range cl.Servers[:2] {
+		if err := s.Restart(false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	z := newClient(100 * time.Millisecond)
+	for _, tc := range []struct {
+		who string
+		c   *redlock.Client
+	}{{"a 100ms client that met the nodes before the 20s lock", w}, {"a fresh 100ms client", z}} {
+		// Tried past its own grace (100ms, and the uptime's second of
+		// rounding), until X's validity is nearly over.
+		tries := 0
+		for ; time.Until(held.Deadline()) > 2*time.Second; tries++ {
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				left := time.Until(held.Deadline())
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q after 2 of 3 nodes restarted empty, while X holds it for %.1fs more", tc.who, name, left.Seconds())
+			}
+			if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "20s restart grace") {
+				t.Fatalf("%s: want the restarted nodes sitting out X's 20s, got %v", tc.who, err)
+			}
+			if tries > 0 && time.Since(held.Deadline().Add(-20*time.Second)) > 3*time.Second {
+				break // well past the 100ms grace and its rounding
+			}
+		}
+	}
+}

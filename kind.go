@@ -35,8 +35,10 @@ type lockKind interface {
 	// decision (a node may have given a key other than the one won).
 	answered(a *attempt, n *node, r nodeReply)
 	// won is told of a won decision before fencing: the keys the fencing
-	// slow path, extensions and the release count on are known now.
-	won(a *attempt, d *decision)
+	// slow path, extensions and the release count on are known now. (d
+	// is a copy: a pointer passed through an interface would move every
+	// attempt's decision to the heap.)
+	won(a *attempt, d decision)
 	// refused turns the error of a lost round into the kind's own, if
 	// the kind has one for it (a quorum of nodes that refused for a
 	// reason of the kind's); otherwise it returns err.
@@ -47,7 +49,9 @@ type lockKind interface {
 	// extendArgs is the extend command of the held lock l.
 	extendArgs(l *Lock) []any
 	// waiting makes the way one Acquire (wait) or TryAcquire (!wait) call
-	// tries and waits for the lock; it may refuse the request.
+	// tries and waits for the lock; it may refuse the request. A nil
+	// strategy is the plain retrying wait (Client.retrying), which the
+	// shared wait keeps on its own frame: no allocation for most kinds.
 	waiting(ctx context.Context, c *Client, name string, lc lockConfig, nodeTimeout time.Duration, wait bool) (waitStrategy, error)
 }
 
@@ -95,9 +99,12 @@ const (
 
 // voteTally decides an acquire round from the nodes' replies as they come.
 type voteTally interface {
-	// add counts r into d and tells whether the round is decided (d.won
-	// tells how).
-	add(d *decision, r nodeReply) bool
+	// add counts r and tells whether the round is decided, and if so
+	// whether it was won.
+	add(r nodeReply) (decided, won bool)
+	// winner is what a won round won: the pick, the nodes that gave it
+	// and the highest fence register among them (DESIGN §2's set S).
+	winner() (pick, winners int, maxFence int64)
 }
 
 // waitStrategy is how one Acquire or TryAcquire call of a kind tries for
@@ -125,11 +132,11 @@ type baseKind struct{}
 
 func (baseKind) tally(*attempt) voteTally                        { return nil }
 func (baseKind) answered(*attempt, *node, nodeReply)             {}
-func (baseKind) won(*attempt, *decision)                         {}
+func (baseKind) won(*attempt, decision)                          {}
 func (baseKind) refused(_ *attempt, _ decision, err error) error { return err }
 func (baseKind) quiet(a *attempt)                                { a.releaseArgs[len(a.releaseArgs)-1] = "" }
-func (baseKind) waiting(ctx context.Context, c *Client, name string, lc lockConfig, nodeTimeout time.Duration, _ bool) (waitStrategy, error) {
-	return c.retrying(ctx, name, lc, nodeTimeout), nil
+func (baseKind) waiting(context.Context, *Client, string, lockConfig, time.Duration, bool) (waitStrategy, error) {
+	return nil, nil
 }
 
 // keyedExtendArgs is the extend command of a kind whose extend script

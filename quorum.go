@@ -631,7 +631,12 @@ func (d *decision) count(r nodeReply) bool {
 		}
 	}
 	if d.votes != nil {
-		return d.votes.add(d, r)
+		decided, won := d.votes.add(r)
+		if won {
+			d.won = true
+			d.pick, d.winners, d.maxFence = d.votes.winner()
+		}
+		return decided
 	}
 	decided, won := d.tally.add(r.won)
 	d.won = won

@@ -747,6 +747,10 @@ func (c *Client) tryOnce(ctx context.Context, name string, lc lockConfig, timeou
 	if err != nil {
 		return nil, err
 	}
+	if s == nil { // the plain wait tries once as any attempt does
+		l, _, err := c.attemptLock(ctx, name, lc, timeout)
+		return l, err
+	}
 	l, _, err := s.try(ctx)
 	return s.stop(ctx, l, err)
 }
@@ -802,6 +806,32 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 	if err != nil {
 		return nil, err
 	}
+	var plain retrying // the plain wait, on this frame
+	if s == nil {
+		plain = c.retrying(name, lc, timeout)
+	}
+	// Through the kind's strategy, or the plain wait's methods called
+	// directly: a value in an interface would be one allocation more per
+	// Acquire.
+	try := func() (*Lock, attemptInfo, error) {
+		if s != nil {
+			return s.try(ctx)
+		}
+		return plain.try(ctx)
+	}
+	pause := func(err error, info attemptInfo) {
+		if s != nil {
+			s.pause(ctx, err, info)
+		} else {
+			plain.pause(ctx, err, info)
+		}
+	}
+	stop := func(l *Lock, err error) (*Lock, error) {
+		if s != nil {
+			return s.stop(ctx, l, err)
+		}
+		return plain.stop(ctx, l, err)
+	}
 	var last error // the last attempt's failure, for the caller to see when we give up
 	gaveUp := func() error {
 		if last == nil {
@@ -810,21 +840,21 @@ func (c *Client) waitFor(ctx context.Context, name string, lc lockConfig, timeou
 		return fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", name, waitErr(ctx), last)
 	}
 	for {
-		l, info, err := s.try(ctx)
+		l, info, err := try()
 		switch {
 		case err == nil:
-			return s.stop(ctx, l, nil)
+			return stop(l, nil)
 		case ctx.Err() != nil:
-			return s.stop(ctx, nil, gaveUp())
+			return stop(nil, gaveUp())
 		case !retryable(err):
-			return s.stop(ctx, nil, err)
+			return stop(nil, err)
 		}
 		if err := report.failed(err); err != nil {
-			return s.stop(ctx, nil, err)
+			return stop(nil, err)
 		}
 		last = err
-		if s.pause(ctx, err, info); ctx.Err() != nil {
-			return s.stop(ctx, nil, gaveUp())
+		if pause(err, info); ctx.Err() != nil {
+			return stop(nil, gaveUp())
 		}
 	}
 }
@@ -843,8 +873,8 @@ type retrying struct {
 	backoff time.Duration
 }
 
-func (c *Client) retrying(_ context.Context, name string, lc lockConfig, timeout time.Duration) *retrying {
-	return &retrying{c: c, name: name, lc: lc, timeout: timeout, topic: topicOf(lc.kind, name), backoff: c.opts.RetryDelayMin}
+func (c *Client) retrying(name string, lc lockConfig, timeout time.Duration) retrying {
+	return retrying{c: c, name: name, lc: lc, timeout: timeout, topic: topicOf(lc.kind, name), backoff: c.opts.RetryDelayMin}
 }
 
 func (r *retrying) try(ctx context.Context) (*Lock, attemptInfo, error) {
@@ -961,7 +991,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		return nil, info, err
 	}
 
-	a.kind.won(a, &d) // the keys won, for the fencing slow path, extend and release
+	a.kind.won(a, d) // the keys won, for the fencing slow path, extend and release
 	var token int64
 	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {

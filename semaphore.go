@@ -291,7 +291,7 @@ func (s *Semaphore) attempt(c *Client, _ string, ttl time.Duration) *attempt {
 // sends its reply, then looks at a.settled (see answered); won stores
 // a.settled, then takes the replies that came after the decision. So a
 // late reply is either seen here or sees the slot won, and cleans itself.
-func (s *Semaphore) won(a *attempt, d *decision) {
+func (s *Semaphore) won(a *attempt, d decision) {
 	slot := d.pick
 	a.pick = slot
 	a.keys = [2]string{s.keys[slot], s.keys[s.permits+slot]}
@@ -383,6 +383,7 @@ type slotTally struct {
 	yes           []int   // per slot
 	maxFence      []int64 // per slot: the highest fence register among its winners
 	given         []int32 // per node: the slot it gave, -1 if none (yet)
+	won           int     // the slot won, once add said so
 }
 
 func newSlotTally(nodes, permits int) *slotTally {
@@ -393,11 +394,11 @@ func newSlotTally(nodes, permits int) *slotTally {
 	return t
 }
 
-// add counts one node's answer into d and tells whether d is decided. On a
-// win d's winners and highest fence are those of the winning slot alone:
+// add counts one node's answer and tells whether the round is decided. On
+// a win the winners and highest fence (winner) are the winning slot's alone:
 // its fencing token must exceed every fence register of that slot's quorum
 // (DESIGN §2), and the other slots' registers have no bearing on it.
-func (t *slotTally) add(d *decision, r nodeReply) bool {
+func (t *slotTally) add(r nodeReply) (decided, won bool) {
 	t.answered++
 	if r.won && int(r.pick) >= 0 && int(r.pick) < len(t.yes) {
 		i := int(r.pick)
@@ -406,11 +407,15 @@ func (t *slotTally) add(d *decision, r nodeReply) bool {
 		t.maxFence[i] = max(t.maxFence[i], r.val)
 		t.best = max(t.best, t.yes[i])
 		if t.yes[i] >= t.quorum {
-			d.won, d.pick, d.winners, d.maxFence = true, i, t.yes[i], t.maxFence[i]
-			return true
+			t.won = i
+			return true, true
 		}
 	}
-	return t.best+t.nodes-t.answered < t.quorum
+	return t.best+t.nodes-t.answered < t.quorum, false
+}
+
+func (t *slotTally) winner() (pick, winners int, maxFence int64) {
+	return t.won, t.yes[t.won], t.maxFence[t.won]
 }
 
 // SemaphoreStatus is a quorum view of a semaphore, as Holders sees it.

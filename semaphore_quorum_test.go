@@ -102,11 +102,11 @@ func TestSlotTallyDecidesAsSoonAsTheOutcomeIsKnown(t *testing.T) {
 	}
 	for _, tc := range cases {
 		tl := newSlotTally(tc.nodes, tc.permits)
-		d := decision{minPTTL: -1}
+		d := decision{minPTTL: -1, votes: tl}
 		at := -1
 		for i, v := range tc.votes {
 			r := nodeReply{node: i, won: v != refused, pick: int32(v)}
-			if tl.add(&d, r) {
+			if d.count(r) {
 				at = i
 				break
 			}
