@@ -29,6 +29,13 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The kind's scripts, in lua/: newScript registers them for the probes to
+// load (scripts.go).
+var (
+	fairQueueScript  = newScript("fair_queue.lua")
+	fairExtendScript = newRenewalScript("fair_extend.lua")
+)
+
 // WithFairness makes Acquire, TryAcquire and Do take the lock as a fair
 // lock: the caller joins a queue on every node, ordered by a ticket (its
 // wall clock in µs when the call began, ties broken at random), and the

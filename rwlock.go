@@ -29,6 +29,19 @@ import (
 	"time"
 )
 
+// The kind's scripts, in lua/: newScript registers them for the probes to
+// load (scripts.go).
+var (
+	rwReadAcquireScript  = newScript("rw_read_acquire.lua")
+	rwReadReleaseScript  = newScript("rw_read_release.lua")
+	rwReadExtendScript   = newRenewalScript("rw_read_extend.lua")
+	rwReadRaiseScript    = newScript("rw_read_raise.lua")
+	rwWriteAcquireScript = newScript("rw_write_acquire.lua")
+	rwWriteReleaseScript = newScript("rw_write_release.lua")
+	rwWriteExtendScript  = newRenewalScript("rw_write_extend.lua")
+	rwIntentClearScript  = newScript("rw_intent_clear.lua")
+)
+
 const (
 	readersSuffix = ":readers" // ZSET of the live readers: owner value -> expiry (µs, node clock)
 	intentsSuffix = ":writers" // ZSET of the waiting writers: intent id -> expiry (µs, node clock)

@@ -15,7 +15,7 @@ import (
 // decision, the wait, the durable step, the release, fencing and renewal.
 // They reach every primitive through the lockKind seam (kind.go) and must
 // not know which primitives exist.
-var coreFiles = []string{"quorum.go", "redlock.go", "node.go", "lock.go", "pipe.go", "wait.go", "durable.go", "fencing.go", "renew.go"}
+var coreFiles = []string{"quorum.go", "redlock.go", "acquire.go", "node.go", "guard.go", "probe.go", "lock.go", "pipe.go", "wait.go", "durable.go", "fencing.go", "renew.go"}
 
 // primitiveWords are the words that name one primitive or its parts. A
 // core file that uses one in an identifier or a string branches on that

@@ -35,6 +35,14 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// The kind's scripts, in lua/: newScript registers them for the probes to
+// load (scripts.go).
+var (
+	semaphoreAcquireScript = newScript("semaphore_acquire.lua")
+	semaphoreReleaseScript = newScript("semaphore_release.lua")
+	semaphoreExtendScript  = newRenewalScript("semaphore_extend.lua")
+)
+
 // MaxPermits is the largest number of permits a Semaphore accepts. Every
 // acquire scans the slots on each node (one GET per slot inside the script)
 // and carries their 2K keys, so the cost grows with K; a semaphore of more

@@ -1,0 +1,326 @@
+package redlock
+
+// The probe: one pipelined round trip per server that reads what the
+// guards (guard.go) judge: INFO (start, role, replication, persistence,
+// memory and evictions), TIME, the data-kept marker and the TTL register;
+// on a Cluster node, every master directly.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// probeResult is what one probe round trip tells about a node.
+type probeResult struct {
+	runID       string
+	role        string
+	uptime      time.Duration
+	appendOnly  bool
+	appendFsync string        // "" if CONFIG GET is not allowed
+	fleetTTL    time.Duration // the node's register of the largest TTL in use
+	registerErr error         // why the register could not be read or raised
+	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
+	addr        string        // a Cluster node's master: its address
+	claims      []SlotRange   // and the slots it serves or imports
+	shards      []probeResult // a Cluster node's masters, by address
+	promoted    bool          // a master promoted from replica since it started: dated as started now
+	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
+	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
+	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
+	master      string        // a replica's master, host:port as its INFO replication tells, for the refusal
+	replID      string        // master_replid: changes at every promotion, resync from another master and restart
+	maxMemory   int64         // maxmemory in bytes, 0: no limit
+	policy      string        // maxmemory_policy
+	evicted     int64         // evicted_keys since the start (or CONFIG RESETSTAT)
+	// markerWas and markerIs are the data-kept marker's value before and
+	// after the probe (epoch.go): "" and a new value if it was missing,
+	// both "" if it could not be read.
+	markerWas, markerIs string
+	// failover: the node may fail over (Sentinel names its master, or its
+	// servers have or had replicas), so a server there may have been
+	// promoted before its last start, which INFO no longer shows after it.
+	failover   bool
+	nodeTime   time.Time
+	sent, recv time.Time // the pipelined round trip that read INFO and the register
+	// timeSent and timeRecv bracket the TIME call that read nodeTime.
+	timeSent, timeRecv time.Time
+}
+
+// persistent tells whether the node keeps every acknowledged write across
+// a restart: the lock keys and the fence registers survive, and the node
+// needs no restart grace (DESIGN §3).
+func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync == "always" }
+
+// evicting tells whether the server may evict keys: a maxmemory and any
+// policy but noeviction. Every lock key has a TTL, so the volatile-*
+// policies may evict them as well as the allkeys-* ones.
+func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "noeviction" }
+
+// marks are what nextEpoch reads of the server the probe read.
+func (r probeResult) marks() serverMarks {
+	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
+		persistent: r.persistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
+		markerWas: r.markerWas, markerIs: r.markerIs, claims: r.claims, sent: r.sent, recv: r.recv}
+}
+
+// probe asks the node who it is, how long it has been up, its role, its
+// persistence and its register of the largest TTL in use, in one
+// pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
+// ttlRegister).
+func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
+		return c.probeCluster(ctx, n, cc, raise)
+	}
+	res, err := c.probeServer(ctx, n.rdb, raise, true)
+	res.servers = []string{res.runID}
+	return res, err
+}
+
+// probeServer probes one server; with register, it also reads (and
+// raises) the register of the largest TTL in use there.
+func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
+	var res probeResult
+	pipe := rdb.Pipeline()
+	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster", "memory", "stats")
+	fsync := pipe.ConfigGet(ctx, "appendfsync")
+	var reg *redis.Cmd
+	var marker *redis.StatusCmd
+	value := markerValue()
+	if register {
+		reg = c.registerCmd(ctx, pipe, raise)
+		marker = markerCmd(ctx, pipe, c.markerKey(), value)
+	}
+	learnScripts := loadScripts(ctx, pipe)
+	var waitAOFInfo *redis.Cmd
+	if c.opts.DurableVotes {
+		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
+	}
+	res.sent = c.clock.Now()
+	_, execErr := pipe.Exec(ctx)
+	res.recv = c.clock.Now()
+	learnScripts()
+	// CONFIG may be refused (an ACL user without it): the node then does
+	// not count as persistent, which only costs a grace. The register may
+	// be refused too (a replica is read-only): what the node is still
+	// counts, and an acquire raises the register itself before its vote.
+	if err := info.Err(); err != nil {
+		return res, err
+	}
+	fields := parseInfo(info.Val())
+	res.runID = fields["run_id"]
+	res.role = fields["role"]
+	if h, p := fields["master_host"], fields["master_port"]; h != "" && p != "" {
+		res.master = net.JoinHostPort(h, p)
+	}
+	secs, err := strconv.ParseInt(fields["uptime_in_seconds"], 10, 64)
+	if res.runID == "" || res.role == "" || err != nil {
+		if execErr != nil && info.Val() == "" {
+			return res, execErr // the connection failed (a login refused when it was redialled, say), not INFO
+		}
+		return res, fmt.Errorf("redlock: node did not report run_id, role and uptime in INFO")
+	}
+	res.uptime = time.Duration(secs) * time.Second
+	// A master that was promoted from replica since it started shows it in
+	// its replication ids (the old one kept as master_replid2, up to
+	// second_repl_offset), but not when. Its uptime is that of the
+	// replica, which may have missed the last writes of the master it
+	// replaced: it is dated as started now, the latest the promotion can
+	// have been, so that it sits out a whole grace from our first sight.
+	if off := fields["second_repl_offset"]; res.role == "master" && off != "" && off != "-1" {
+		res.promoted, res.uptime = true, 0
+	}
+	res.replicas, _ = strconv.Atoi(fields["connected_slaves"])
+	res.links = replicaLinks(fields)
+	res.replID = fields["master_replid"]
+	// The memory figures come from INFO, not CONFIG: managed services
+	// often rename or refuse CONFIG.
+	res.maxMemory, _ = strconv.ParseInt(fields["maxmemory"], 10, 64)
+	res.policy = fields["maxmemory_policy"]
+	res.evicted, _ = strconv.ParseInt(fields["evicted_keys"], 10, 64)
+	if marker != nil {
+		res.markerWas, res.markerIs = markerReply(marker, value)
+	}
+	// The clock sample is a TIME of its own, timed alone on a warm
+	// connection: a bracket that included a dial (a TLS handshake far away
+	// takes several round trips) would show half the dial as clock offset
+	// and widen the clock guard's bracket for nothing. The PING before it
+	// makes sure a connection is open: go-redis does not always pool the
+	// connection it dialled for the pipeline. The node reads its clock
+	// inside [timeSent, timeRecv], which is all the guard assumes.
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return res, err
+	}
+	res.timeSent = c.clock.Now()
+	tm := rdb.Time(ctx)
+	res.timeRecv = c.clock.Now()
+	if err := tm.Err(); err != nil {
+		return res, err
+	}
+	res.nodeTime = tm.Val()
+	res.appendOnly = fields["aof_enabled"] == "1"
+	if waitAOFInfo != nil {
+		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+	}
+	if fsync.Err() == nil {
+		res.appendFsync = fsync.Val()["appendfsync"]
+	}
+	switch {
+	case reg == nil:
+	case reg.Err() == nil:
+		res.fleetTTL, res.registerErr = registerReply(reg.Val())
+	default:
+		res.registerErr = reg.Err()
+	}
+	// A node in cluster mode takes only keys of the hash slots it serves.
+	// A ClusterClient given as one node routes every key to its slot's
+	// master by itself, so its slots need no check.
+	if _, routed := rdb.(*redis.ClusterClient); fields["cluster_enabled"] == "1" && !routed {
+		res.cluster = probeCluster(ctx, rdb, c.registerKey())
+	}
+	return res, nil
+}
+
+// replicaLinks reads the replicas a master lists in INFO replication
+// ("slave0:ip=10.0.0.2,port=6379,state=online,offset=1234,lag=0"), with how
+// far each is behind the master's replication offset.
+func replicaLinks(fields map[string]string) []ReplicaInfo {
+	n, _ := strconv.Atoi(fields["connected_slaves"])
+	master, _ := strconv.ParseInt(fields["master_repl_offset"], 10, 64)
+	var out []ReplicaInfo
+	for i := range n {
+		line, ok := fields["slave"+strconv.Itoa(i)]
+		if !ok {
+			continue
+		}
+		kv := make(map[string]string)
+		for _, part := range strings.Split(line, ",") {
+			if k, v, ok := strings.Cut(part, "="); ok {
+				kv[k] = v
+			}
+		}
+		r := ReplicaInfo{Addr: net.JoinHostPort(kv["ip"], kv["port"]), State: kv["state"]}
+		if off, err := strconv.ParseInt(kv["offset"], 10, 64); err == nil {
+			r.Behind = max(master-off, 0)
+		}
+		if secs, err := strconv.ParseInt(kv["lag"], 10, 64); err == nil {
+			r.LastAck = time.Duration(secs) * time.Second
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func parseInfo(s string) map[string]string {
+	fields := make(map[string]string)
+	for _, line := range strings.Split(s, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && !strings.HasPrefix(k, "#") {
+			fields[k] = v
+		}
+	}
+	return fields
+}
+
+// probeCluster probes a node that is a Redis Cluster (DESIGN §6). A keyless
+// command sent through the ClusterClient (INFO, TIME) reaches an arbitrary
+// master, so a restart of the master that serves a lock's slot could go
+// unseen: every master is probed directly instead, and the node is one
+// server for the guards whose identity is every master's address and
+// run_id. A new master for any slot (a restart, a failover, a slot moved
+// to a master not seen before, or to a known master that did not serve it:
+// slotsGained) is then a new server: the node sits out the
+// grace, for every lock. That is stricter than a guard per slot's master,
+// which would let the node keep voting for the locks of the other slots:
+// it costs availability, never safety.
+//
+// The register of the largest TTL in use is read through the
+// ClusterClient, on the master that serves its key's slot.
+func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration) (probeResult, error) {
+	var res probeResult
+	pipe := cc.Pipeline()
+	reg := c.registerCmd(ctx, pipe, raise)
+	res.sent = c.clock.Now()
+	_, _ = pipe.Exec(ctx)
+	var mu sync.Mutex
+	var shards []probeResult
+	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
+		n.watch(m)
+		r, err := c.probeServer(ctx, m, 0, false)
+		r.addr = m.Options().Addr
+		if err == nil {
+			var nodes string
+			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
+				r.claims, err = ownSlots(nodes, true)
+				r.replicas = max(r.replicas, replicasInView(nodes))
+				// The marker in a slot the master serves (not one it
+				// is importing, which it would answer with MOVED).
+				if served, _ := ownSlots(nodes, false); err == nil && len(served) > 0 {
+					value := markerValue()
+					pipe := m.Pipeline()
+					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
+					_, _ = pipe.Exec(ctx)
+					r.markerWas, r.markerIs = markerReply(cmd, value)
+				}
+			}
+		}
+		mu.Lock()
+		shards = append(shards, r)
+		mu.Unlock()
+		if err != nil {
+			return fmt.Errorf("master %s: %w", r.addr, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return res, err
+	}
+	if len(shards) == 0 {
+		return res, errors.New("redlock: the cluster has no master")
+	}
+	slices.SortFunc(shards, func(a, b probeResult) int { return strings.Compare(a.addr, b.addr) })
+	ids := make([]string, len(shards))
+	first := shards[0]
+	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
+	res.shards = shards
+	for i, r := range shards {
+		ids[i] = r.addr + "=" + r.runID
+		res.servers = append(res.servers, r.runID)
+		if r.role != "master" {
+			// The layout said master, the server says not: a failover
+			// the layout has not caught up with. Probe again later.
+			return res, fmt.Errorf("redlock: %s is a %s, not a master, in a stale view of the cluster", r.addr, r.role)
+		}
+		// The youngest master dates the node, read at the latest reply:
+		// a start dated no earlier than any master's.
+		res.uptime = min(res.uptime, r.uptime)
+		if r.recv.After(res.recv) {
+			res.recv = r.recv
+		}
+		res.promoted = res.promoted || r.promoted
+		res.evicted += r.evicted
+		if r.evicting() || res.policy == "" {
+			res.maxMemory, res.policy = r.maxMemory, r.policy
+		}
+		res.replicas += r.replicas
+		if !r.persistent() {
+			res.appendOnly, res.appendFsync = r.appendOnly, r.appendFsync
+		}
+	}
+	res.runID = strings.Join(ids, ",")
+	if err := reg.Err(); err == nil {
+		res.fleetTTL, res.registerErr = registerReply(reg.Val())
+	} else {
+		res.registerErr = err
+	}
+	return res, nil
+}
