@@ -67,10 +67,9 @@ const subscriptionLinger = time.Second
 // PING written after the SUBSCRIBE (see confirm); a waiter waits until a
 // quorum of nodes confirmed before its next attempt. The holder's key is on
 // a quorum of nodes too, so the two meet on at least one node, and a
-// release after the confirmation publishes there: it cannot be missed (its
-// copy from that one node wakes the waiter, see notify), unless that node's
-// connection breaks meanwhile (go-redis subscribes the new connection
-// again; the jittered retries cover the gap).
+// release after the confirmation publishes there: it cannot be missed,
+// unless that node's connection breaks meanwhile (go-redis subscribes the
+// new connection again; the jittered retries cover the gap).
 type waiters struct {
 	c      *Client
 	mu     sync.Mutex
@@ -92,8 +91,7 @@ type waiter struct{ ch chan bool }
 type topic struct {
 	list   []*waiter
 	last   string      // owner value of the last release announced
-	copies int         // how many nodes announced it; a quorum, or our own release, settles it
-	woke   *waiter     // the waiter its copies wake (nil: none yet, or wakeAllMark)
+	copies int         // how many nodes announced it (a quorum: all it needs)
 	linger *time.Timer // running while nobody waits: ends the subscription
 
 	// Per node: the sequence number of the first PING written after our
@@ -246,19 +244,10 @@ func (w *waiters) remove(name string, wt *waiter) {
 
 // notify wakes one waiter of name for the release of the owner value, or
 // every waiter when the value starts with wakeAllMark (the waiters may
-// all hold the lock together and need not take turns). The woken waiter
-// goes to the back, so waiters take turns.
-//
-// The same release comes from every node that released (and from ourselves
-// first, if we held it). Our own release wakes once, having already heard
-// a quorum's deletions. A remote one must wake at its first copy: the
-// subscription is confirmed on a quorum and the holder's key was on a
-// quorum, and the two are sure to share one node only, so one copy may be
-// all that ever reaches us. Woken by it, the waiter may retry before the
-// other nodes released and fail; so each later copy, up to a quorum of
-// them, wakes the same waiter again (another one would only compete with
-// it). The last copy we can hear comes once the lock is free on at least
-// as many nodes as confirmed our subscription: a quorum.
+// all hold the lock together and need not take turns). The
+// same release comes from every node (and from ourselves first, if we held
+// it): it wakes one waiter once, when our own release or a quorum of nodes
+// told of it. The woken waiter goes to the back, so waiters take turns.
 func (w *waiters) notify(name, value string, local bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -266,17 +255,23 @@ func (w *waiters) notify(name, value string, local bool) {
 	if t == nil {
 		return
 	}
+	// Every node that released announces it. A waiter woken by the first
+	// copy could find the other nodes not yet released, fail, and then
+	// sleep its whole backoff, the later copies of the same release being
+	// dropped. So a remote release wakes a waiter once a quorum of nodes
+	// announced it: the lock is then free on a quorum. Our own release
+	// wakes at once, having already heard a quorum's deletions.
 	if t.last != value {
-		t.last, t.copies, t.woke = value, 0, nil
+		t.last, t.copies = value, 0
 	}
 	q := w.c.quorum()
 	if t.copies >= q {
-		return // free on a quorum when its waiter was last woken
+		return // a waiter was woken for this release already
 	}
 	if local {
 		t.copies = q
-	} else {
-		t.copies++
+	} else if t.copies++; t.copies < q {
+		return
 	}
 	if strings.HasPrefix(value, wakeAllMark) {
 		for _, wt := range t.list {
@@ -287,19 +282,9 @@ func (w *waiters) notify(name, value string, local bool) {
 		}
 		return
 	}
-	if t.woke != nil {
-		// A later copy: wake it again, unless a wake-up is still
-		// pending. (One that stopped waiting never reads it.)
-		select {
-		case t.woke.ch <- local:
-		default:
-		}
-		return
-	}
 	for i, wt := range t.list {
 		select {
 		case wt.ch <- local:
-			t.woke = wt
 			t.list = append(append(t.list[:i:i], t.list[i+1:]...), wt)
 			return
 		default: // already woken, not yet back to waiting
