@@ -324,6 +324,9 @@ func isExtensionNote(e Event) bool {
 		strings.Contains(e.Detail, "library: "+redlock.EventExtendFailed.String()))
 }
 
+// errNoHoldPinned: nobody acquired within the time given.
+var errNoHoldPinned = errors.New("no hold pinned")
+
 // pinHold waits until client (or any) acquires the lock in an attempt
 // started from now on, and pins that hold.
 func pinHold(ctx context.Context, env *Env, client int, within time.Duration) error {
@@ -338,27 +341,19 @@ func pinHold(ctx context.Context, env *Env, client int, within time.Duration) er
 		return ctx.Err()
 	case <-t.C:
 		env.clients.unpin()
-		return fmt.Errorf("no acquisition by %s within %s", clientName(client), within)
+		return fmt.Errorf("no acquisition by %s within %s: %w", clientName(client), within, errNoHoldPinned)
 	}
 }
 
 // tryPinHold is pinHold that gives up after within without failing the
 // schedule: whether client acquires at all is what the scenario shows.
 func tryPinHold(ctx context.Context, env *Env, client int, within time.Duration) error {
-	claimed := env.clients.requestPin(client, env.Rec.Now())
-	t := time.NewTimer(within)
-	defer t.Stop()
-	select {
-	case <-claimed:
-		return nil
-	case <-ctx.Done():
-		env.clients.unpin()
-		return ctx.Err()
-	case <-t.C:
-		env.clients.unpin()
-		env.Note("no acquisition by %s within %s: no hold pinned", clientName(client), within)
+	err := pinHold(ctx, env, client, within)
+	if errors.Is(err, errNoHoldPinned) {
+		env.Note("%v", err)
 		return nil
 	}
+	return err
 }
 
 // orphanAfter is how long a lock key may stay on a node once every client
