@@ -63,14 +63,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
 	for _, s := range off {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
@@ -115,14 +108,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
 	flushed := cl.Servers[:2]
 	for _, s := range flushed {
 		if err := s.Client().FlushAll(ctx).Err(); err != nil {
@@ -222,14 +208,7 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
 	for _, s := range cl.Servers[:2] {
 		if err := s.Kill(); err != nil {
 			t.Fatal(err)
@@ -489,14 +468,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
 	for i, info := range y.Nodes(ctx) { // Y's guards, fresh
 		if info.Err != nil || !info.Voting {
 			t.Fatalf("node %d: %+v, want it voting", i, info)
@@ -558,14 +530,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {
 			t.Fatal(err)
@@ -594,4 +559,18 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 			}
 		}
 	}
+}
+
+// awaitKeyOnEvery waits until key is on every one of servers: the holder's
+// slowest node has its key before a fault is aimed at it.
+func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "X's key on every node", func() bool {
+		for _, s := range servers {
+			if n, err := s.Client().Exists(ctx, key).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
 }
