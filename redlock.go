@@ -31,7 +31,10 @@ import (
 )
 
 // NoRestartGrace, as Options.RestartGrace, lets a node vote right after it
-// (re)started. Safe only when every node persists with appendfsync always.
+// (re)started, and right after any other event that may have lost keys: a
+// promotion, a fail-back, a slot gained, an eviction, a flush. Safe only
+// when every node persists with appendfsync always and never loses a key
+// another way: it never fails over, never evicts and is never flushed.
 const NoRestartGrace time.Duration = -1
 
 // NoClockGuard, as Options.ClockJumpThreshold, turns off the clock-jump guard.
@@ -103,8 +106,9 @@ type Options struct {
 	// (appendonly with appendfsync always) does not vote, counted from its
 	// start. It is never less than the largest TTL any client uses on these
 	// nodes, which the client learns from a register on every node (see
-	// docs/GUARANTEES.md, "The node guards, precisely"). NoRestartGrace turns the guard off: safe only
-	// when every node persists.
+	// docs/GUARANTEES.md, "The node guards, precisely"). NoRestartGrace turns the guard off
+	// (promotions, evictions and flushes included): safe only when every
+	// node persists and never fails over, evicts or is flushed.
 	RestartGrace time.Duration
 	// ClockJumpThreshold is how far a node's clock may move against ours
 	// between two samples, or disagree with the other nodes' clocks when
@@ -184,7 +188,10 @@ type Options struct {
 	// deployment lists (a Cluster's CLUSTER NODES), else the most the
 	// master ever reported connected: a replica that is down makes the
 	// node's votes fail rather than count unsafely. Nodes that fail over
-	// (see AllowFailoverNodes) are accepted with it.
+	// (see AllowFailoverNodes) are accepted with it. A promoted master
+	// still sits out the restart grace (docs/PROTOCOL.md §11), so a
+	// failover of a quorum of a lock's nodes while it is held ends that
+	// lock: liveness, not safety.
 	DurableVotes bool
 	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
 	// quorum is every node, so a single node down or restarting stops

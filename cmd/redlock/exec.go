@@ -185,7 +185,8 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	}
 	defer client.Close()
 	if grace.d == redlock.NoRestartGrace {
-		// Off is safe only on nodes that persist every write: name those that do not.
+		// Off is safe only on nodes that persist every write and never fail over,
+		// evict or get flushed: name those that do not persist.
 		probeCtx, cancel := context.WithTimeout(ctx, verboseProbeTimeout)
 		for _, w := range persistenceWarnings(client.Nodes(probeCtx), grace.d, *ttl) {
 			fmt.Fprintf(a.stderr, "redlock exec: %s\n", w)

@@ -160,7 +160,7 @@ func (nf *nodeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&nf.keyPrefix, "key-prefix", "redlock:", "`prefix` of the lock keys; must match the one your applications use")
 	fs.DurationVar(&nf.nodeTimeout, "node-timeout", 0, "per-node call `timeout` (default min(200ms, TTL/10))")
 	fs.BoolVar(&nf.verbose, "v", false, "log the client's decisions and every node problem to stderr")
-	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a failover keeps every counted vote; accepts nodes with replicas")
+	fs.BoolVar(&nf.durableVotes, "durable-votes", false, "count a node's vote only once its master's replicas acknowledged it (WAIT), so that a promoted replica holds every counted vote (a promoted master still sits out the restart grace); accepts nodes with replicas")
 	fs.BoolVar(&nf.allowFailover, "allow-failover-nodes", false, "accept nodes that fail over by themselves (Sentinel masters, masters with replicas) without durable votes: a failover during a hold loses that node's vote, so count each such node as one that may lose its keys")
 	fs.BoolVar(&nf.allowEvicting, "allow-evicting-nodes", false, "accept nodes that may evict keys (maxmemory with a policy other than noeviction); needs --restart-grace of at least the largest TTL in use: a node that evicted sits out the restart grace, but an eviction within about a second before another client's acquire is not seen")
 	nf.tls.register(fs)
@@ -352,7 +352,7 @@ func (g *graceFlag) Set(s string) error {
 }
 
 func (g *graceFlag) register(fs *flag.FlagSet) {
-	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off, safe only on nodes with appendfsync always (default: the lock TTL; the largest TTL in use on the nodes if longer)")
+	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off (also for failovers, evictions and flushes), safe only on nodes with appendfsync always that never fail over, evict or get flushed (default: the lock TTL; the largest TTL in use on the nodes if longer)")
 }
 
 // registerTimeout adds --timeout, which bounds an operator command's calls to the nodes.
