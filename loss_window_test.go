@@ -2,6 +2,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func (h *registerReadSeen) ProcessPipelineHook(next redis.ProcessPipelineHook) r
 // nodes lands just after Y's probe, and Y's second caller votes 2.5s later,
 // on the pre-flush guard, while its first caller's probe, which has seen
 // the flush, waits on the paused node.
-func TestBreakFlushWindowOutlastsTheProbe(t *testing.T) {
+func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
@@ -198,6 +199,9 @@ func TestBreakFlushWindowOutlastsTheProbe(t *testing.T) {
 		// A node marked stale meanwhile (a connection dialled) made this
 		// caller probe it itself: the schedule was not reached.
 		t.Skipf("schedule not reached (the second caller probed a node itself): %v", err)
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Fatalf("Y's second caller: %v, want the flushed nodes sitting out (ErrNodeSittingOut)", err)
 	}
 	t.Logf("refused: %v", err)
 }
