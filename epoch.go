@@ -124,7 +124,7 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 			// (or fsynced less often) with CONFIG SET is back on after a
 			// restart that reads the config file, and what it loaded lacks
 			// the writes it did not log (or fsync) meanwhile.
-			lost(start, what+" persistent, but was not at the last probe (appendonly or appendfsync changed at run time: the AOF it loaded may lack the writes since)")
+			lost(start, what+" persistent, but was not at the last probe (appendonly or appendfsync changed at run time, or an AOF rewrite ran, which may be the first of an AOF turned on at run time: the AOF it loaded may lack the writes since)")
 		case m.evicting || old != nil && old.evicting:
 			// INFO's counters restart at 0: evictions before the start
 			// (since the last probe, or before we met it) are not

@@ -47,8 +47,9 @@ var (
 	ErrFailoverNode = errors.New("redlock: node fails over and its votes are not durable")
 	// ErrEvictingNode: a node may evict keys (maxmemory set, and a
 	// maxmemory-policy other than noeviction; lock keys all have a TTL, so
-	// volatile-* policies evict them too): an evicted lock key hands the
-	// lock to a second client. Refused unless Options.AllowEvictingNodes.
+	// volatile-* policies evict them too), or evicted keys since its start
+	// (evicted_keys > 0) whatever its policy now: an evicted lock key hands
+	// the lock to a second client. Refused unless Options.AllowEvictingNodes.
 	// The fix is noeviction, or a Redis of its own for the locks. It also
 	// matches ErrInvalidConfig.
 	ErrEvictingNode = errors.New("redlock: node may evict lock keys")

@@ -111,6 +111,11 @@ func slotsGained(before, now []SlotRange) bool {
 
 // errSlotUnclaimed: no master of a Cluster node served the lock's slot at
 // the last probe; the node is probed again.
+// errLossBeingDated is the vote of a node whose probe saw it lose data
+// (a restart, a promotion, an eviction, a flush...) while that probe still
+// learns how long it sits out: the guard in force does not know the loss.
+var errLossBeingDated = fmt.Errorf("%w: a probe saw it lose data and is learning the largest TTL in use from the other nodes", ErrNodeSittingOut)
+
 var errSlotUnclaimed = fmt.Errorf("%w: no master of the cluster served the lock's hash slot at the last probe", ErrNodeSittingOut)
 
 // shardsVoteErr is voteErr's restart grace for a Cluster node: the vote on
@@ -180,6 +185,8 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	// have decayed. (At first contact every node is probed, and read, at
 	// once.)
 	if lostData && (old != nil || c.probed.Load()) && c.opts.RestartGrace >= 0 {
+		n.learning.Add(1)
+		defer n.learning.Add(-1) // after the new guard is installed, below
 		c.learnFleetTTL(ctx, n)
 	}
 
@@ -325,7 +332,9 @@ func (g *nodeGuard) lostSince(old *nodeGuard) bool {
 // evictionErr refuses a node whose server (or one of whose Cluster
 // masters) may evict keys, unless Options.AllowEvictingNodes: every lock
 // key has a TTL, so any policy but noeviction may evict it, volatile-*
-// included, and hand the lock to a second holder. Read at every probe, so
+// included, and hand the lock to a second holder. A server that evicts no
+// more but evicted since its start is refused too: the evictions may have
+// taken the TTL registers with the lock keys. Read at every probe, so
 // a policy changed at run time is seen at the next one.
 func (c *Client) evictionErr(n *node, res probeResult) error {
 	if c.opts.AllowEvictingNodes {
@@ -336,17 +345,27 @@ func (c *Client) evictionErr(n *node, res probeResult) error {
 		servers = []probeResult{res}
 	}
 	for _, r := range servers {
-		if !r.evicting() {
-			continue
-		}
 		who := "its server"
 		if r.addr != "" {
 			who = "its master " + r.addr
 		}
-		return &ConfigError{Field: "node", Value: n.name,
-			Reason: fmt.Sprintf("may evict lock keys: %s has maxmemory %d bytes and maxmemory-policy %s, and every lock key has a TTL; set maxmemory-policy noeviction, or give the locks a Redis of its own, or set Options.AllowEvictingNodes to accept that (an eviction then makes the node sit out the restart grace)",
-				who, r.maxMemory, r.policy),
-			Err: ErrEvictingNode}
+		switch {
+		case r.evicting():
+			return &ConfigError{Field: "node", Value: n.name,
+				Reason: fmt.Sprintf("may evict lock keys: %s has maxmemory %d bytes and maxmemory-policy %s, and every lock key has a TTL; set maxmemory-policy noeviction, or give the locks a Redis of its own, or set Options.AllowEvictingNodes to accept that (an eviction then makes the node sit out the restart grace)",
+					who, r.maxMemory, r.policy),
+				Err: ErrEvictingNode}
+		case r.evicted > 0:
+			// It evicts no more, but it did: the evictions may have
+			// taken lock keys, and with them the TTL registers that tell
+			// how long a node that lost keys must sit out, on every node
+			// the same cache filled. Only a RestartGrace the caller
+			// declared (which AllowEvictingNodes requires) still knows.
+			return &ConfigError{Field: "node", Value: n.name,
+				Reason: fmt.Sprintf("has evicted %d keys since it started (evicted_keys; maxmemory-policy is now %s): they may include lock keys and the TTL registers that date the restart grace; set Options.AllowEvictingNodes (with a RestartGrace of at least the largest TTL in use) to accept that, or CONFIG RESETSTAT %s once the largest TTL in use has passed since its last eviction",
+					r.evicted, r.policy, who),
+				Err: ErrEvictingNode}
+		}
 	}
 	return nil
 }
@@ -666,6 +685,9 @@ func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, backgr
 	g := n.guard.Load()
 	if g == nil {
 		return nil // a test fake without guard
+	}
+	if n.learning.Load() > 0 {
+		return errLossBeingDated
 	}
 	if g.clockUnchecked {
 		c.guardMu.Lock()

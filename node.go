@@ -31,6 +31,13 @@ type node struct {
 
 	guard atomic.Pointer[nodeGuard] // nil until the first probe
 
+	// learning counts the probes that saw the node lose data and are
+	// still reading the other nodes' TTL registers before they install its
+	// new guard. That read waits up to a node timeout on a node that does
+	// not answer; meanwhile the guard in force predates the loss, so no
+	// vote counts on it (guardsPassAged).
+	learning atomic.Int32
+
 	// clock is the clock of a node that is one server. A Cluster node's
 	// masters each keep their own, in masterClocks by address: their
 	// clocks are apart, and one may jump alone. Fed into one history, the

@@ -25,23 +25,28 @@ type probeResult struct {
 	role        string
 	uptime      time.Duration
 	appendOnly  bool
-	appendFsync string        // "" if CONFIG GET is not allowed
-	fleetTTL    time.Duration // the node's register of the largest TTL in use
-	registerErr error         // why the register could not be read or raised
-	cluster     *ClusterInfo  // nil unless the node runs in cluster mode
-	addr        string        // a Cluster node's master: its address
-	claims      []SlotRange   // and the slots it serves or imports
-	shards      []probeResult // a Cluster node's masters, by address
-	promoted    bool          // a master promoted from replica since it started: dated as started now
-	replicas    int           // replicas connected to the master(s); for a Cluster's master, listed for it
-	links       []ReplicaInfo // the master's replicas, as its INFO replication lists them
-	waitAOF     bool          // the server has WAITAOF (7.2+) and its AOF on
-	servers     []string      // the run_ids behind the node (one, or a Cluster's masters)
-	master      string        // a replica's master, host:port as its INFO replication tells, for the refusal
-	replID      string        // master_replid: changes at every promotion, resync from another master and restart
-	maxMemory   int64         // maxmemory in bytes, 0: no limit
-	policy      string        // maxmemory_policy
-	evicted     int64         // evicted_keys since the start (or CONFIG RESETSTAT)
+	appendFsync string // "" if CONFIG GET is not allowed
+	// aofRewriting: an AOF rewrite runs or is scheduled. INFO shows an AOF
+	// turned on at run time exactly so, and until that first rewrite
+	// ends the server logs its writes to a file no manifest names: a
+	// crash loses them, though aof_enabled reads 1.
+	aofRewriting bool
+	fleetTTL     time.Duration // the node's register of the largest TTL in use
+	registerErr  error         // why the register could not be read or raised
+	cluster      *ClusterInfo  // nil unless the node runs in cluster mode
+	addr         string        // a Cluster node's master: its address
+	claims       []SlotRange   // and the slots it serves or imports
+	shards       []probeResult // a Cluster node's masters, by address
+	promoted     bool          // a master promoted from replica since it started: dated as started now
+	replicas     int           // replicas connected to the master(s); for a Cluster's master, listed for it
+	links        []ReplicaInfo // the master's replicas, as its INFO replication lists them
+	waitAOF      bool          // the server has WAITAOF (7.2+) and its AOF on
+	servers      []string      // the run_ids behind the node (one, or a Cluster's masters)
+	master       string        // a replica's master, host:port as its INFO replication tells, for the refusal
+	replID       string        // master_replid: changes at every promotion, resync from another master and restart
+	maxMemory    int64         // maxmemory in bytes, 0: no limit
+	policy       string        // maxmemory_policy
+	evicted      int64         // evicted_keys since the start (or CONFIG RESETSTAT)
 	// markerWas and markerIs are the data-kept marker's value before and
 	// after the probe (epoch.go): "" and a new value if it was missing,
 	// both "" if it could not be read.
@@ -59,7 +64,16 @@ type probeResult struct {
 // persistent tells whether the node keeps every acknowledged write across
 // a restart: the lock keys and the fence registers survive, and the node
 // needs no restart grace (DESIGN §3).
-func (r probeResult) persistent() bool { return r.appendOnly && r.appendFsync == "always" }
+//
+// An AOF rewrite in progress or scheduled does not count: INFO cannot tell
+// a routine rewrite (durable) from the first one of an AOF turned on at
+// run time (not durable until it ends), so a probe that sees either takes
+// the node as not persistent, and a restart after it as one without
+// persistence. That costs a grace after a restart during a routine
+// rewrite; docs/PROTOCOL.md §11 states what no probe can see.
+func (r probeResult) persistent() bool {
+	return r.appendOnly && r.appendFsync == "always" && !r.aofRewriting
+}
 
 // evicting tells whether the server may evict keys: a maxmemory and any
 // policy but noeviction. Every lock key has a TTL, so the volatile-*
@@ -168,6 +182,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	res.nodeTime = tm.Val()
 	res.appendOnly = fields["aof_enabled"] == "1"
+	res.aofRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
 	if waitAOFInfo != nil {
 		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
 	}
@@ -313,7 +328,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		}
 		res.replicas += r.replicas
 		if !r.persistent() {
-			res.appendOnly, res.appendFsync = r.appendOnly, r.appendFsync
+			res.appendOnly, res.appendFsync, res.aofRewriting = r.appendOnly, r.appendFsync, r.aofRewriting
 		}
 	}
 	res.runID = strings.Join(ids, ",")
