@@ -72,9 +72,14 @@ func (l *Lock) Done() <-chan struct{} {
 	defer l.mu.Unlock()
 	if l.done == nil {
 		l.done = make(chan struct{})
-		if l.err != nil {
+		switch {
+		case l.err != nil:
 			close(l.done)
-		} else {
+		case l.expireLocked():
+			// Its validity ended before anyone asked: expireLocked closed
+			// the channel, so a holder that polls Done never sees an
+			// ended lock as held (a timer of negative delay fires later).
+		default:
 			l.expiry = time.AfterFunc(l.deadline.Sub(l.c.clock.Now()), l.checkExpiry)
 		}
 	}

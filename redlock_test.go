@@ -359,6 +359,29 @@ func TestDoExtendsAcrossSeveralTTLsAndCancelsOnLoss(t *testing.T) {
 	}
 }
 
+// Done, first asked after the lock's validity ended, is closed already: a
+// holder that polls it must not take an ended lock for held (it once
+// armed a timer of negative delay and returned an open channel).
+func TestDoneFirstAskedAfterTheDeadlineIsClosed(t *testing.T) {
+	cl := redistest.StartT(t, 3, redistest.Options{})
+	c := newClient(t, cl, redlock.Options{TTL: 300 * time.Millisecond})
+	l, err := c.Acquire(context.Background(), "polled")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for !time.Now().After(l.Deadline()) {
+		time.Sleep(time.Until(l.Deadline()) + time.Millisecond) // the state past the deadline is the point
+	}
+	select {
+	case <-l.Done():
+	default:
+		t.Fatalf("Done, first asked %v after the deadline, is open", time.Since(l.Deadline()))
+	}
+	if !errors.Is(l.Err(), redlock.ErrLockLost) {
+		t.Fatalf("Err after the deadline: %v, want ErrLockLost", l.Err())
+	}
+}
+
 func TestMaxExtensionsLetsTheLockExpire(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	var extensions atomic.Int32
