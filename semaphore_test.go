@@ -265,8 +265,12 @@ func TestSemaphoreLossClosesDoneAndExtendReportsIt(t *testing.T) {
 		t.Fatalf("Err after the loss: %v", p.Err())
 	}
 
-	// A permit that is not extended ends with its validity.
-	short, err := s.TryAcquire(ctx, redlock.WithTTL(300*time.Millisecond))
+	// A permit that is not extended ends with its validity. Acquire, not
+	// TryAcquire: a 300ms TTL gives each node 30ms, which a loaded machine
+	// may miss on a first try.
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	short, err := s.Acquire(actx, redlock.WithTTL(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
