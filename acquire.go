@@ -433,10 +433,17 @@ func (c *Client) checkIndependence(ctx context.Context, timeout time.Duration) e
 		c.probed.Store(true)
 	}
 	for _, n := range c.nodes {
-		// A cluster node refused for its slots is looked at again at every
-		// attempt: they move, and nothing else would tell (its connection
-		// stays up, so it is not stale). It cannot vote meanwhile anyway.
-		if g := n.guard.Load(); g != nil && g.excluded != nil && g.cluster != nil {
+		// A node refused for what changes at run time is looked at again
+		// (it cannot vote meanwhile anyway): a cluster node refused for its
+		// slots at every attempt, as they move and nothing else would tell
+		// (its connection stays up, so it is not stale); a node refused for
+		// evicting once its guard is past guardMaxAge, as an operator may
+		// set noeviction again or reset its count of evicted keys.
+		g := n.guard.Load()
+		if g == nil || g.excluded == nil {
+			continue
+		}
+		if g.cluster != nil || errors.Is(g.excluded, ErrEvictingNode) && c.clock.Now().Sub(g.probed) > guardMaxAge {
 			pctx, cancel := context.WithTimeout(ctx, timeout)
 			_, _ = c.refresh(pctx, n, time.Duration(c.maxTTL.Load()))
 			cancel()

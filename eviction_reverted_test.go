@@ -99,6 +99,30 @@ func TestANodeThatEvictedIsRefusedAfterItsPolicyIsReverted(t *testing.T) {
 			if !errors.Is(err, redlock.ErrEvictingNode) || !strings.Contains(err.Error(), "has evicted") {
 				t.Fatalf("want the nodes refused for their evictions (ErrEvictingNode), got %v", err)
 			}
+			// The operator's way back, once no lock the evictions may have
+			// taken is held any more: CONFIG RESETSTAT. Y's acquires look
+			// at the refused nodes again by themselves (no Nodes call).
+			if err := held.Release(ctx); err != nil && !errors.Is(err, redlock.ErrLockLost) {
+				t.Fatal(err)
+			}
+			for _, s := range cl.Servers {
+				if err := s.Client().ConfigSet(ctx, "maxmemory", "0").Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// A refusal is an error at once (no silent wait): Y tries
+			// again, as a caller would, until the nodes sat out its grace.
+			eventually(t, 20*time.Second, "Y's lock after CONFIG RESETSTAT", func() bool {
+				l, err := y.TryAcquire(ctx, name)
+				if err != nil {
+					return false
+				}
+				_ = l.Release(ctx)
+				return true
+			})
 		})
 	}
 }
