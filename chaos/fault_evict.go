@@ -16,11 +16,15 @@ import (
 // server, not through the clients' proxy) until the lock's key is
 // evicted. Every lock key carries a TTL, so volatile-* policies evict it
 // as allkeys-* do. Heal puts noeviction and no memory limit back; the
-// cache keys stay until they expire, and so does the count of evicted
-// keys (INFO stats evicted_keys).
+// cache keys stay until they expire. A node that evicted is refused by
+// clients without AllowEvictingNodes until its count of evicted keys
+// (INFO stats evicted_keys) is reset: Heal does what docs/PROTOCOL.md §11
+// tells an operator, CONFIG RESETSTAT once the largest TTL in use has
+// passed since the last eviction.
 type Evict struct {
 	Nodes  []int
-	Policy string // maxmemory-policy, e.g. allkeys-lru or volatile-lru
+	Policy string        // maxmemory-policy, e.g. allkeys-lru or volatile-lru
+	Accept time.Duration // the largest TTL in use: how long after noeviction Heal resets the count
 }
 
 // evictMaxMemory is the limit the nodes run with while they evict: a few
@@ -111,6 +115,23 @@ func (f Evict) Heal(ctx context.Context, env *Env) error {
 				return fmt.Errorf("chaos: n%d: CONFIG SET maxmemory-policy noeviction: %w", i, err)
 			}
 			return c.ConfigSet(ctx, "maxmemory", "0").Err()
+		}))
+	}
+	if err := errors.Join(errs...); err != nil {
+		return err
+	}
+	// No node evicts from here on: a lock key evicted before is older
+	// than any lock taken after Accept, so the count may go.
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(f.Accept):
+	}
+	for _, i := range f.Nodes {
+		errs = append(errs, env.onNode(i, func(n Node) error {
+			c := directClient(n)
+			defer c.Close()
+			return c.ConfigResetStat(ctx).Err()
 		}))
 	}
 	return errors.Join(errs...)

@@ -89,7 +89,7 @@ func evictScenarios() []Scenario {
 	rl := RedlockScheme{}
 	const ttl = 5 * time.Second
 	quorumOfThree := Partition{[]int{3, 4}}
-	f := Evict{[]int{0, 1, 2}, "allkeys-lru"}
+	f := Evict{[]int{0, 1, 2}, "allkeys-lru", ttl}
 	evict := func(name, about string, allow bool, grace time.Duration, x Expect) Scenario {
 		return Scenario{Name: name, About: about, Scheme: rl, Expect: x, TTL: ttl, Clients: 2,
 			AllowEvictingNodes: allow, RestartGrace: grace,
