@@ -28,9 +28,9 @@ fmt-check:
 # (docker or process) ran each scenario, and the whole log's tail on failure.
 # The library's tests run beside the nested modules' (most of their time is
 # spent waiting on servers, and 2 cores are enough for both): the log of
-# the library's run is printed when both are done. The long chaos scenarios
-# run on processes here and on Docker in chaos-long (chaos/make.mk), with the
-# scenarios on Redis Cluster nodes (both backends).
+# the library's run is printed when both are done. The chaos scenarios of
+# over 20 seconds, and those on Redis Cluster nodes, run in chaos-long
+# (chaos/make.mk) on both backends.
 test: deps servers fmt-check vet
 	@rootlog=$$(mktemp -t redlock-test.XXXXXX); \
 		($(GO) test -race -count=1 -timeout 30m -bench . -benchtime 1x ./... > $$rootlog 2>&1; echo $$? >> $$rootlog) & \

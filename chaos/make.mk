@@ -8,10 +8,10 @@ CHAOS_SCENARIOS ?=
 CHAOS_PARALLEL ?= 1
 CHAOS_OUT ?= chaos/reports/$(shell date +%Y%m%d-%H%M%S)
 
-# The runs of over 20 seconds that make test leaves out: the Docker runs of
-# the scenarios it runs on processes only (chaos_test.go's dockerLong), and
-# the scenarios on Redis Cluster nodes (both backends). CI runs this after
-# make test. Docker is taken when its engine answers, as in make test.
+# The scenarios of over 20 seconds that make test leaves out, on both
+# backends: chaos_test.go's longScenarios and the scenarios on Redis Cluster
+# nodes. CI runs this after make test. Docker is taken when its engine
+# answers, as in make test.
 SPLIT_ENV := REDLOCK_CHAOS_LONG
 .PHONY: chaos-long
 chaos-long: deps

@@ -1,7 +1,8 @@
 # make model: SPIN checks the protocol model in every configuration
 # (model/verify.sh); the safe ones must verify, the unsafe ones must still
-# produce their counterexample. make test runs all but the rows of over a
-# minute; make model-long runs those (CI runs it after make test).
+# produce their counterexample. make test runs all but the LONG rows (over
+# 25 seconds on one core, model/verify.sh); make model-long runs those (CI
+# runs it after make test).
 .PHONY: model model-long
 model: deps
 	@echo "== spin model (model/verify.sh, SET=quick)"
