@@ -439,7 +439,9 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	opts := redlock.Options{TTL: 20 * time.Second}
+	// A node timeout of a second: Y's attempt must reach its scripts (and
+	// the hooks that restart the servers) on a loaded machine too.
+	opts := redlock.Options{TTL: 20 * time.Second, NodeTimeout: time.Second}
 	x, err := redlock.New(cl.Clients(), opts)
 	if err != nil {
 		t.Fatal(err)
