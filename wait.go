@@ -86,10 +86,13 @@ var classicWakeups atomic.Bool
 // can be listened to only there. The argument above holds per master: the
 // PING that confirms a subscription goes on the connection that carries
 // it, and the release of a lock confirmed there publishes there, unless
-// the slot moved meanwhile (a failover, a reshard). The master that loses
-// the slot drops the subscriptions (an unasked SUNSUBSCRIBE), or dies with
-// the connection; either makes the writer route the lock's channel again,
-// to the slot's new master. A release in the gap is missed on that node:
+// the slot moved meanwhile (a failover, a reshard). The writer routes the
+// lock's channel again, to the slot's new master, when the old master's
+// connection fails, when that master unsubscribes it (an unasked
+// SUNSUBSCRIBE), or when a probe of the node reads a layout in which the
+// master no longer serves the slot (relayout; Redis 7.0 tells a demoted
+// master's shard subscribers nothing). A release in the gap is missed on
+// that node:
 // the waiter, like one whose connection broke, then takes the lock by its
 // retries, no later than its next retry delay.
 type waiters struct {
