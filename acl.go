@@ -14,6 +14,11 @@ import "strings"
 //     get and pttl also serve Inspect.
 //   - subscribe, unsubscribe, ping: a waiting Acquire listens to its lock's
 //     release channel and confirms the subscription with a PING.
+//   - spublish, ssubscribe, sunsubscribe: the same on a Redis Cluster node
+//     whose masters have them (7.0+, Valkey): the scripts announce with
+//     spublish, which stays in the lock's shard, and waiters listen on
+//     the master of the lock's slot. A 6.x server's ACL cannot name them:
+//     drop the three from the rule there.
 //   - info, time, config|get: the node guards' probe (run_id, role, uptime,
 //     persistence, clock). Without config|get a node never counts as
 //     persistent and always sits out the restart grace after a restart.
@@ -32,6 +37,7 @@ var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",
 	"subscribe", "unsubscribe", "ping",
+	"spublish", "ssubscribe", "sunsubscribe",
 	"info", "config|get",
 	"hello",
 	"exists", "zadd", "zcard", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zscore",

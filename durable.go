@@ -255,7 +255,7 @@ func isVote(cmd redis.Cmder) bool {
 	}
 	code := args[1]
 	for _, s := range unvotedScripts {
-		for _, form := range []*script{s, s.batched} {
+		for _, form := range s.forms() {
 			if code == form.srcArg {
 				return false
 			}

@@ -216,6 +216,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if res.role != "master" {
 		g.excluded = replicaRefusal(n, res)
 	}
+	if n.pipes != nil && res.shards != nil {
+		n.pipes.sharded.Store(res.spublish && !classicWakeups.Load())
+	}
 	if res.shards == nil {
 		// A node that is one server (a standalone master, or Sentinel's):
 		// the most replicas seen since we met it, so that a replica whose
@@ -267,6 +270,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.logger.Error("redlock: node refused", "node", n.name, "err", g.excluded)
 	}
 	n.guard.Store(g)
+	if res.shards != nil {
+		c.waiters.relayout(n.index) // a master may have lost the slot a waiter listens on
+	}
 	c.compareMastersLocked(n, res, newMasters)
 	c.compareClocksLocked(n)
 	return res, nil

@@ -174,7 +174,11 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		del := pipe.Del(ctx, key)
 		pipe.Del(ctx, holder)
 		pipe.Incr(ctx, fence)
-		pipe.Publish(ctx, c.releaseChannel(name), forced)
+		if n.pipes != nil && n.pipes.sharded.Load() {
+			pipe.SPublish(ctx, c.releaseChannel(name), forced)
+		} else {
+			pipe.Publish(ctx, c.releaseChannel(name), forced)
+		}
 		_, err := pipe.Exec(ctx)
 		mu.Lock()
 		defer mu.Unlock()

@@ -99,7 +99,14 @@ var errNotSent = errors.New("not sent: waited in the client's queue for the node
 // stream: the calls whose order on a node matters (an attempt's acquire,
 // extends and release) are ordered by the attempt's own record of the calls
 // running there (quorum.go) and by Lock.extendMu, not by the pipe.
-type nodePipes struct{ acquire, renew *pipe }
+type nodePipes struct {
+	acquire, renew *pipe
+	// sharded: the node is a Redis Cluster whose masters all have
+	// SPUBLISH, so its scripts announce releases with it (their sharded
+	// forms) and waiters listen with SSUBSCRIBE (wait.go). Set by the
+	// probes.
+	sharded atomic.Bool
+}
 
 func newNodePipes(rdb redis.UniversalClient) *nodePipes {
 	return &nodePipes{acquire: &pipe{rdb: rdb}, renew: &pipe{rdb: rdb}}
@@ -113,6 +120,14 @@ func (ps *nodePipes) of(s *script) *pipe {
 }
 
 func (ps *nodePipes) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	if s.sharded != nil && ps.sharded.Load() {
+		// The command is shared by the calls to every node: this node's
+		// copy names the sharded form.
+		sharded := make([]any, len(args))
+		copy(sharded, args)
+		sharded[0], sharded[1] = s.sharded.head()
+		s, args = s.sharded, sharded
+	}
 	return ps.of(s).run(ctx, s, args)
 }
 

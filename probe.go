@@ -41,6 +41,7 @@ type probeResult struct {
 	replicas     int           // replicas connected to the master(s); for a Cluster's master, listed for it
 	links        []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF      bool          // the server has WAITAOF (7.2+) and its AOF on
+	spublish     bool          // a Cluster node whose masters all have SPUBLISH (sharded wake-ups)
 	servers      []string      // the run_ids behind the node (one, or a Cluster's masters)
 	master       string        // a replica's master, host:port as its INFO replication tells, for the refusal
 	replID       string        // master_replid: changes at every promotion, resync from another master and restart
@@ -119,6 +120,12 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if c.opts.DurableVotes {
 		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
 	}
+	// Without register, rdb is a master of a Cluster node: does it have
+	// SPUBLISH (Redis 7.0+, Valkey), to keep wake-ups in their shard?
+	var spublishInfo *redis.Cmd
+	if !register {
+		spublishInfo = pipe.Do(ctx, "command", "info", "spublish")
+	}
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
@@ -185,6 +192,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	res.aofRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
 	if waitAOFInfo != nil {
 		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+	}
+	if spublishInfo != nil {
+		res.spublish = hasCommand(spublishInfo.Val())
 	}
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
@@ -307,7 +317,9 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	first := shards[0]
 	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
 	res.shards = shards
+	res.spublish = true
 	for i, r := range shards {
+		res.spublish = res.spublish && r.spublish
 		ids[i] = r.addr + "=" + r.runID
 		res.servers = append(res.servers, r.runID)
 		if r.role != "master" {

@@ -38,6 +38,10 @@ type script struct {
 	// batched is the script's batched form (see batchSrc), nil for a
 	// batched form itself and for a resource script.
 	batched *script
+	// sharded is the form a node whose wake-ups are sharded runs (see
+	// shardedForm), nil for a script that publishes nothing and for a
+	// sharded form itself.
+	sharded *script
 	// resource scripts run on the resource's server, not the lock nodes
 	// (see newResourceScript); loadRefused is set once a server refused to
 	// load one: it runs by EVAL from then on.

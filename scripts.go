@@ -35,13 +35,54 @@ func newScript(file string) *script {
 	b := batchSrc(lib, body)
 	s.batched = &script{file: file, src: b, srcArg: b, lines: s.lines}
 	scripts = append(scripts, s, s.batched)
+	if strings.Contains(s.src, classicPublish) {
+		s.sharded = shardedForm(s)
+		s.sharded.batched = shardedForm(s.batched)
+		scripts = append(scripts, s.sharded, s.sharded.batched)
+	}
 	return s
+}
+
+// classicPublish is how a script announces on a lock's channel; a node
+// whose wake-ups are sharded (nodePipes.sharded) runs the script's
+// sharded form instead, which says shardedPublish.
+const (
+	classicPublish = "redis.call('PUBLISH'"
+	shardedPublish = "redis.call('SPUBLISH'"
+)
+
+// shardedForm is s with every PUBLISH made SPUBLISH: on a Redis Cluster
+// a PUBLISH is broadcast to every node of the cluster over the cluster
+// bus, an SPUBLISH reaches only the nodes of the channel's shard (the
+// lock's channel shares its keys' hash slot, which is what SPUBLISH in a
+// script asks). The command is the only change, so lines, arguments and
+// replies stay those of s; it is a form of its own rather than an
+// argument because one command built per operation is shared by the
+// calls to every node (script.args), and the nodes of one client may be
+// Cluster and standalone at once.
+func shardedForm(s *script) *script {
+	src := strings.ReplaceAll(s.src, classicPublish, shardedPublish)
+	return &script{file: s.file, src: src, srcArg: src, lines: s.lines, renewal: s.renewal}
+}
+
+// forms lists the forms of s that a node may run: s, its batched form and,
+// for a script that publishes, their sharded forms.
+func (s *script) forms() []*script {
+	f := []*script{s}
+	if s.batched != nil {
+		f = append(f, s.batched)
+	}
+	if s.sharded != nil {
+		f = append(f, s.sharded.forms()...)
+	}
+	return f
 }
 
 func newRenewalScript(file string) *script {
 	s := newScript(file)
-	s.renewal = true
-	s.batched.renewal = true
+	for _, f := range s.forms() {
+		f.renewal = true
+	}
 	return s
 }
 

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -50,6 +51,12 @@ const wakeAllMark = "*"
 // waits start.
 const subscriptionLinger = time.Second
 
+// classicWakeups makes Cluster nodes announce releases with PUBLISH and
+// listen with SUBSCRIBE even where SPUBLISH exists, as before sharded
+// wake-ups: the "before" of the measurement that compares them
+// (wakeup_cpu_internal_test.go). Read by the probes.
+var classicWakeups atomic.Bool
+
 // waiters wakes blocked Acquire calls when a lock they wait for is released.
 //
 // A release is announced, from inside the release script, on a channel of
@@ -70,6 +77,24 @@ const subscriptionLinger = time.Second
 // release after the confirmation publishes there: it cannot be missed,
 // unless that node's connection breaks meanwhile (go-redis subscribes the
 // new connection again; the jittered retries cover the gap).
+//
+// A Redis Cluster node whose masters have SPUBLISH (nodePipes.sharded)
+// keeps its wake-ups in the lock's shard: its scripts announce with
+// SPUBLISH, and the node's writer SSUBSCRIBEs each lock's channel on the
+// master that serves the lock's slot, on one pub/sub connection per
+// master (a shardSub, with a reader of its own), since a shard channel
+// can be listened to only there. The argument above holds per master: the
+// PING that confirms a subscription goes on the connection that carries
+// it, and the release of a lock confirmed there publishes there, unless
+// the slot moved meanwhile (a failover, a reshard). The writer routes the
+// lock's channel again, to the slot's new master, when the old master's
+// connection fails, when that master unsubscribes it (an unasked
+// SUNSUBSCRIBE), or when a probe of the node reads a layout in which the
+// master no longer serves the slot (relayout; Redis 7.0 tells a demoted
+// master's shard subscribers nothing). A release in the gap is missed on
+// that node:
+// the waiter, like one whose connection broke, then takes the lock by its
+// retries, no later than its next retry delay.
 type waiters struct {
 	c      *Client
 	mu     sync.Mutex
@@ -99,20 +124,36 @@ type topic struct {
 	// a later one) was answered.
 	subscribed []uint64
 	confirmed  []bool
+	route      []*shardSub // per sharded node: the master it is SSUBSCRIBEd on (nil for another node)
 	nconfirmed int
 	ready      chan struct{} // closed once need nodes confirmed
 }
 
-// nodeSub is the pub/sub connection to one node.
+// nodeSub is the pub/sub connection to one node, or for a sharded node
+// (cc set) its connections to the node's masters.
 type nodeSub struct {
 	index int
-	ps    *redis.PubSub
-	kick  chan struct{} // wakes the writer: the topics changed, or a PING is owed
+	ps    *redis.PubSub        // nil for a sharded node
+	cc    *redis.ClusterClient // a sharded node's: routes each lock's channel to its master
+	kick  chan struct{}        // wakes the writer: the topics changed, or a PING is owed
 
 	// Under waiters.mu:
-	active map[string]struct{} // locks whose channel we SUBSCRIBEd and not UNSUBSCRIBEd since
-	seq    uint64              // last PING sequence number handed out
-	repin  bool                // the connection broke: PINGs written before may never be answered
+	active map[string]struct{}  // locks whose channel we SUBSCRIBEd and not UNSUBSCRIBEd since
+	seq    uint64               // last PING sequence number handed out
+	repin  bool                 // the connection broke: PINGs written before may never be answered
+	shards map[string]*shardSub // a sharded node's connections, by master address
+}
+
+// shardSub is a sharded node's pub/sub connection to one of its masters.
+// Its channels are SSUBSCRIBEd one command each: a command's shard
+// channels must share a slot. When it fails it is dropped whole, never
+// reconnected: go-redis would subscribe a new connection to all its
+// channels in one command, which the master refuses (CROSSSLOT) once they
+// span slots, and the master may no longer serve them.
+type shardSub struct {
+	addr   string
+	ps     *redis.PubSub
+	active map[string]struct{} // under waiters.mu: locks whose channel we SSUBSCRIBEd here
 }
 
 // add registers a waiter for name, subscribing to the lock's channel if no
@@ -158,7 +199,7 @@ func (w *waiters) newTopic(name string) *topic {
 		w.start()
 	}
 	n := len(w.c.nodes)
-	t := &topic{subscribed: make([]uint64, n), confirmed: make([]bool, n), ready: make(chan struct{})}
+	t := &topic{subscribed: make([]uint64, n), confirmed: make([]bool, n), route: make([]*shardSub, n), ready: make(chan struct{})}
 	w.topics[name] = t
 	if w.need == 0 || w.closed { // nothing can confirm: do not make every wait time out
 		close(t.ready)
@@ -177,11 +218,16 @@ func (w *waiters) start() {
 		if n.rdb == nil {
 			continue
 		}
-		s := &nodeSub{index: i, ps: n.rdb.Subscribe(w.ctx), kick: make(chan struct{}, 1), active: make(map[string]struct{})}
+		s := &nodeSub{index: i, kick: make(chan struct{}, 1), active: make(map[string]struct{})}
 		w.subs[i] = s
 		w.need++
-		w.c.bg.add()
-		go w.read(s)
+		if cc, ok := n.rdb.(*redis.ClusterClient); ok && n.pipes != nil && n.pipes.sharded.Load() {
+			s.cc, s.shards = cc, make(map[string]*shardSub)
+		} else {
+			s.ps = n.rdb.Subscribe(w.ctx)
+			w.c.bg.add()
+			go w.read(s)
+		}
 		w.c.bg.add()
 		go w.write(s)
 	}
@@ -302,12 +348,14 @@ func (w *waiters) notify(name, value string, local bool) {
 // reply would not do: after an UNSUBSCRIBE and a new SUBSCRIBE of the same
 // channel, or a reconnection, a reply to an earlier SUBSCRIBE looks the
 // same; a numbered PING cannot be mistaken.
-func (w *waiters) confirm(s *nodeSub, seq uint64) {
+// On a sharded node, sh is the master that answered: it confirms only the
+// subscriptions made there.
+func (w *waiters) confirm(s *nodeSub, sh *shardSub, seq uint64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	i := s.index
 	for _, t := range w.topics {
-		if at := t.subscribed[i]; at != 0 && at <= seq && !t.confirmed[i] {
+		if at := t.subscribed[i]; at != 0 && at <= seq && !t.confirmed[i] && t.route[i] == sh {
 			t.confirmed[i] = true
 			t.nconfirmed++
 			if t.nconfirmed == w.need {
@@ -343,20 +391,89 @@ func (w *waiters) read(s *nodeSub) {
 			continue
 		}
 		failures = 0
-		switch m := msg.(type) {
-		case *redis.Message:
-			if name, ok := w.c.nameOfChannel(m.Channel); ok {
-				if w.c.messages.deliver(s.index, name, m.Payload) {
-					continue // a kind's own message, not a release
-				}
-				w.notify(name, m.Payload, false)
+		w.received(s, nil, msg)
+	}
+}
+
+// received handles what node s sent: a release message, or a PING's
+// answer; sh is the master that sent it on a sharded node.
+func (w *waiters) received(s *nodeSub, sh *shardSub, msg any) {
+	switch m := msg.(type) {
+	case *redis.Message:
+		if name, ok := w.c.nameOfChannel(m.Channel); ok {
+			if w.c.messages.deliver(s.index, name, m.Payload) {
+				return // a kind's own message, not a release
 			}
-		case *redis.Pong:
-			if seq, err := strconv.ParseUint(m.Payload, 10, 64); err == nil {
-				w.confirm(s, seq)
-			}
+			w.notify(name, m.Payload, false)
+		}
+	case *redis.Pong:
+		if seq, err := strconv.ParseUint(m.Payload, 10, 64); err == nil {
+			w.confirm(s, sh, seq)
+		}
+	case *redis.Subscription:
+		if sh != nil && m.Kind == "sunsubscribe" {
+			w.unsubscribed(s, sh, m.Channel)
 		}
 	}
+}
+
+// readShard delivers what master sh of sharded node s sends, until the
+// connection fails or the client closes: then sh is dropped, and the
+// writer routes its locks' channels again.
+func (w *waiters) readShard(s *nodeSub, sh *shardSub) {
+	defer w.c.bg.done()
+	for {
+		msg, err := sh.ps.Receive(w.ctx)
+		if err != nil {
+			if w.ctx.Err() == nil {
+				w.warnRefused(s, err)
+				w.dropShard(s, sh)
+			}
+			return
+		}
+		w.received(s, sh, msg)
+	}
+}
+
+// unsubscribed handles an SUNSUBSCRIBE of channel on master sh: ours, for
+// a lock nobody waits for any more, or the master's own, when it stopped
+// serving the channel's slot (a failover made it a replica, or the slot
+// moved). A lock still routed to sh lost its subscription: the writer
+// routes it again, to the master that serves the slot now.
+func (w *waiters) unsubscribed(s *nodeSub, sh *shardSub, channel string) {
+	name, ok := w.c.nameOfChannel(channel)
+	if !ok {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	t := w.topics[name]
+	if t == nil || t.route[s.index] != sh {
+		return // ours
+	}
+	delete(sh.active, name)
+	t.route[s.index], t.subscribed[s.index] = nil, 0
+	s.cc.ReloadState(w.ctx)
+	s.wake()
+}
+
+// dropShard forgets master sh of sharded node s after its connection
+// failed: the locks routed there are routed again by the writer, after the
+// cluster's layout is read anew (the master may have failed over).
+func (w *waiters) dropShard(s *nodeSub, sh *shardSub) {
+	w.mu.Lock()
+	if s.shards[sh.addr] == sh {
+		delete(s.shards, sh.addr)
+	}
+	for _, t := range w.topics {
+		if t.route[s.index] == sh {
+			t.route[s.index], t.subscribed[s.index] = nil, 0
+		}
+	}
+	w.mu.Unlock()
+	_ = sh.ps.Close()
+	s.cc.ReloadState(w.ctx)
+	s.wake()
 }
 
 // warnRefused logs a pub/sub command that node s refused (an ACL without
@@ -400,6 +517,9 @@ func (w *waiters) write(s *nodeSub) {
 // them. On an error the caller calls again: whatever did not succeed is
 // still to do.
 func (w *waiters) sync(s *nodeSub) error {
+	if s.cc != nil {
+		return w.syncShards(s)
+	}
 	i := s.index
 	var subNames, subChannels, unsubChannels []string
 	w.mu.Lock()
@@ -501,13 +621,166 @@ func (w *waiters) close() {
 		}
 	}
 	subs := w.subs
+	var shards []*shardSub
+	for _, s := range subs {
+		if s != nil {
+			for _, sh := range s.shards {
+				shards = append(shards, sh)
+			}
+		}
+	}
 	w.mu.Unlock()
 	if w.cancel != nil {
 		w.cancel()
 	}
 	for _, s := range subs {
-		if s != nil {
+		if s != nil && s.ps != nil {
 			_ = s.ps.Close()
 		}
 	}
+	for _, sh := range shards {
+		_ = sh.ps.Close()
+	}
+}
+
+// relayout has sharded node i's writer check its locks' routes against
+// the cluster's layout that a probe just read.
+func (w *waiters) relayout(i int) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if i < len(w.subs) && w.subs[i] != nil && w.subs[i].cc != nil {
+		w.subs[i].wake()
+	}
+}
+
+// syncShards is sync for a sharded node: it SUNSUBSCRIBEs each master
+// from the channels of locks nobody waits for any more (or routed
+// elsewhere since), SSUBSCRIBEs the channel of each new topic on the
+// master that serves its slot (connecting to that master first if need
+// be), and writes a numbered PING to each master it subscribed on. A
+// master whose command fails is dropped (dropShard); the caller calls
+// again, and what did not succeed is still to do.
+func (w *waiters) syncShards(s *nodeSub) error {
+	i := s.index
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.releaseTimeout())
+	defer cancel()
+	type change struct {
+		sh    *shardSub
+		names []string
+	}
+	var subNames []string
+	var gone []change
+	w.mu.Lock()
+	// A lock whose master no longer serves its slot, as the node's last
+	// probe read the layout, is routed again, and SUNSUBSCRIBEd there
+	// below. Redis 7.0 keeps a demoted master's shard subscribers and tells
+	// them nothing (a replica of the slot's new master even goes on
+	// delivering its SPUBLISHes); a master that refuses the SUNSUBSCRIBE
+	// (MOVED: the slot left its shard) is dropped whole.
+	g, moved := w.c.nodes[i].guard.Load(), false
+	for name, t := range w.topics {
+		if sh := t.route[i]; sh != nil && g != nil && g.shards != nil {
+			if sg := g.shard(sh.addr); sg == nil || !sg.serves(keySlot(w.c.releaseChannel(name))) {
+				t.route[i], t.subscribed[i], moved = nil, 0, true
+			}
+		}
+	}
+	if moved {
+		s.cc.ReloadState(w.ctx)
+	}
+	for name, t := range w.topics {
+		if t.subscribed[i] == 0 {
+			subNames = append(subNames, name)
+		}
+	}
+	for _, sh := range s.shards {
+		var names []string
+		for name := range sh.active {
+			if t := w.topics[name]; t == nil || t.route[i] != sh {
+				names = append(names, name)
+				delete(sh.active, name) // see sync: go-redis forgets it first
+			}
+		}
+		if len(names) > 0 {
+			gone = append(gone, change{sh, names})
+		}
+	}
+	w.mu.Unlock()
+
+	var errs []error
+	for _, g := range gone {
+		for _, name := range g.names {
+			if err := g.sh.ps.SUnsubscribe(ctx, w.c.releaseChannel(name)); err != nil {
+				w.dropShard(s, g.sh)
+				errs = append(errs, err)
+				break
+			}
+		}
+	}
+	// Route each new topic to the master of its slot, as the ClusterClient
+	// knows the layout now.
+	byShard := map[*shardSub][]string{}
+	for _, name := range subNames {
+		sh, err := w.shardFor(s, w.c.releaseChannel(name))
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		byShard[sh] = append(byShard[sh], name)
+	}
+	for sh, names := range byShard {
+		w.mu.Lock()
+		for _, name := range names {
+			sh.active[name] = struct{}{}
+		}
+		w.mu.Unlock()
+		var err error
+		for _, name := range names {
+			if err = sh.ps.SSubscribe(ctx, w.c.releaseChannel(name)); err != nil {
+				break
+			}
+		}
+		if err == nil {
+			w.mu.Lock()
+			s.seq++
+			seq := s.seq
+			for _, name := range names {
+				if t := w.topics[name]; t != nil && t.subscribed[i] == 0 {
+					t.subscribed[i], t.route[i] = seq, sh
+				}
+			}
+			w.mu.Unlock()
+			err = sh.ps.Ping(ctx, strconv.FormatUint(seq, 10))
+		}
+		if err != nil {
+			w.dropShard(s, sh)
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// shardFor is the connection of sharded node s to the master that serves
+// channel's slot, made (with its reader) if there is none yet.
+func (w *waiters) shardFor(s *nodeSub, channel string) (*shardSub, error) {
+	ctx, cancel := context.WithTimeout(w.ctx, w.c.releaseTimeout())
+	defer cancel()
+	m, err := s.cc.MasterForKey(ctx, channel)
+	if err != nil {
+		return nil, err
+	}
+	addr := m.Options().Addr
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if sh := s.shards[addr]; sh != nil {
+		return sh, nil
+	}
+	if w.closed {
+		return nil, errors.New("redlock: client closed")
+	}
+	sh := &shardSub{addr: addr, ps: m.SSubscribe(w.ctx), active: make(map[string]struct{})}
+	s.shards[addr] = sh
+	w.c.bg.add()
+	go w.readShard(s, sh)
+	return sh, nil
 }
