@@ -90,8 +90,11 @@ func TestBatchedDurableVotesWaitForEveryWrite(t *testing.T) {
 		if err == nil {
 			t.Fatalf("burst-%d won with the replication of 2 of 3 masters cut: a vote in a batch counted without its replicas", i)
 		}
-		if !errors.Is(err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("burst-%d: want ErrVoteNotDurable, got %v", i, err)
+		// The WAIT of a batch ends at its calls' latest deadline: on a
+		// loaded machine the node timeout may end a call first. Either way
+		// no vote of the cut masters counted.
+		if !errors.Is(err, redlock.ErrVoteNotDurable) && !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("burst-%d: want ErrVoteNotDurable (or the node timeout), got %v", i, err)
 		}
 	}
 }
