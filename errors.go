@@ -68,9 +68,6 @@ var (
 	// being asked, for a short hold-off: a dead node would otherwise make
 	// every split decision wait for its timeout.
 	ErrNodeDown = errors.New("redlock: node is down")
-	// ErrStaleToken: a fenced resource refused a token lower than one it
-	// accepted before. See *StaleTokenError.
-	ErrStaleToken = errors.New("redlock: stale fencing token")
 	// ErrPermitsMismatch: a semaphore was used with another number of
 	// permits than the one its live permits were taken with, which the
 	// nodes record. It also matches ErrInvalidConfig. See
@@ -328,19 +325,6 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 
 // Unwrap gives the underlying cause, if any.
 func (e *ConfigError) Unwrap() error { return e.Err }
-
-// StaleTokenError reports a fencing token below the highest one accepted.
-type StaleTokenError struct {
-	Token   int64 // the token offered
-	Highest int64 // the highest token accepted before
-}
-
-func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("redlock: stale fencing token %d (a holder with token %d came after it)", e.Token, e.Highest)
-}
-
-// Is makes errors.Is(err, ErrStaleToken) true.
-func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
 // PermitsMismatchError reports a semaphore asked for with Permits permits
 // while a quorum of nodes record Recorded: permits of the same name are

@@ -5,8 +5,8 @@
 // validity that accounts for the time the round trip took and for clock
 // drift. Every acquisition gets a fencing token that is strictly greater than
 // the token of any earlier holder of the same lock, in the same round trip in
-// the common case; a resource that rejects stale tokens (see Fence and
-// FencedSet) stays safe even when a holder is paused past its validity.
+// the common case; a resource that rejects stale tokens (see package fence:
+// fence.Set) stays safe even when a holder is paused past its validity.
 //
 // The client also guards against the faults Redlock's critics name: a node
 // that restarted empty does not vote until it has been up longer than the

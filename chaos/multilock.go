@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 )
 
 // MultiNames are the names the multi-lock clients draw their sets from.
@@ -352,11 +353,11 @@ func (w *multiWorkload) body(ctx context.Context, m *redlock.MultiLock, ev func(
 		e := ev(n, FencedWriteInvoke)
 		e.Token = l.Token()
 		rec.Record(e)
-		err := redlock.FencedSet(opCtx, w.resource, resourceKey+":"+n, l.Token(), "c"+strconv.Itoa(e.Client))
+		err := fence.Set(opCtx, w.resource, resourceKey+":"+n, l.Token(), "c"+strconv.Itoa(e.Client))
 		e = ev(n, FencedWriteOK)
 		e.Token = l.Token()
 		switch {
-		case errors.Is(err, redlock.ErrStaleToken):
+		case errors.Is(err, fence.ErrStaleToken):
 			e.Kind, e.Err = FencedWriteStale, err.Error()
 		case err != nil:
 			e.Kind, e.Err = FencedWriteFail, err.Error()
