@@ -99,10 +99,8 @@ func (ci *ClusterInfo) slotList() string {
 	return strings.Join(parts, ",")
 }
 
-// KeySlot is the Redis Cluster hash slot of the lock's keys (its lock key,
-// fence register, holder key and release channel share one hash tag). A
-// node in cluster mode can hold the lock only if it serves this slot.
-func (c *Client) KeySlot(name string) int { return keySlot(c.LockKey(name)) }
+// keySlotOf is Keys.Slot: the Redis Cluster hash slot of the name's keys.
+func (c *Client) keySlotOf(name string) int { return keySlot(c.lockKey(name)) }
 
 // keySlot is Redis Cluster's hash slot of key: CRC16 of its hash tag (the
 // part between the first "{" and the next "}", if not empty) or of the
@@ -218,11 +216,11 @@ func (c *Client) slotsServed(name string) error {
 			continue
 		}
 		if slot < 0 {
-			slot = c.KeySlot(name)
+			slot = c.keySlotOf(name)
 		}
 		if err := g.cluster.Serves(slot); err != nil {
 			n.stale.Store(true)
-			return &ConfigError{Field: "node", Value: n.name, Reason: fmt.Sprintf("cannot take lock %q (key %s): %s", name, c.LockKey(name), strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ")), Err: err}
+			return &ConfigError{Field: "node", Value: n.name, Reason: fmt.Sprintf("cannot take lock %q (key %s): %s", name, c.lockKey(name), strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ")), Err: err}
 		}
 	}
 	return nil

@@ -167,7 +167,7 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 		f.turns[i] = make(chan struct{})
 		close(f.turns[i])
 	}
-	lock := c.LockKey(name)
+	lock := c.lockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	channel := c.releaseChannel(name)
 	f.args = func(op string, failed, round, proposal int64) []any {
@@ -648,7 +648,7 @@ func (c *Client) Queue(ctx context.Context, name string) ([]NodeQueue, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
 	}
-	lock := c.LockKey(name)
+	lock := c.lockKey(name)
 	out := make([]NodeQueue, len(c.nodes))
 	c.each(func(i int, n *node) {
 		q := &out[i]

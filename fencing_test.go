@@ -31,8 +31,8 @@ func TestExtendRepairsANodeThatLostItsKeys(t *testing.T) {
 		if err := l.Extend(ctx); err != nil {
 			t.Fatal(err)
 		}
-		fence, _ := rdb.Get(ctx, c.FenceKey("repair")).Int64()
-		return fence == l.Token() && rdb.Exists(ctx, c.LockKey("repair")).Val() == 1
+		fence, _ := rdb.Get(ctx, c.Keys("repair").Fence).Int64()
+		return fence == l.Token() && rdb.Exists(ctx, c.Keys("repair").Lock).Val() == 1
 	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestFenceRegisterLivesFenceLifetimePastTheLastAcquisition(t *testing.T) {
 			}
 			seen := 0 // the node that decided nothing may not have run its acquire yet
 			for _, s := range cl.Servers {
-				pttl, err := s.Client().PTTL(ctx, c.FenceKey(name)).Result()
+				pttl, err := s.Client().PTTL(ctx, c.Keys(name).Fence).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -140,7 +140,7 @@ func TestFenceRegisterLivesFenceLifetimePastTheLastAcquisition(t *testing.T) {
 			}
 			// The register expires: the next token is still higher.
 			for _, s := range cl.Servers {
-				if err := s.Client().Del(ctx, c.FenceKey(name)).Err(); err != nil {
+				if err := s.Client().Del(ctx, c.Keys(name).Fence).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -55,7 +55,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{Name: name, Nodes: make([]NodeStatus, len(c.nodes))}
-	lockKey, fenceKey, holderKey := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
+	lockKey, fenceKey, holderKey := c.lockKey(name), c.fenceKey(name), c.holderKey(name)
 	c.each(func(i int, n *node) {
 		ns := &st.Nodes[i]
 		ns.Node = n.name
@@ -164,7 +164,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		deleted int
 		errs    []error
 	)
-	key, fence, holder := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
+	key, fence, holder := c.lockKey(name), c.fenceKey(name), c.holderKey(name)
 	forced := strings.Repeat("-", ownerValueLen) // no real owner value looks like this
 	c.each(func(_ int, n *node) {
 		if n.rdb == nil {
@@ -243,7 +243,7 @@ type NodeInfo struct {
 	// is the error an acquire gets, as a *ConfigError.
 	Refused error
 	// Cluster is set when the node runs in Redis Cluster mode: it can take
-	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
+	// a lock only if Cluster.Serves(Client.keySlotOf(name)) is nil.
 	Cluster *ClusterInfo
 	// TLS is the TLS version of the last connection made to the node
 	// ("TLS 1.3"), "" if it was not encrypted or none was made.
@@ -298,7 +298,7 @@ func (c *Client) NodesFor(ctx context.Context, name string) ([]NodeInfo, error) 
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
 	}
-	return c.nodeInfos(ctx, c.LockKey(name)), nil
+	return c.nodeInfos(ctx, c.lockKey(name)), nil
 }
 
 // nodeInfos is Nodes, judging the votes for the lock whose key is key (""

@@ -181,7 +181,7 @@ func TestMultiLockDoneClosesWhenAnyNameIsLost(t *testing.T) {
 	done := m.Done()
 	// Another owner takes lose-b on every node, as after an expiry.
 	for _, s := range cl.Servers {
-		if err := s.Client().Set(bg, c.LockKey("lose-b"), "someone-else", time.Minute).Err(); err != nil {
+		if err := s.Client().Set(bg, c.Keys("lose-b").Lock, "someone-else", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -268,7 +268,7 @@ func TestDoMultiHoldsEveryNameAndStopsOnALoss(t *testing.T) {
 	err = c.DoMulti(bg, []string{"lost-a", "lost-b"}, func(ctx context.Context, m *redlock.MultiLock) error {
 		// Another owner takes lost-b everywhere; the next renewal finds it.
 		for _, s := range cl.Servers {
-			if err := s.Client().Set(bg, c.LockKey("lost-b"), "someone-else", time.Minute).Err(); err != nil {
+			if err := s.Client().Set(bg, c.Keys("lost-b").Lock, "someone-else", time.Minute).Err(); err != nil {
 				return err
 			}
 		}

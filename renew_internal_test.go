@@ -139,7 +139,7 @@ func extendsSent(fs []*fakeNode) []string {
 func keysKept(fs []*fakeNode, c *Client, name string) []int {
 	var kept []int
 	for i, f := range fs {
-		if _, held := f.get(c.LockKey(name)); held {
+		if _, held := f.get(c.lockKey(name)); held {
 			kept = append(kept, i)
 		}
 	}
@@ -360,7 +360,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	// goes out when the call ends), and its key is not A's doing.
 	var recreated []string
 	for _, s := range cl.Servers {
-		v, err := s.Client().Get(ctx, a.LockKey("unfenced")).Result()
+		v, err := s.Client().Get(ctx, a.lockKey("unfenced")).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}

@@ -96,16 +96,6 @@ func (c *Client) RWLock(name string) *RWLock { return &RWLock{c: c, name: name} 
 // Name is the lock's name.
 func (rw *RWLock) Name() string { return rw.name }
 
-// Keys lists the keys the lock keeps on each node while it is held or
-// waited for: the writer key (the mutex's LockKey), the readers and the
-// waiting writers' intents. None of them stays once the lock is released
-// and nobody waits. The fence register (FenceKey) is apart: it outlives
-// every holder by design.
-func (rw *RWLock) Keys() []string {
-	k := rw.c.LockKey(rw.name)
-	return []string{k, k + readersSuffix, k + intentsSuffix}
-}
-
 // RLock waits for a read lock, as Client.Acquire waits for the mutex: until
 // no writer holds the lock or waits for it on a quorum of nodes, ctx is done
 // or MaxWait passes. A reader is refused while a writer waits, so a writer

@@ -57,6 +57,9 @@ const semaphoreTopic = "\x00permits"
 // on a node while any of its slots is held there: "<prefix>{<name>}:permits".
 const permitsSuffix = ":permits"
 
+// permitSlotInfix comes between a semaphore's lock key and a slot's index.
+const permitSlotInfix = ":permit:"
+
 // semaphoreChannelSuffix ends a semaphore's release channel:
 // "<prefix>{<name>}:permits:released", in the slot keys' hash slot.
 const semaphoreChannelSuffix = ":permits" + releasedSuffix
@@ -82,7 +85,7 @@ func AllowNoFaultTolerance() SemaphoreOption {
 //
 // Every client of a name must use the same number of permits while any
 // permit of it lives: the nodes record the number with the permits
-// (PermitsKey) and refuse another, and a quorum of refusals is an error
+// (Keys.Permits) and refuse another, and a quorum of refusals is an error
 // matching ErrPermitsMismatch. Once every permit is released or expired,
 // the name is free for another number.
 type Semaphore struct {
@@ -133,10 +136,10 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 	s.keys = make([]string, 2*permits+1)
 	s.keyArgs = make([]any, 2*permits+1)
 	for i := range permits {
-		s.keys[i] = s.SlotKey(i)
+		s.keys[i] = s.slotKey(i)
 		s.keys[permits+i] = s.keys[i] + fenceSuffix
 	}
-	s.keys[2*permits] = s.PermitsKey()
+	s.keys[2*permits] = s.permitsKey()
 	for i, k := range s.keys {
 		s.keyArgs[i] = k
 	}
@@ -145,7 +148,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 
 // semaphoreChannel is the release channel of the semaphore called name.
 func (c *Client) semaphoreChannel(name string) string {
-	return c.LockKey(name) + semaphoreChannelSuffix
+	return c.lockKey(name) + semaphoreChannelSuffix
 }
 
 // Name is the semaphore's name.
@@ -154,17 +157,13 @@ func (s *Semaphore) Name() string { return s.name }
 // Permits is how many holders the semaphore admits at once.
 func (s *Semaphore) Permits() int { return s.permits }
 
-// SlotKey is the Redis key of slot i; its fence register is SlotKey(i) +
-// ":fence". All keys of a semaphore share the hash tag {name}.
-func (s *Semaphore) SlotKey(i int) string {
-	return s.c.LockKey(s.name) + ":permit:" + strconv.Itoa(i)
+// slotKey is Keys.Permit(i) of the semaphore's name.
+func (s *Semaphore) slotKey(i int) string {
+	return s.c.lockKey(s.name) + permitSlotInfix + strconv.Itoa(i)
 }
 
-// PermitsKey is the Redis key in which a node records the number of
-// permits its held slots were taken with. It exists on a node while a slot
-// of the semaphore is held there, and expires no earlier than the slot that
-// lives longest.
-func (s *Semaphore) PermitsKey() string { return s.c.LockKey(s.name) + permitsSuffix }
+// permitsKey is Keys.Permits of the semaphore's name.
+func (s *Semaphore) permitsKey() string { return s.c.lockKey(s.name) + permitsSuffix }
 
 // TryAcquire makes one attempt at a permit. It fails with an error matching
 // ErrLocked if all permits are held by others (or contenders took the free
@@ -434,7 +433,7 @@ type SemaphoreStatus struct {
 	// quorum of nodes hold the same owner value in that slot.
 	Slots []Status
 	// Recorded is the number of permits a quorum of nodes record for
-	// their held slots (see PermitsKey), 0 if no number has a quorum.
+	// their held slots (see Keys.Permits), 0 if no number has a quorum.
 	Recorded int64
 }
 

@@ -120,7 +120,7 @@ func (w *waitReport) tellGrace(now time.Time) {
 	if now.UnixNano() < told {
 		return // told, and not over yet
 	}
-	key := c.LockKey(w.name)
+	key := c.lockKey(w.name)
 	grace := c.graceFor()
 	voting := 0
 	var sitting []string

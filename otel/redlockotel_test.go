@@ -154,10 +154,10 @@ func TestMetricsAndSpansMatchWhatHappened(t *testing.T) {
 	// job-3's keys vanish behind its holder's back: its release finds it lost.
 	// job-1 is taken over by another owner: its next extension finds it lost.
 	for _, s := range cl.Servers {
-		if err := s.Client().Del(ctx, c.LockKey("job-3")).Err(); err != nil {
+		if err := s.Client().Del(ctx, c.Keys("job-3").Lock).Err(); err != nil {
 			t.Fatal(err)
 		}
-		if err := s.Client().Set(ctx, c.LockKey("job-1"), "another owner", 10*time.Second).Err(); err != nil {
+		if err := s.Client().Set(ctx, c.Keys("job-1").Lock, "another owner", 10*time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -98,7 +98,7 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	}
 	slot := -1
 	if name != "" {
-		slot = client.KeySlot(name)
+		slot = client.Keys(name).Slot
 	}
 	rows := judgeNodes(infos, slot)
 	printNodes(a.stdout, rows)
