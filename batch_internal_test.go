@@ -153,7 +153,7 @@ func heldKinds(t *testing.T, c *Client, prefix string) (names []string, locks []
 	if err != nil {
 		t.Fatal(err)
 	}
-	sem, err := c.Semaphore(prefix+"-sem", 3, AllowNoFaultTolerance())
+	sem, err := c.Semaphore(prefix+"-sem", 3)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -196,7 +196,7 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 		names []string
 		first error       // the first node's error, told as it is when it is alone
 		text  string      // the cause, without the node's name
-		grace *GraceError // the longest sit-out, for a group of sit-outs
+		grace *graceError // the longest sit-out, for a group of sit-outs
 	}
 	var groups []*group
 	byKey := map[string]*group{}
@@ -209,7 +209,7 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 			text = err.Error()
 		}
 		key = text
-		var ge *GraceError
+		var ge *graceError
 		if errors.As(err, &ge) {
 			key = "grace: " + ge.What
 		}
@@ -280,12 +280,12 @@ func capText(s string) string {
 // Unwrap gives the node's own error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// GraceError reports a node that sits out the restart grace: it (or, on a
+// graceError reports a node that sits out the restart grace: it (or, on a
 // Cluster node, a master of the lock's slot) started without persistence,
 // or had another event that may have lost keys (a promotion, evictions, a
 // flush), less than the grace ago, so it may have lost the keys of locks
 // that are still valid. It matches ErrNodeSittingOut.
-type GraceError struct {
+type graceError struct {
 	// What happened, e.g. "started without persistence (...)", "was
 	// promoted from replica ...", on a Cluster node "its master <addr> ...".
 	What  string
@@ -296,7 +296,7 @@ type GraceError struct {
 // graceWhose says where the grace comes from.
 const graceWhose = "the grace is the larger of this client's and the largest TTL in use on the nodes"
 
-func (e *GraceError) Error() string {
+func (e *graceError) Error() string {
 	// The event is dated as late as it may have been, so Left is an upper
 	// bound; the grace may come from another client's longer TTL, through
 	// the nodes' register.
@@ -305,7 +305,7 @@ func (e *GraceError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNodeSittingOut) true.
-func (e *GraceError) Is(target error) bool { return target == ErrNodeSittingOut }
+func (e *graceError) Is(target error) bool { return target == ErrNodeSittingOut }
 
 // ConfigError names a bad setting and the value given for it.
 type ConfigError struct {

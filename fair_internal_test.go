@@ -157,7 +157,7 @@ func TestFairClaimTakesTheTokenFromTheGrants(t *testing.T) {
 
 func TestFairGrantMessagesCountPerNode(t *testing.T) {
 	c := newFairFakeClient(t, []*fairFake{{}, {}, {}})
-	f := c.newFairWait("x", c.opts.TTL, DefaultNodeTimeout)
+	f := c.newFairWait("x", c.opts.TTL, defaultNodeTimeout)
 	c.messages.add(f)
 	defer c.messages.remove(f)
 	c.messages.deliver(0, "x", grantedPrefix+f.a.value)

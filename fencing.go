@@ -68,7 +68,7 @@ func (a *attempt) raiseFence(token int64) error {
 	raise := a.spec.raise
 	args := raise.args(keys, a.value, token, a.c.fenceLifetimeArg)
 	// Its time counts against the lock's validity, like the acquire's.
-	timeout := max(a.nodeTimeout, DefaultNodeTimeout)
+	timeout := max(a.nodeTimeout, defaultNodeTimeout)
 	return a.c.broadcast(context.Background(), "fence", a.name, timeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := n.run.run(ctx, raise, args)
 		return err == nil && len(vals) == 1 && vals[0] == 1, err

@@ -223,10 +223,10 @@ type NodeInfo struct {
 	EvictedKeys     int64
 	Voting          bool   // whether its vote counts now
 	SitOutReason    string // why not
-	// Kind is what the node is: a standalone master, a Redis Cluster (a
-	// *redis.ClusterClient) or a master managed by Sentinel (a client of
-	// redis.NewFailoverClient).
-	Kind NodeKind
+	// Kind is what the node is: "master", a standalone master; "cluster",
+	// a Redis Cluster (a *redis.ClusterClient); or "sentinel", a master
+	// managed by Sentinel (a client of redis.NewFailoverClient).
+	Kind string
 	// Masters are the servers that hold the node's locks' keys, each with
 	// its replicas: the server itself; for a Sentinel node the master it
 	// reached (Sentinel's current one); for a Cluster node every master
@@ -357,14 +357,14 @@ func (c *Client) nodeInfos(ctx context.Context, key string) []NodeInfo {
 }
 
 // nodeKind tells what kind of node rdb is.
-func nodeKind(rdb redis.UniversalClient) NodeKind {
+func nodeKind(rdb redis.UniversalClient) string {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
-		return KindCluster
+		return kindCluster
 	}
 	if isFailoverClient(rdb) {
-		return KindSentinel
+		return kindSentinel
 	}
-	return KindMaster
+	return kindMaster
 }
 
 // masters lists the masters behind n from its probe res: for a Cluster

@@ -509,8 +509,8 @@ func TestLockErrors(t *testing.T) {
 			{strings.Repeat("x", redlock.MaxNameLen+1), nil, "longer than"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(0)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(-time.Second)}, "TTL"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms (MinTTL)"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms: the drift"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms: the drift"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 99.999999ms: is below the minimum TTL"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
 		} {

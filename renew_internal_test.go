@@ -323,7 +323,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	a, err := New(cl.Clients(), Options{
 		TTL: time.Second, DisableFencing: true, Clock: clock, Observer: log,
 		// The nodes were just started; A's clock does not follow theirs.
-		RestartGrace: NoRestartGrace, ClockJumpThreshold: NoClockGuard,
+		RestartGrace: NoRestartGrace, ClockJumpThreshold: noClockGuard,
 	})
 	if err != nil {
 		t.Fatal(err)

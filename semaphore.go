@@ -64,20 +64,6 @@ const permitSlotInfix = ":permit:"
 // "<prefix>{<name>}:permits:released", in the slot keys' hash slot.
 const semaphoreChannelSuffix = ":permits" + releasedSuffix
 
-// SemaphoreOption adjusts a Semaphore.
-type SemaphoreOption func(*semaphoreConfig)
-
-type semaphoreConfig struct{}
-
-// AllowNoFaultTolerance was the semaphore's own opt-in to fewer than 3
-// nodes.
-//
-// Deprecated: New refuses fewer than 3 nodes unless Options.AllowNoFaultTolerance
-// is set, for every primitive alike; this option changes nothing.
-func AllowNoFaultTolerance() SemaphoreOption {
-	return func(*semaphoreConfig) {}
-}
-
 // Semaphore lets at most Permits holders of a name hold a permit at once.
 // Each permit is a lock of its own (a *Permit): its own validity, extension,
 // Done and fencing token, the token strictly increasing per slot. A
@@ -117,11 +103,7 @@ func (p *Permit) Slot() int { return p.slot }
 // (b) the semaphore tolerates the failure of N - (N/2+1) nodes whatever
 // the number of permits, as the mutex does: none below 3 nodes, which New
 // accepts only with Options.AllowNoFaultTolerance.
-func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
-	var sc semaphoreConfig
-	for _, o := range opts {
-		o(&sc)
-	}
+func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
 	}

@@ -145,7 +145,7 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 	cl := redistest.StartT(t, 2, redistest.Options{})
 	ctx := context.Background()
 	c := newClient(t, cl, redlock.Options{TTL: time.Minute})
-	s, err := c.Semaphore("render", 2, redlock.AllowNoFaultTolerance())
+	s, err := c.Semaphore("render", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := newClient(t, cl, redlock.Options{TTL: time.Minute})
-	third, err := other.Semaphore("render", 2, redlock.AllowNoFaultTolerance())
+	third, err := other.Semaphore("render", 2)
 	if err != nil {
 		t.Fatal(err)
 	}

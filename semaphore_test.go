@@ -388,16 +388,15 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 	cases := []struct {
 		name    string
 		permits int
-		opts    []redlock.SemaphoreOption
 		field   string
 	}{
-		{"x", 0, nil, "permits"},
-		{"x", -3, nil, "permits"},
-		{"x", redlock.MaxPermits + 1, nil, "permits"},
-		{"", 2, nil, "lock name"},
+		{"x", 0, "permits"},
+		{"x", -3, "permits"},
+		{"x", redlock.MaxPermits + 1, "permits"},
+		{"", 2, "lock name"},
 	}
 	for _, tc := range cases {
-		_, err := c.Semaphore(tc.name, tc.permits, tc.opts...)
+		_, err := c.Semaphore(tc.name, tc.permits)
 		var ce *redlock.ConfigError
 		if !errors.As(err, &ce) || !errors.Is(err, redlock.ErrInvalidConfig) || ce.Field != tc.field {
 			t.Errorf("Semaphore(%q, %d): %v, want a ConfigError on %s", tc.name, tc.permits, err, tc.field)

@@ -19,7 +19,7 @@ import (
 func TestParseNodeURLKinds(t *testing.T) {
 	for _, tc := range []struct {
 		url   string
-		kind  redlock.NodeKind
+		kind  string
 		addrs []string // the seeds (cluster), the Sentinels (sentinel) or the address
 		tls   bool
 		check func(*redlock.NodeURL) error

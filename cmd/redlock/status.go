@@ -268,7 +268,7 @@ var errNoSemaphore = errors.New("no semaphore")
 // (the number of permits is unknown), it shows only the slots up to the last with a trace, and
 // returns errNoSemaphore, with nothing printed, if there is none.
 func semaphoreStatus(ctx context.Context, a *app, nf *nodeFlags, client *redlock.Client, name string, permits int, looking bool) error {
-	sem, err := client.Semaphore(name, permits, redlock.AllowNoFaultTolerance()) // only reads
+	sem, err := client.Semaphore(name, permits) // only reads
 	if err != nil {
 		return withExitCode(exitUsage, err)
 	}
