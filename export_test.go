@@ -17,3 +17,6 @@ const (
 
 // GraceError is the error of a node that sits out the restart grace.
 type GraceError = graceError
+
+// ParseURL is the parser NewFromURLs uses for a standalone node's URL.
+var ParseURL = parseURL

@@ -250,7 +250,7 @@ func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
 	}
 	clock.advance(m.Deadline().Sub(clock.Now()) + time.Second)
 	wakeRenewals(c)
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		log.await(t, name, EventLost, EventExtended)
 	}
 	if err := m.Err(); !errors.Is(err, ErrLockLost) {
@@ -265,7 +265,7 @@ func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
 		t.Fatalf("renewals due after the validity were sent: %v", sent)
 	}
 	c.bg.wait()
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		if kept := keysKept(fs, c, name); len(kept) > 0 {
 			t.Fatalf("%s: nodes %v kept the lost member's key", name, kept)
 		}
@@ -305,7 +305,7 @@ func TestMultiLockExtendAnsweredAfterTheValidityPassedIsLost(t *testing.T) {
 		t.Fatal("the multi-lock's Done is still open after the loss")
 	}
 	c.bg.wait()
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		if kept := keysKept(fs, c, name); len(kept) > 0 {
 			t.Fatalf("%s: nodes %v kept the key the late extend renewed", name, kept)
 		}

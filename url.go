@@ -47,10 +47,10 @@ const sentinelPort = "26379"
 // go-redis' ParseFailoverURL.
 const urlMasterName = "master_name"
 
-// ParseURL parses a standalone node URL: redis://[user[:password]@]host:port[/db] or
+// parseURL parses a standalone node URL: redis://[user[:password]@]host:port[/db] or
 // rediss://... for TLS, with go-redis' query options (dial_timeout=1s,
-// ...). Its errors never contain the password. For Cluster and Sentinel
-// nodes, see ParseNodeURL.
+// ...). Its errors never contain the password. NewFromURLs parses a
+// standalone node's URL with it.
 //
 // A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
 // cacert (a bundle of the CA certificates that sign the node's certificate;
@@ -60,7 +60,7 @@ const urlMasterName = "master_name"
 // a missing or unreadable file, one with no PEM certificate, a key that
 // does not match its certificate or an expired certificate is a
 // *ConfigError naming the file. See LoadTLSConfig.
-func ParseURL(raw string) (*redis.Options, error) {
+func parseURL(raw string) (*redis.Options, error) {
 	n, err := parseNodeURL(raw, nil)
 	if err != nil {
 		return nil, err
@@ -73,8 +73,8 @@ func ParseURL(raw string) (*redis.Options, error) {
 
 // ParseNodeURL parses a node URL of any kind. The forms follow go-redis'
 // ParseURL, ParseClusterURL and ParseFailoverURL, with the scheme telling
-// the kind (every form also takes rediss for TLS, and the TLS parameters of
-// ParseURL):
+// the kind (every form also takes rediss for TLS, and the TLS parameters
+// below):
 //
 //   - redis://[user[:password]@]host:port[/db]: a standalone master.
 //   - redis+cluster://[user[:password]@]host:port?addr=host2:port2&addr=...:
@@ -85,6 +85,15 @@ func ParseURL(raw string) (*redis.Options, error) {
 //     know as NAME. The URL's credentials are the Sentinels' (as in
 //     go-redis); the master's go in the username and password parameters.
 //     The host's port defaults to Sentinel's 26379.
+//
+// A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
+// cacert (a bundle of the CA certificates that sign the node's certificate;
+// default: the system roots), cert and key (a client certificate and its
+// key, for nodes that ask for one) and sni (the name the node's certificate
+// must be valid for, instead of the URL's host). The files are read here:
+// a missing or unreadable file, one with no PEM certificate, a key that
+// does not match its certificate or an expired certificate is a
+// *ConfigError naming the file. See LoadTLSConfig.
 //
 // A bad value is a *ConfigError that names it: no host, a port outside 1
 // to 65535, an addr without a port, no master_name, a parameter go-redis

@@ -268,7 +268,7 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 			now := w.main.Now()
 			w.mu.Lock()
 			w.count++
-			for _, n := range m.Names() {
+			for _, n := range lockNames(m) {
 				w.lastTaken[n] = now
 			}
 			w.mu.Unlock()
@@ -277,7 +277,7 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 				e.Token, e.Deadline = l.Token(), w.main.Since(l.Deadline())
 				w.names[l.Name()].Record(e)
 			}
-			w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(m.Names())})
+			w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(lockNames(m))})
 		}
 		stopping := func() {
 			for _, n := range set {
@@ -421,4 +421,13 @@ func (w *multiWorkload) work(ctx context.Context, m *redlock.MultiLock, ev func(
 			return
 		}
 	}
+}
+
+// lockNames lists the names a MultiLock holds, sorted.
+func lockNames(m *redlock.MultiLock) []string {
+	var names []string
+	for _, l := range m.Locks() {
+		names = append(names, l.Name())
+	}
+	return names
 }

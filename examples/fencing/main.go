@@ -43,7 +43,7 @@ func run() error {
 		return err
 	}
 	defer client.Close()
-	opts, err := redlock.ParseURL(resourceURL)
+	opts, err := redis.ParseURL(resourceURL)
 	if err != nil {
 		return err
 	}
