@@ -22,7 +22,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -555,72 +554,7 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// Quorum is the number of nodes that must agree: N/2+1.
-func (c *Client) Quorum() int { return c.quorum() }
-
 func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
-
-// NodeNames lists the nodes' addresses in order, with no credentials.
-func (c *Client) NodeNames() []string {
-	names := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		names[i] = n.name
-	}
-	return names
-}
-
-// Keys are the Redis keys and the pub/sub channel that the primitives of
-// one name use on every node, for operators and tests that look at the
-// nodes directly (redis-cli, an ACL, a dashboard). They all share the hash
-// tag {name}, so on a Redis Cluster they live in one hash slot, Slot. Most
-// exist only while the name is held or waited for; the fence register
-// outlives its holders on purpose.
-type Keys struct {
-	// Lock holds the owner value of the holder of the mutex, of the fair
-	// lock and of an RWLock's writer; its TTL is the holder's.
-	Lock string
-	// Fence is the fence register that makes tokens monotonic across
-	// holders. It lives Options.FenceLifetime past the last acquisition
-	// of the name.
-	Fence string
-	// Holder keeps the metadata the holder attached (WithMetadata), only
-	// while such a holder holds the lock.
-	Holder string
-	// Released is the pub/sub channel a release publishes on, which
-	// waiters of the name listen to.
-	Released string
-	// Readers and Writers are an RWLock's live readers and its waiting
-	// writers' intents.
-	Readers, Writers string
-	// Permits is where a node records the number of permits a Semaphore's
-	// held slots were taken with; it expires no earlier than the slot that
-	// lives longest. Each slot is a key of its own: see Permit.
-	Permits string
-	// Slot is the Redis Cluster hash slot of every key above. A node in
-	// cluster mode can hold the name only if it serves this slot.
-	Slot int
-}
-
-// Keys gives the keys of the primitives called name, with the client's
-// key prefix. It does no network I/O and cannot fail: a name that no
-// primitive accepts (empty, too long) still gets its keys.
-func (c *Client) Keys(name string) Keys {
-	lock := c.lockKey(name)
-	return Keys{
-		Lock:     lock,
-		Fence:    lock + fenceSuffix,
-		Holder:   lock + holderSuffix,
-		Released: lock + releasedSuffix,
-		Readers:  lock + readersSuffix,
-		Writers:  lock + intentsSuffix,
-		Permits:  lock + permitsSuffix,
-		Slot:     keySlot(lock),
-	}
-}
-
-// Permit is the key of a Semaphore's slot i (from 0 to its permits - 1);
-// the slot's fence register is that key + ":fence".
-func (k Keys) Permit(i int) string { return k.Lock + permitSlotInfix + strconv.Itoa(i) }
 
 // lockKey is the Redis key of the lock called name (Keys.Lock), on the
 // hot path without the other keys.

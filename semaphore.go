@@ -24,15 +24,12 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The kind's scripts, in lua/: newScript registers them for the probes to
@@ -405,105 +402,4 @@ func (t *slotTally) add(r nodeReply) (decided, won bool) {
 
 func (t *slotTally) winner() (pick, winners int, maxFence int64) {
 	return t.won, t.yes[t.won], t.maxFence[t.won]
-}
-
-// SemaphoreStatus is a quorum view of a semaphore, as Holders sees it.
-type SemaphoreStatus struct {
-	Name    string
-	Permits int
-	// Slots has one Status per slot, named "<name>/<slot>": held when a
-	// quorum of nodes hold the same owner value in that slot.
-	Slots []Status
-	// Recorded is the number of permits a quorum of nodes record for
-	// their held slots (see Keys.Permits), 0 if no number has a quorum.
-	Recorded int64
-}
-
-// Held counts the slots held on a quorum.
-func (st *SemaphoreStatus) Held() int {
-	n := 0
-	for _, s := range st.Slots {
-		if s.Held {
-			n++
-		}
-	}
-	return n
-}
-
-// Holders reads every slot on every node and tells which are held, by
-// whom, and for how long at least. It reads only. When fewer than a quorum
-// of nodes answer, it returns the partial view with a *QuorumError. When a
-// quorum of nodes record another number of permits than s's, the view is
-// of slots taken with that number, and it comes with a
-// *PermitsMismatchError, as an acquire would.
-func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
-	c, k := s.c, s.permits
-	st := &SemaphoreStatus{Name: s.name, Permits: k, Slots: make([]Status, k)}
-	recorded := make([]int64, len(c.nodes)) // per node: the number it records, 0 if none
-	permitsKey := s.keys[2*k]
-	for i := range st.Slots {
-		st.Slots[i] = Status{Name: s.name + "/" + strconv.Itoa(i), Nodes: make([]NodeStatus, len(c.nodes))}
-	}
-	c.each(func(j int, n *node) {
-		for i := range st.Slots {
-			st.Slots[i].Nodes[j].Node = n.name
-		}
-		if n.rdb == nil {
-			for i := range st.Slots {
-				st.Slots[i].Nodes[j].Err = errors.New("no client")
-			}
-			return
-		}
-		pipe := n.rdb.Pipeline()
-		owners := make([]*redis.StringCmd, k)
-		ttls := make([]*redis.DurationCmd, k)
-		fences := make([]*redis.StringCmd, k)
-		for i := range k {
-			owners[i] = pipe.Get(ctx, s.keys[i])
-			ttls[i] = pipe.PTTL(ctx, s.keys[i])
-			fences[i] = pipe.Get(ctx, s.keys[k+i])
-		}
-		record := pipe.Get(ctx, permitsKey)
-		_, err := pipe.Exec(ctx)
-		if err == nil || errors.Is(err, redis.Nil) {
-			if v := record.Val(); v != "" {
-				recorded[j] = -1 // not a number
-				if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n != 0 {
-					recorded[j] = n
-				}
-			}
-		}
-		for i := range k {
-			ns := &st.Slots[i].Nodes[j]
-			if err != nil && !errors.Is(err, redis.Nil) {
-				ns.Err = err
-				continue
-			}
-			ns.Owner = owners[i].Val()
-			if ns.Owner != "" {
-				ns.TTL = ttls[i].Val()
-			}
-			ns.Fence, _ = strconv.ParseInt(fences[i].Val(), 10, 64)
-		}
-	})
-	var qerr error
-	for i := range st.Slots {
-		if err := c.judge(&st.Slots[i]); err != nil && qerr == nil {
-			err.Op, err.Name = "holders", s.name
-			qerr = err
-		}
-	}
-	votes := map[int64]int{}
-	for _, n := range recorded {
-		if n != 0 {
-			votes[n]++
-			if votes[n] >= c.quorum() {
-				st.Recorded = n
-			}
-		}
-	}
-	if st.Recorded != 0 && st.Recorded != int64(k) {
-		return st, &PermitsMismatchError{Name: s.name, Permits: k, Recorded: st.Recorded, Denied: votes[st.Recorded], Nodes: len(c.nodes)}
-	}
-	return st, qerr
 }
