@@ -10,14 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrSlotNotServed: a node runs in Redis Cluster mode but cannot take the
-// lock's keys: it serves no hash slot, not the lock's slot, or its cluster
-// is down. Such a node would answer every acquire with an error (MOVED,
-// CLUSTERDOWN), silently leaving the lock to the other nodes with less
-// fault tolerance than configured, so the acquire is refused instead. It
-// comes inside a *ConfigError (it also matches ErrInvalidConfig).
-var ErrSlotNotServed = errors.New("redlock: cluster node does not serve the lock's hash slot")
-
 // slotCount is the number of hash slots of Redis Cluster.
 const slotCount = 16384
 

@@ -159,7 +159,10 @@ func (c *Client) judge(st *Status) *QuorumError {
 // alive cannot take the lock back with an extension (which repairs missing
 // keys only under a fence no newer than its token): its next extension
 // reports the lock lost. Tokens stay monotonic; one number is skipped. It
-// returns how many nodes had a key.
+// returns how many nodes had a key. A bad name is a *ConfigError and
+// changes nothing; the errors of nodes that failed to answer are joined in
+// the error (a key there expires with its TTL), and the count covers the
+// nodes that answered.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return 0, err
@@ -298,7 +301,9 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 
 // NodesFor is Nodes for the lock called name: a Cluster node's Masters is
 // the master serving the lock's hash slot, and every node's vote is judged
-// for that lock, as an acquire of it would judge it.
+// for that lock, as an acquire of it would judge it. A bad name (empty, too
+// long) is a *ConfigError and probes nothing; a node that cannot be probed
+// has its Err set, as in Nodes.
 func (c *Client) NodesFor(ctx context.Context, name string) ([]NodeInfo, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err

@@ -43,6 +43,8 @@ var eventNames = [...]string{
 	EventGraceWait: "grace-wait", EventUnreachable: "unreachable",
 }
 
+// String is the kind's name without the Event prefix ("acquired",
+// "lost", ...), for logs and metric labels.
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
 		return eventNames[k]

@@ -537,6 +537,9 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 // the go-redis clients NewFromURLs created. Locks still held are neither
 // released nor extended any more: they expire after their TTL, and their
 // Done closes then.
+//
+// Its error joins those of closing the go-redis clients, nil if none
+// failed; a second Close does nothing and returns nil.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil

@@ -175,6 +175,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Permit, e
 // Do runs fn while holding a permit, as Client.Do runs it under a lock: it
 // waits for a permit, keeps it extended, releases it when fn returns, and
 // cancels fn's context (cause matching ErrLockLost) if the permit is lost.
+// If no permit is acquired, fn does not run and the error is Acquire's;
+// otherwise Do returns fn's error, joined with one matching ErrLockLost if
+// the permit was lost before fn returned.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, p *Permit) error, opts ...LockOption) error {
 	p, err := s.Acquire(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
 	if err != nil {
