@@ -56,7 +56,7 @@ var aclCommands = []string{
 // read-write and fair locks' sets and a semaphore's slots and record of its
 // number of permits beside them, and the release channels
 // ("<prefix>{<name>}:released"). One rule serves every primitive.
-// ForceUnlock needs incr on top; FencedSet needs hget and hset on the
+// ForceUnlock needs incr on top; fence.Set needs hget and hset on the
 // resource's own key.
 func ACLRule(keyPrefix string) string {
 	if keyPrefix == "" {

@@ -75,8 +75,8 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 	if name == "" {
 		return lc, 0, configErr("lock name", `""`, "must not be empty")
 	}
-	if len(name) > MaxNameLen {
-		return lc, 0, configErr("lock name", fmt.Sprintf("%.20q... (%d bytes)", name, len(name)), fmt.Sprintf("is longer than %d bytes", MaxNameLen))
+	if len(name) > maxNameLen {
+		return lc, 0, configErr("lock name", fmt.Sprintf("%.20q... (%d bytes)", name, len(name)), fmt.Sprintf("is longer than %d bytes", maxNameLen))
 	}
 	if lc.maxWait < 0 {
 		return lc, 0, configErr("MaxWait", lc.maxWait, "must not be negative")

@@ -153,7 +153,7 @@ func heldKinds(t *testing.T, c *Client, prefix string) (names []string, locks []
 	if err != nil {
 		t.Fatal(err)
 	}
-	sem, err := c.Semaphore(prefix+"-sem", 3, AllowNoFaultTolerance())
+	sem, err := c.Semaphore(prefix+"-sem", 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -488,7 +488,7 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	}
 	for i, name := range names {
 		if errs[i] != nil || len(vals[i]) != 3 || vals[i][0] != 1 {
-			t.Errorf("%s (slot %d): %v %v, want renewed", name, c.KeySlot(name), vals[i], errs[i])
+			t.Errorf("%s (slot %d): %v %v, want renewed", name, c.keySlotOf(name), vals[i], errs[i])
 		}
 	}
 	// A renewal round sends the same runs (the plan it builds once for
@@ -505,7 +505,7 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	}
 	for i, err := range roundErrs {
 		if err != nil {
-			t.Errorf("%s (slot %d): %v in a round, want renewed", names[i], c.KeySlot(names[i]), err)
+			t.Errorf("%s (slot %d): %v in a round, want renewed", names[i], c.keySlotOf(names[i]), err)
 		}
 	}
 }
@@ -705,7 +705,7 @@ func TestQueuedAcquiresAndReleasesGoAsOneRunPerNode(t *testing.T) {
 		}
 	}
 	for i, rdb := range cl.Clients() {
-		if keys, err := rdb.Keys(ctx, c.LockKey("burst-*")).Result(); err != nil || len(keys) != 0 {
+		if keys, err := rdb.Keys(ctx, c.lockKey("burst-*")).Result(); err != nil || len(keys) != 0 {
 			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
 		}
 	}
@@ -719,7 +719,7 @@ func TestQueuedAcquireOfAWrongTypeKeyFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	names := []string{"wt-0", "wt-1", "wt-bad", "wt-3", "wt-4"}
 	for _, rdb := range cl.Clients() {
-		if err := rdb.RPush(ctx, c.LockKey("wt-bad"), "x").Err(); err != nil {
+		if err := rdb.RPush(ctx, c.lockKey("wt-bad"), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -798,7 +798,7 @@ func TestQueuedAcquiresOnAClusterGoBySlot(t *testing.T) {
 	}
 	for i, name := range names {
 		if errs[i] != nil {
-			t.Errorf("%s (slot %d): %v", name, c.KeySlot(name), errs[i])
+			t.Errorf("%s (slot %d): %v", name, c.keySlotOf(name), errs[i])
 		}
 	}
 }
@@ -845,7 +845,7 @@ func TestQueuedCallsOfAScriptTheNodeForgotRunAgainByEval(t *testing.T) {
 	}
 	waitWritten(t, c)
 	for i, rdb := range cl.Clients() {
-		if keys, err := rdb.Keys(ctx, c.LockKey("forgot-*")).Result(); err != nil || len(keys) != 0 {
+		if keys, err := rdb.Keys(ctx, c.lockKey("forgot-*")).Result(); err != nil || len(keys) != 0 {
 			t.Errorf("node %d keeps %v (%v) after the releases, want none", i, keys, err)
 		}
 	}
@@ -907,7 +907,7 @@ func namesInTwoSlotsAndALoneOne(c *Client) []string {
 	var slots []int
 	for i := 0; len(slots) < 2; i++ {
 		name := fmt.Sprintf("slot-%d", i)
-		s := c.KeySlot(name)
+		s := c.keySlotOf(name)
 		bySlot[s] = append(bySlot[s], name)
 		if len(bySlot[s]) == 3 {
 			slots = append(slots, s)
@@ -916,7 +916,7 @@ func namesInTwoSlotsAndALoneOne(c *Client) []string {
 	names := append(append([]string{}, bySlot[slots[0]]...), bySlot[slots[1]]...)
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("lone-%d", i)
-		if s := c.KeySlot(name); s != slots[0] && s != slots[1] {
+		if s := c.keySlotOf(name); s != slots[0] && s != slots[1] {
 			return append(names, name)
 		}
 	}

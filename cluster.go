@@ -10,14 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// ErrSlotNotServed: a node runs in Redis Cluster mode but cannot take the
-// lock's keys: it serves no hash slot, not the lock's slot, or its cluster
-// is down. Such a node would answer every acquire with an error (MOVED,
-// CLUSTERDOWN), silently leaving the lock to the other nodes with less
-// fault tolerance than configured, so the acquire is refused instead. It
-// comes inside a *ConfigError (it also matches ErrInvalidConfig).
-var ErrSlotNotServed = errors.New("redlock: cluster node does not serve the lock's hash slot")
-
 // slotCount is the number of hash slots of Redis Cluster.
 const slotCount = 16384
 
@@ -99,10 +91,8 @@ func (ci *ClusterInfo) slotList() string {
 	return strings.Join(parts, ",")
 }
 
-// KeySlot is the Redis Cluster hash slot of the lock's keys (its lock key,
-// fence register, holder key and release channel share one hash tag). A
-// node in cluster mode can hold the lock only if it serves this slot.
-func (c *Client) KeySlot(name string) int { return keySlot(c.LockKey(name)) }
+// keySlotOf is Keys.Slot: the Redis Cluster hash slot of the name's keys.
+func (c *Client) keySlotOf(name string) int { return keySlot(c.lockKey(name)) }
 
 // keySlot is Redis Cluster's hash slot of key: CRC16 of its hash tag (the
 // part between the first "{" and the next "}", if not empty) or of the
@@ -218,11 +208,11 @@ func (c *Client) slotsServed(name string) error {
 			continue
 		}
 		if slot < 0 {
-			slot = c.KeySlot(name)
+			slot = c.keySlotOf(name)
 		}
 		if err := g.cluster.Serves(slot); err != nil {
 			n.stale.Store(true)
-			return &ConfigError{Field: "node", Value: n.name, Reason: fmt.Sprintf("cannot take lock %q (key %s): %s", name, c.LockKey(name), strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ")), Err: err}
+			return &ConfigError{Field: "node", Value: n.name, Reason: fmt.Sprintf("cannot take lock %q (key %s): %s", name, c.lockKey(name), strings.TrimPrefix(err.Error(), ErrSlotNotServed.Error()+": ")), Err: err}
 		}
 	}
 	return nil

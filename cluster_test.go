@@ -48,12 +48,12 @@ func TestClusterNodeMustServeTheLocksSlot(t *testing.T) {
 	for i := 0; served == "" || unserved == ""; i++ {
 		name := fmt.Sprintf("job-%d", i)
 		// The client's slot is the one Redis computes.
-		want, err := node.Client().ClusterKeySlot(ctx, c.LockKey(name)).Result()
+		want, err := node.Client().ClusterKeySlot(ctx, c.Keys(name).Lock).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := c.KeySlot(name); int64(got) != want {
-			t.Fatalf("KeySlot(%q) = %d, Redis says %d", name, got, want)
+		if got := c.Keys(name).Slot; int64(got) != want {
+			t.Fatalf("Keys(%q).Slot = %d, Redis says %d", name, got, want)
 		}
 		if want <= 8191 {
 			served = cmp(served, name)
@@ -69,7 +69,7 @@ func TestClusterNodeMustServeTheLocksSlot(t *testing.T) {
 	// The two plain nodes are a quorum: the acquire may decide before the
 	// cluster node's call is answered, so its key is awaited, not read.
 	eventually(t, 10*time.Second, "the cluster node holds the lock key", func() bool {
-		v, err := node.Client().Get(ctx, c.LockKey(served)).Result()
+		v, err := node.Client().Get(ctx, c.Keys(served).Lock).Result()
 		return err == nil && v != ""
 	})
 	if err := l.Release(ctx); err != nil {
@@ -78,16 +78,16 @@ func TestClusterNodeMustServeTheLocksSlot(t *testing.T) {
 
 	_, err = c.TryAcquire(ctx, unserved)
 	if !errors.Is(err, redlock.ErrSlotNotServed) || !errors.Is(err, redlock.ErrInvalidConfig) ||
-		!strings.Contains(err.Error(), fmt.Sprintf("not the lock's slot %d", c.KeySlot(unserved))) || !strings.Contains(err.Error(), "0-8191") {
+		!strings.Contains(err.Error(), fmt.Sprintf("not the lock's slot %d", c.Keys(unserved).Slot)) || !strings.Contains(err.Error(), "0-8191") {
 		t.Fatalf("lock %q outside the node's slots: want ErrSlotNotServed with the slots, got %v", unserved, err)
 	}
 	for _, s := range append(plain.Servers, node) {
-		if n, err := s.Client().Exists(ctx, c.LockKey(unserved)).Result(); err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") || n != 0 {
+		if n, err := s.Client().Exists(ctx, c.Keys(unserved).Lock).Result(); err != nil && !errors.Is(err, redis.Nil) && !strings.HasPrefix(err.Error(), "CLUSTERDOWN") || n != 0 {
 			t.Fatalf("%s: the refused lock left a key (%d, %v)", s.Addr, n, err)
 		}
 	}
 	ci := c.Nodes(ctx)[2].Cluster
-	if ci == nil || ci.Serves(c.KeySlot(served)) != nil || !errors.Is(ci.Serves(c.KeySlot(unserved)), redlock.ErrSlotNotServed) {
+	if ci == nil || ci.Serves(c.Keys(served).Slot) != nil || !errors.Is(ci.Serves(c.Keys(unserved).Slot), redlock.ErrSlotNotServed) {
 		t.Fatalf("Nodes: want the node's slots 0-8191, got %+v", ci)
 	}
 }
@@ -111,7 +111,7 @@ func TestClusterNodeMustServeTheRegistersSlot(t *testing.T) {
 	defer c.Close()
 	name := ""
 	for i := 0; name == ""; i++ {
-		if n := fmt.Sprintf("job-%d", i); c.KeySlot(n) >= 8192 {
+		if n := fmt.Sprintf("job-%d", i); c.Keys(n).Slot >= 8192 {
 			name = n
 		}
 	}

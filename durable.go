@@ -236,7 +236,7 @@ func waitShort(wait redis.Cmder, need int, ms int64) error {
 // or the vote fails as unanswered rather than as not durable. Without a
 // deadline, a third of the default node timeout.
 func waitTimeout(ctx context.Context) int64 {
-	left := DefaultNodeTimeout
+	left := defaultNodeTimeout
 	if d, ok := ctx.Deadline(); ok {
 		left = time.Until(d)
 	}

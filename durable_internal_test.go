@@ -122,7 +122,7 @@ func TestWithWaitJudgesTheVotesByTheAcknowledgements(t *testing.T) {
 // The WAIT's timeout is never 0 (WAIT 0 blocks for ever) and leaves most
 // of the time before the deadline for its answer.
 func TestWaitTimeoutStaysWithinTheDeadline(t *testing.T) {
-	if got := waitTimeout(context.Background()); got != (DefaultNodeTimeout / 3).Milliseconds() {
+	if got := waitTimeout(context.Background()); got != (defaultNodeTimeout / 3).Milliseconds() {
 		t.Errorf("no deadline: %dms", got)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)

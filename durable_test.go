@@ -327,7 +327,7 @@ func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) 
 		masters = append(masters, s.Master)
 	}
 	masters = append(masters, plain.Servers...)
-	key := durable.LockKey(name)
+	key := durable.Keys(name).Lock
 	eventually(t, 5*time.Second, "the sweep deletes the keys of the votes that did not count", func() bool {
 		for _, m := range masters {
 			if n, err := m.Client().Exists(ctx, key).Result(); err != nil || n > 0 {
@@ -480,8 +480,8 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	failOverEach(t, ctx, lossy, c.KeySlot(name), func(p *redistest.Server) error {
-		if n, err := p.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
+	failOverEach(t, ctx, lossy, c.Keys(name).Slot, func(p *redistest.Server) error {
+		if n, err := p.Client().Exists(ctx, c.Keys(name).Lock).Result(); err != nil || n != 1 {
 			return fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
 		}
 		return nil
@@ -564,7 +564,7 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	name := ""
 	for i := 0; name == ""; i++ {
 		cand := nameInSlots(b, fmt.Sprintf("job1-%d", i), 0, 16383)
-		if m, err := rc.MasterFor(ctx, b.KeySlot(cand)); err == nil && m != ma {
+		if m, err := rc.MasterFor(ctx, b.Keys(cand).Slot); err == nil && m != ma {
 			name = cand
 		}
 	}
@@ -684,7 +684,7 @@ func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	n, err := r.Client().Exists(ctx, c.LockKey(name)).Result()
+	n, err := r.Client().Exists(ctx, c.Keys(name).Lock).Result()
 	t.Fatalf("the vote counted without a WAIT for R, which joined after the probe: R, promoted, holds %d copies of the key (%v), with %.1fs of the holder's validity left",
 		n, err, time.Until(l.Deadline()).Seconds())
 }

@@ -202,7 +202,7 @@ func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) er
 	// The epoch starts as late as the event may have been, so the time
 	// left is an upper bound; the grace may come from another client's
 	// longer TTL, through the nodes' register.
-	return &GraceError{What: who + e.why, Grace: grace, Left: e.since.Add(grace).Sub(now).Round(time.Millisecond)}
+	return &graceError{What: who + e.why, Grace: grace, Left: e.since.Add(grace).Sub(now).Round(time.Millisecond)}
 }
 
 // The data-kept marker: a key without a TTL, under the key prefix, that

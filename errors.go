@@ -11,8 +11,16 @@ import (
 	"github.com/hashicorp/go-multierror"
 )
 
-// Sentinel errors. Every error this package returns matches at least one of
-// them with errors.Is; the typed errors below carry the details.
+// The errors a caller acts on. Every error this package returns matches at
+// least one of them with errors.Is; the typed errors below carry the
+// details. What to do: ErrLocked, ErrNoQuorum and ErrValidityTooShort are
+// worth another try (Acquire retries them itself); ErrLockLost means the
+// guarded work may have overlapped another holder's; ErrNotHeld is a
+// handle used after its release; ErrMaxWait is a wait that ran out;
+// ErrInvalidConfig (and the node refusals that also match it:
+// ErrNotIndependent, ErrFailoverNode, ErrEvictingNode, ErrSlotNotServed,
+// ErrPermitsMismatch) does not go away by waiting: fix the program or the
+// nodes.
 var (
 	// ErrLocked: another owner holds the lock. See *LockedError.
 	ErrLocked = errors.New("redlock: lock is held by another owner")
@@ -53,13 +61,26 @@ var (
 	// The fix is noeviction, or a Redis of its own for the locks. It also
 	// matches ErrInvalidConfig.
 	ErrEvictingNode = errors.New("redlock: node may evict lock keys")
-	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
-	// acquire or an extension) was written, but fewer of its master's
-	// replicas than could be promoted acknowledged it in time (WAIT came
-	// back short, timed out or failed). The vote does not count, and the
-	// key may be set on the node: the attempt releases it as it does on a
-	// node whose answer is unknown.
-	ErrVoteNotDurable = errors.New("redlock: vote not acknowledged by every replica that could be promoted")
+	// ErrPermitsMismatch: a semaphore was used with another number of
+	// permits than the one its live permits were taken with, which the
+	// nodes record. It also matches ErrInvalidConfig. See
+	// *PermitsMismatchError.
+	ErrPermitsMismatch = errors.New("redlock: semaphore used with another number of permits")
+	// ErrSlotNotServed: a node runs in Redis Cluster mode but cannot take
+	// the lock's keys: it serves no hash slot, not the lock's slot, or its
+	// cluster is down. Such a node would answer every acquire with an
+	// error (MOVED, CLUSTERDOWN), silently leaving the lock to the other
+	// nodes with less fault tolerance than configured, so the acquire is
+	// refused instead. It comes inside a *ConfigError (it also matches
+	// ErrInvalidConfig).
+	ErrSlotNotServed = errors.New("redlock: cluster node does not serve the lock's hash slot")
+)
+
+// Why a node did not vote. These come inside a *NodeError, in the Errors
+// of a *QuorumError or *LockedError (errors.Is finds them through the
+// outer error): a caller reads them to tell an operator which node to look
+// at, not to decide what to do, which the outer error says.
+var (
 	// ErrNodeSittingOut: a node's vote is not counted for now: it restarted
 	// less than the restart grace ago, or its clock jumped.
 	ErrNodeSittingOut = errors.New("redlock: node is sitting out")
@@ -68,14 +89,13 @@ var (
 	// being asked, for a short hold-off: a dead node would otherwise make
 	// every split decision wait for its timeout.
 	ErrNodeDown = errors.New("redlock: node is down")
-	// ErrStaleToken: a fenced resource refused a token lower than one it
-	// accepted before. See *StaleTokenError.
-	ErrStaleToken = errors.New("redlock: stale fencing token")
-	// ErrPermitsMismatch: a semaphore was used with another number of
-	// permits than the one its live permits were taken with, which the
-	// nodes record. It also matches ErrInvalidConfig. See
-	// *PermitsMismatchError.
-	ErrPermitsMismatch = errors.New("redlock: semaphore used with another number of permits")
+	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
+	// acquire or an extension) was written, but fewer of its master's
+	// replicas than could be promoted acknowledged it in time (WAIT came
+	// back short, timed out or failed). The vote does not count, and the
+	// key may be set on the node: the attempt releases it as it does on a
+	// node whose answer is unknown.
+	ErrVoteNotDurable = errors.New("redlock: vote not acknowledged by every replica that could be promoted")
 )
 
 // LockedError reports that another owner holds the lock: the nodes that
@@ -96,6 +116,8 @@ type LockedError struct {
 	Errors *multierror.Error
 }
 
+// Error names the lock, when it expires at the latest unless its holder
+// extends it, and the other nodes' errors, one line per cause.
 func (e *LockedError) Error() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "redlock: lock %q is held by another owner (expires in %v at the latest)", e.Name, e.Remaining)
@@ -134,6 +156,8 @@ type QuorumError struct {
 	Errors  *multierror.Error
 }
 
+// Error names the operation and the lock, the votes won against the
+// quorum, and every failed node's error, one line per cause.
 func (e *QuorumError) Error() string {
 	var b strings.Builder
 	agreed := fmt.Sprintf("%d nodes agreed", e.Won)
@@ -175,6 +199,8 @@ type NodeError struct {
 	Err  error
 }
 
+// Error is the node's own error, prefixed with the node's redacted
+// address.
 func (e *NodeError) Error() string {
 	msg := e.Err.Error()
 	if strings.HasPrefix(msg, e.Node+": ") || strings.HasPrefix(msg, e.Node+" ") {
@@ -199,7 +225,7 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 		names []string
 		first error       // the first node's error, told as it is when it is alone
 		text  string      // the cause, without the node's name
-		grace *GraceError // the longest sit-out, for a group of sit-outs
+		grace *graceError // the longest sit-out, for a group of sit-outs
 	}
 	var groups []*group
 	byKey := map[string]*group{}
@@ -212,7 +238,7 @@ func writeNodeErrors(b *strings.Builder, errs []error) {
 			text = err.Error()
 		}
 		key = text
-		var ge *GraceError
+		var ge *graceError
 		if errors.As(err, &ge) {
 			key = "grace: " + ge.What
 		}
@@ -283,12 +309,12 @@ func capText(s string) string {
 // Unwrap gives the node's own error.
 func (e *NodeError) Unwrap() error { return e.Err }
 
-// GraceError reports a node that sits out the restart grace: it (or, on a
+// graceError reports a node that sits out the restart grace: it (or, on a
 // Cluster node, a master of the lock's slot) started without persistence,
 // or had another event that may have lost keys (a promotion, evictions, a
 // flush), less than the grace ago, so it may have lost the keys of locks
 // that are still valid. It matches ErrNodeSittingOut.
-type GraceError struct {
+type graceError struct {
 	// What happened, e.g. "started without persistence (...)", "was
 	// promoted from replica ...", on a Cluster node "its master <addr> ...".
 	What  string
@@ -299,7 +325,7 @@ type GraceError struct {
 // graceWhose says where the grace comes from.
 const graceWhose = "the grace is the larger of this client's and the largest TTL in use on the nodes"
 
-func (e *GraceError) Error() string {
+func (e *graceError) Error() string {
 	// The event is dated as late as it may have been, so Left is an upper
 	// bound; the grace may come from another client's longer TTL, through
 	// the nodes' register.
@@ -308,7 +334,7 @@ func (e *GraceError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrNodeSittingOut) true.
-func (e *GraceError) Is(target error) bool { return target == ErrNodeSittingOut }
+func (e *graceError) Is(target error) bool { return target == ErrNodeSittingOut }
 
 // ConfigError names a bad setting and the value given for it.
 type ConfigError struct {
@@ -319,6 +345,8 @@ type ConfigError struct {
 	Err error
 }
 
+// Error names the setting, the value given (passwords redacted) and why
+// it was refused.
 func (e *ConfigError) Error() string {
 	return fmt.Sprintf("redlock: invalid %s %s: %s", e.Field, e.Value, e.Reason)
 }
@@ -328,19 +356,6 @@ func (e *ConfigError) Is(target error) bool { return target == ErrInvalidConfig 
 
 // Unwrap gives the underlying cause, if any.
 func (e *ConfigError) Unwrap() error { return e.Err }
-
-// StaleTokenError reports a fencing token below the highest one accepted.
-type StaleTokenError struct {
-	Token   int64 // the token offered
-	Highest int64 // the highest token accepted before
-}
-
-func (e *StaleTokenError) Error() string {
-	return fmt.Sprintf("redlock: stale fencing token %d (a holder with token %d came after it)", e.Token, e.Highest)
-}
-
-// Is makes errors.Is(err, ErrStaleToken) true.
-func (e *StaleTokenError) Is(target error) bool { return target == ErrStaleToken }
 
 // PermitsMismatchError reports a semaphore asked for with Permits permits
 // while a quorum of nodes record Recorded: permits of the same name are
@@ -358,6 +373,8 @@ type PermitsMismatchError struct {
 	Denied, Nodes int
 }
 
+// Error names the semaphore, the number of permits asked for and the
+// number the nodes record.
 func (e *PermitsMismatchError) Error() string {
 	return fmt.Sprintf("redlock: semaphore %q asked for with %d permits, but %d of %d nodes record %d permits for its live permits: every client must use one number of permits per name", e.Name, e.Permits, e.Denied, e.Nodes, e.Recorded)
 }

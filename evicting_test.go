@@ -79,7 +79,7 @@ func TestEvictingNodesAreRefusedByDefault(t *testing.T) {
 				t.Fatalf("Nodes: want policy %s, maxmemory 8 MiB and the refusal, got %+v", policy, info)
 			}
 			for _, s := range cl.Servers {
-				if n, err := s.Client().Exists(ctx, c.LockKey("job")).Result(); err != nil || n != 0 {
+				if n, err := s.Client().Exists(ctx, c.Keys("job").Lock).Result(); err != nil || n != 0 {
 					t.Fatalf("%s: the refused acquire left a key (%d, %v)", s.Addr, n, err)
 				}
 			}
@@ -177,14 +177,14 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 			defer held.Release(context.Background())
 			eventually(t, 5*time.Second, "X's key on every node", func() bool {
 				for _, s := range cl.Servers {
-					if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+					if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
 						return false
 					}
 				}
 				return true
 			})
 			for _, s := range cl.Servers {
-				if err := fillUntilEvicted(ctx, s, x.LockKey(name)); err != nil {
+				if err := fillUntilEvicted(ctx, s, x.Keys(name).Lock); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -255,7 +255,7 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	defer held.Release(context.Background())
 	eventually(t, 5*time.Second, "X's key on every node", func() bool {
 		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+			if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
 				return false
 			}
 		}

@@ -78,7 +78,7 @@ func TestANodeThatEvictedIsRefusedAfterItsPolicyIsReverted(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() { _ = held.Release(context.Background()) }()
-			evictThenRevert(ctx, t, cl, x.LockKey(name))
+			evictThenRevert(ctx, t, cl, x.Keys(name).Lock)
 
 			y, err := redlock.New(cl.Clients(), redlock.Options{TTL: 500 * time.Millisecond})
 			if err != nil {

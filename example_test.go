@@ -7,8 +7,6 @@ import (
 	"log"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
@@ -98,38 +96,6 @@ func ExampleClient_TryAcquire() {
 		fmt.Println("another replica runs the job; skipping")
 	}
 	// Output: another replica runs the job; skipping
-}
-
-func ExampleFencedSet() {
-	urls, stop := exampleNodes(1)
-	defer stop()
-	resource, err := redlock.ParseURL(urls[0])
-	if err != nil {
-		log.Fatal(err)
-	}
-	rdb := redis.NewClient(resource)
-	defer rdb.Close()
-	ctx := context.Background()
-
-	// Token 42 wrote first; a holder with an older token, stalled past
-	// its lock's validity, wakes up and tries to write.
-	_ = redlock.FencedSet(ctx, rdb, "balance:alice", 42, "100")
-	err = redlock.FencedSet(ctx, rdb, "balance:alice", 41, "0")
-	fmt.Println(errors.Is(err, redlock.ErrStaleToken))
-	value, token, _ := redlock.FencedGet(ctx, rdb, "balance:alice")
-	fmt.Println(value, token)
-	// Output:
-	// true
-	// 100 42
-}
-
-func ExampleFence() {
-	var fence redlock.Fence // one per guarded resource, in the process that owns it
-	fmt.Println(fence.Admit(7))
-	fmt.Println(fence.Admit(5))
-	// Output:
-	// <nil>
-	// redlock: stale fencing token 5 (a holder with token 7 came after it)
 }
 
 func ExampleWithMetadata() {

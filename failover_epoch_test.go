@@ -74,7 +74,7 @@ func (en epochNodes) takeOnP0AndC(t *testing.T, ctx context.Context, x *redlock.
 	// The decision may come before C's answer: wait for the key there.
 	m := en.rc.Shards[0].Master
 	eventually(t, 5*time.Second, "X's key on C's master", func() bool {
-		n, err := m.Client().Exists(ctx, x.LockKey(name)).Result()
+		n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result()
 		return err == nil && n == 1
 	})
 	return held
@@ -105,11 +105,11 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	}
 	const name = "job"
 	held := en.takeOnP0AndC(t, ctx, x, name)
-	promoted, err := en.rc.Failover(ctx, x.KeySlot(name), true)
+	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n, err := promoted.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+	if n, err := promoted.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
@@ -151,7 +151,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	}
 	const name = "job"
 	held := en.takeOnP0AndC(t, ctx, x, name)
-	slot := x.KeySlot(name)
+	slot := x.Keys(name).Slot
 	if p, err := en.rc.Failover(ctx, slot, false); err != nil || p != r {
 		t.Fatalf("failover to the replica: %v, %v", p, err)
 	}
@@ -213,7 +213,7 @@ func refusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, h
 			if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
 				t.Fatalf("%s: want a refusal with C sitting out, got %v", tc.who, err)
 			}
-			awaitNoKey(t, ctx, p1, tc.c.LockKey(name))
+			awaitNoKey(t, ctx, p1, tc.c.Keys(name).Lock)
 		}
 	}
 }

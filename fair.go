@@ -24,9 +24,6 @@ import (
 	"fmt"
 	"sync"
 	"time"
-
-	"github.com/hashicorp/go-multierror"
-	"github.com/redis/go-redis/v9"
 )
 
 // The kind's scripts, in lua/: newScript registers them for the probes to
@@ -167,7 +164,7 @@ func (c *Client) newFairWait(name string, ttl, nodeTimeout time.Duration) *fairW
 		f.turns[i] = make(chan struct{})
 		close(f.turns[i])
 	}
-	lock := c.LockKey(name)
+	lock := c.lockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	channel := c.releaseChannel(name)
 	f.args = func(op string, failed, round, proposal int64) []any {
@@ -626,61 +623,4 @@ func (f *fairWait) leaveQueues(pinnable func(i int) bool) {
 func (f *fairWait) leave() {
 	f.a.kind.quiet(f.a) // nobody held the lock: no release to announce
 	f.a.releaseInBackground()
-}
-
-// QueueEntry is one waiter in a fair lock's queue on one node.
-type QueueEntry struct {
-	Waiter  string        // the waiter's owner value (opaque)
-	Ticket  int64         // its ticket: the µs its Acquire began; lower is served first
-	Expires time.Duration // how long the entry lives unless the waiter refreshes it
-}
-
-// NodeQueue is one node's queue of a fair lock, head first.
-type NodeQueue struct {
-	Node    string
-	Entries []QueueEntry
-	Err     error // why the node could not be read
-}
-
-// Queue reads the fair lock's queue on every node. It reads only. A node
-// that cannot be read has Err set; the error returned joins them.
-func (c *Client) Queue(ctx context.Context, name string) ([]NodeQueue, error) {
-	if _, _, err := c.params(name, nil); err != nil {
-		return nil, err
-	}
-	lock := c.LockKey(name)
-	out := make([]NodeQueue, len(c.nodes))
-	c.each(func(i int, n *node) {
-		q := &out[i]
-		q.Node = n.name
-		if n.rdb == nil {
-			q.Err = errors.New("no client")
-			return
-		}
-		pipe := n.rdb.Pipeline()
-		tickets := pipe.ZRangeWithScores(ctx, lock+queueSuffix, 0, -1)
-		expiries := pipe.ZRangeWithScores(ctx, lock+expirySuffix, 0, -1)
-		now := pipe.Time(ctx)
-		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
-			q.Err = err
-			return
-		}
-		expiry := make(map[string]float64)
-		for _, z := range expiries.Val() {
-			expiry[z.Member.(string)] = z.Score
-		}
-		nowMS := float64(now.Val().UnixMilli())
-		for _, z := range tickets.Val() {
-			w := z.Member.(string)
-			q.Entries = append(q.Entries, QueueEntry{Waiter: w, Ticket: int64(z.Score),
-				Expires: time.Duration(expiry[w]-nowMS) * time.Millisecond})
-		}
-	})
-	var errs *multierror.Error
-	for _, q := range out {
-		if q.Err != nil {
-			errs = multierror.Append(errs, &NodeError{Node: q.Node, Err: q.Err})
-		}
-	}
-	return out, errs.ErrorOrNil()
 }

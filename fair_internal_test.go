@@ -157,7 +157,7 @@ func TestFairClaimTakesTheTokenFromTheGrants(t *testing.T) {
 
 func TestFairGrantMessagesCountPerNode(t *testing.T) {
 	c := newFairFakeClient(t, []*fairFake{{}, {}, {}})
-	f := c.newFairWait("x", c.opts.TTL, DefaultNodeTimeout)
+	f := c.newFairWait("x", c.opts.TTL, defaultNodeTimeout)
 	c.messages.add(f)
 	defer c.messages.remove(f)
 	c.messages.deliver(0, "x", grantedPrefix+f.a.value)
@@ -256,7 +256,7 @@ func fairClients(t *testing.T, cl *redistest.Cluster, opts Options) (holder, wai
 // by hand (value, ticket), with a TTL and an entry lifetime of a minute.
 func ghostCall(t *testing.T, s *redistest.Server, c *Client, name, op, value string, ticket int64) []int64 {
 	t.Helper()
-	lock := c.LockKey(name)
+	lock := c.lockKey(name)
 	keys := []string{lock, lock + fenceSuffix, lock + queueSuffix, lock + expirySuffix, lock + settingsSuffix, lock + grantSuffix}
 	// Its first round (1), no round failed before it; proposal 1.
 	vals, err := s.Client().Eval(context.Background(), fairQueueScript.src, keys, op, value, ticket, time.Minute.Milliseconds(), 0, 1,
@@ -284,7 +284,7 @@ func awaitOwner(t *testing.T, s *redistest.Server, key, value string) {
 
 func queueLen(t *testing.T, s *redistest.Server, c *Client, name string) int64 {
 	t.Helper()
-	n, err := s.Client().ZCard(context.Background(), c.LockKey(name)+queueSuffix).Result()
+	n, err := s.Client().ZCard(context.Background(), c.lockKey(name)+queueSuffix).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func TestFairLockExtendedGrantDoesNotMove(t *testing.T) {
 	if r := ghostCall(t, l, cA, name, "wait", "B-earlier-ticket", 1); r[0] == 1 {
 		t.Fatal("l's key, which A's extend counted, moved to a waiter with an earlier ticket")
 	}
-	if owner, err := l.Client().Get(ctx, cA.LockKey(name)).Result(); err != nil || owner != a.a.value {
+	if owner, err := l.Client().Get(ctx, cA.lockKey(name)).Result(); err != nil || owner != a.a.value {
 		t.Fatalf("l's key is %q (%v), want A's", owner, err)
 	}
 	if err := a.Release(ctx); err != nil {
@@ -379,7 +379,7 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The take decides on two nodes: its call to l may still be on its way.
-	awaitOwner(t, l, cH.LockKey(name), holder.a.value)
+	awaitOwner(t, l, cH.lockKey(name), holder.a.value)
 	const b = "B-earlier-ticket"
 	if r := ghostCall(t, l, cA, name, "wait", b, 1); r[0] != 0 {
 		t.Fatal("B got the held lock")

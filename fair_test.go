@@ -46,12 +46,12 @@ func fairKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name s
 	t.Helper()
 	var left []string
 	for _, s := range cl.Servers {
-		keys, err := s.Client().Keys(context.Background(), c.LockKey(name)+"*").Result()
+		keys, err := s.Client().Keys(context.Background(), c.Keys(name).Lock+"*").Result()
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, k := range keys {
-			if k != c.FenceKey(name) {
+			if k != c.Keys(name).Fence {
 				left = append(left, s.Addr+" "+k)
 			}
 		}
@@ -157,7 +157,7 @@ func TestFairLockHandOffDatesValidityFromTheClaim(t *testing.T) {
 	read := time.Now()
 	outlive := 0
 	for _, s := range cl.Servers {
-		pttl, err := s.Client().PTTL(ctx, c.LockKey(name)).Result()
+		pttl, err := s.Client().PTTL(ctx, c.Keys(name).Lock).Result()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +236,7 @@ func ghost(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name, value s
 		}
 		src = append(src, b...)
 	}
-	k := c.LockKey(name)
+	k := c.Keys(name).Lock
 	keys := []string{k, k + ":fence", k + ":queue", k + ":queue:expiry", k + ":queue:settings", k + ":grant"}
 	for _, s := range cl.Servers {
 		err := s.Client().Eval(context.Background(), string(src), keys, "wait", value, ticket, ttl.Milliseconds(), 0, 0,
@@ -419,7 +419,7 @@ func TestFairLockTokenAboveAnEarlierPlainHolderAfterARestart(t *testing.T) {
 	plain := newClient(t, cl, opts) // a client of its own: it shares no token memory with the waiter
 	ctx := context.Background()
 	const name = "fair-token-after-plain"
-	lock := waiter.LockKey(name)
+	lock := waiter.Keys(name).Lock
 	j, k, l := cl.Servers[0], cl.Servers[1], cl.Servers[2]
 	// Another owner holds the key everywhere, for longer than the test.
 	for _, s := range cl.Servers {

@@ -31,11 +31,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
-	"strconv"
-	"sync"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // token picks the fencing token for a won decision, running the slow path
@@ -73,81 +68,9 @@ func (a *attempt) raiseFence(token int64) error {
 	raise := a.spec.raise
 	args := raise.args(keys, a.value, token, a.c.fenceLifetimeArg)
 	// Its time counts against the lock's validity, like the acquire's.
-	timeout := max(a.nodeTimeout, DefaultNodeTimeout)
+	timeout := max(a.nodeTimeout, defaultNodeTimeout)
 	return a.c.broadcast(context.Background(), "fence", a.name, timeout, a.nodeTimeout, func(ctx context.Context, n *node) (bool, error) {
 		vals, err := n.run.run(ctx, raise, args)
 		return err == nil && len(vals) == 1 && vals[0] == 1, err
 	})
-}
-
-// Fence is the resource side of fencing, in process: it admits an operation
-// only with a token at least as high as every token admitted before. Put
-// one in front of each resource the lock guards. The zero value is ready;
-// a Fence is safe for concurrent use.
-//
-// A Fence protects only what goes through it. When the resource is shared
-// by several processes, the check must live in the resource itself: see
-// FencedSet for a Redis value, and docs/FENCING.md for an SQL pattern.
-type Fence struct {
-	mu      sync.Mutex
-	highest int64
-}
-
-// Admit records token and returns nil if it is not below the highest token
-// admitted so far; otherwise it returns a *StaleTokenError (matching
-// ErrStaleToken) and the caller must not touch the resource.
-func (f *Fence) Admit(token int64) error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if token < f.highest {
-		return &StaleTokenError{Token: token, Highest: f.highest}
-	}
-	f.highest = token
-	return nil
-}
-
-// Highest is the highest token admitted so far.
-func (f *Fence) Highest() int64 {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.highest
-}
-
-// FencedSet writes value to a Redis-held resource only if token is at least
-// the highest token that wrote it before, in one atomic script. The
-// resource is a hash at key with fields "value" and "fence". A stale token
-// gets a *StaleTokenError (matching ErrStaleToken) and changes nothing.
-func FencedSet(ctx context.Context, rdb redis.UniversalClient, key string, token int64, value string) error {
-	if key == "" {
-		return configErr("resource key", `""`, "must not be empty")
-	}
-	if token < 0 {
-		return configErr("token", token, "must not be negative")
-	}
-	vals, err := runScript(ctx, rdb, fencedSetScript, 2, []string{key}, token, value)
-	if err != nil {
-		return err
-	}
-	if vals[0] == 0 {
-		return &StaleTokenError{Token: token, Highest: vals[1]}
-	}
-	return nil
-}
-
-// FencedGet reads a resource written by FencedSet: its value and the token
-// of the last write. An absent resource gives "", 0 and no error.
-func FencedGet(ctx context.Context, rdb redis.UniversalClient, key string) (value string, token int64, err error) {
-	vals, err := rdb.HMGet(ctx, key, "value", "fence").Result()
-	if err != nil {
-		return "", 0, err
-	}
-	if len(vals) != 2 || vals[0] == nil {
-		return "", 0, nil
-	}
-	value, _ = vals[0].(string)
-	fence, _ := vals[1].(string)
-	if token, err = strconv.ParseInt(fence, 10, 64); err != nil {
-		return "", 0, errors.New("redlock: resource " + key + " has a malformed fence field")
-	}
-	return value, token, nil
 }

@@ -5,133 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
-
-func TestFenceAdmitsOnlyTokensNotBelowTheHighest(t *testing.T) {
-	var f redlock.Fence
-	for _, tc := range []struct {
-		token int64
-		ok    bool
-	}{{5, true}, {5, true}, {7, true}, {6, false}, {0, false}, {8, true}} {
-		err := f.Admit(tc.token)
-		if (err == nil) != tc.ok {
-			t.Fatalf("Admit(%d) = %v, want ok=%v", tc.token, err, tc.ok)
-		}
-		var se *redlock.StaleTokenError
-		if err != nil && (!errors.As(err, &se) || !errors.Is(err, redlock.ErrStaleToken) || se.Highest != 7) {
-			t.Fatalf("Admit(%d): %v, want a *StaleTokenError naming 7", tc.token, err)
-		}
-	}
-	if f.Highest() != 8 {
-		t.Fatalf("highest %d, want 8", f.Highest())
-	}
-}
-
-// Admissions from many goroutines keep the order of the tokens: each
-// admitted token is at least every one admitted before it, and a reader
-// never sees the highest go down. (The admissions are recorded under the
-// same lock as the call, so the record's order is the admissions' order:
-// recorded after the call returned, two goroutines could append theirs in
-// the other order, as a Valkey matrix run once showed: "admitted 59 after
-// 60".)
-func TestFenceUnderConcurrency(t *testing.T) {
-	var f redlock.Fence
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var admitted []int64
-	stop := make(chan struct{})
-	var readers sync.WaitGroup
-	for range 4 {
-		readers.Add(1)
-		go func() {
-			defer readers.Done()
-			last := int64(0)
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				h := f.Highest()
-				if h < last {
-					t.Errorf("Highest went down from %d to %d", last, h)
-					return
-				}
-				last = h
-			}
-		}()
-	}
-	for i := range 64 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			mu.Lock()
-			defer mu.Unlock()
-			if f.Admit(int64(i)) == nil {
-				admitted = append(admitted, int64(i))
-			}
-		}()
-	}
-	wg.Wait()
-	close(stop)
-	readers.Wait()
-	if f.Highest() != 63 {
-		t.Fatalf("highest %d, want 63", f.Highest())
-	}
-	for i := 1; i < len(admitted); i++ {
-		if admitted[i] < admitted[i-1] {
-			t.Fatalf("admitted %d after %d", admitted[i], admitted[i-1])
-		}
-	}
-}
-
-func TestFencedSetRejectsAStaleHolder(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	c := newClient(t, cl, redlock.Options{TTL: 100 * time.Millisecond})
-	resource := cl.Servers[0].Client()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-
-	// A holder stalls past its validity (a GC pause, say); another client
-	// takes the lock and writes; the first one wakes up and writes.
-	stalled, err := c.Acquire(ctx, "account") // retries: a 100ms TTL leaves each node 10ms
-	if err != nil {
-		t.Fatal(err)
-	}
-	<-stalled.Done() // its validity is over
-	next, err := c.Acquire(ctx, "account")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := redlock.FencedSet(ctx, resource, "balance", next.Token(), "100"); err != nil {
-		t.Fatal(err)
-	}
-	err = redlock.FencedSet(ctx, resource, "balance", stalled.Token(), "0")
-	var se *redlock.StaleTokenError
-	if !errors.As(err, &se) || se.Token != stalled.Token() || se.Highest != next.Token() {
-		t.Fatalf("stale write: %v, want a *StaleTokenError", err)
-	}
-	v, tok, err := redlock.FencedGet(ctx, resource, "balance")
-	if err != nil || v != "100" || tok != next.Token() {
-		t.Fatalf("resource holds %q with token %d (%v), want 100 with %d", v, tok, err, next.Token())
-	}
-	// The same holder may write again with its token.
-	if err := redlock.FencedSet(ctx, resource, "balance", next.Token(), "101"); err != nil {
-		t.Fatal(err)
-	}
-	if v, _, _ := redlock.FencedGet(ctx, resource, "absent"); v != "" {
-		t.Fatalf("absent resource reads %q", v)
-	}
-	if err := redlock.FencedSet(ctx, resource, "", 1, "x"); !errors.Is(err, redlock.ErrInvalidConfig) {
-		t.Fatalf("empty key: %v", err)
-	}
-}
 
 func TestExtendRepairsANodeThatLostItsKeys(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
@@ -152,8 +31,8 @@ func TestExtendRepairsANodeThatLostItsKeys(t *testing.T) {
 		if err := l.Extend(ctx); err != nil {
 			t.Fatal(err)
 		}
-		fence, _ := rdb.Get(ctx, c.FenceKey("repair")).Int64()
-		return fence == l.Token() && rdb.Exists(ctx, c.LockKey("repair")).Val() == 1
+		fence, _ := rdb.Get(ctx, c.Keys("repair").Fence).Int64()
+		return fence == l.Token() && rdb.Exists(ctx, c.Keys("repair").Lock).Val() == 1
 	})
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -244,7 +123,7 @@ func TestFenceRegisterLivesFenceLifetimePastTheLastAcquisition(t *testing.T) {
 			}
 			seen := 0 // the node that decided nothing may not have run its acquire yet
 			for _, s := range cl.Servers {
-				pttl, err := s.Client().PTTL(ctx, c.FenceKey(name)).Result()
+				pttl, err := s.Client().PTTL(ctx, c.Keys(name).Fence).Result()
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -261,7 +140,7 @@ func TestFenceRegisterLivesFenceLifetimePastTheLastAcquisition(t *testing.T) {
 			}
 			// The register expires: the next token is still higher.
 			for _, s := range cl.Servers {
-				if err := s.Client().Del(ctx, c.FenceKey(name)).Err(); err != nil {
+				if err := s.Client().Del(ctx, c.Keys(name).Fence).Err(); err != nil {
 					t.Fatal(err)
 				}
 			}

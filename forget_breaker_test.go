@@ -63,12 +63,12 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range off {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("%s kept X's key across its restart (%d, %v): nothing was lost", s.Addr, n, err)
 		}
 	}
@@ -108,7 +108,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	flushed := cl.Servers[:2]
 	for _, s := range flushed {
 		if err := s.Client().FlushAll(ctx).Err(); err != nil {
@@ -208,16 +208,16 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Kill(); err != nil {
 			t.Fatal(err)
 		}
-		truncateAOFAt(t, s, x.LockKey(name))
+		truncateAOFAt(t, s, x.Keys(name).Lock)
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("%s has X's key after the crash (%d, %v): nothing was lost", s.Addr, n, err)
 		}
 	}
@@ -268,7 +268,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 				}
 			}
 			name := nameInSlots(x, "job", half[0], half[1])
-			slot := x.KeySlot(name)
+			slot := x.Keys(name).Slot
 			held, err := x.TryAcquire(ctx, name)
 			if err != nil {
 				t.Fatal(err)
@@ -282,7 +282,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 			}
 			eventually(t, 30*time.Second, "X's key on every node", func() bool {
 				for _, m := range masters {
-					if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+					if n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
 						return false
 					}
 				}
@@ -297,7 +297,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 				if err := m.SetClockOffset(30 * time.Second); err != nil {
 					t.Fatal(err)
 				}
-				if n, err := m.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+				if n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 					t.Fatalf("%s kept X's key after its clock jumped 30s (%d, %v)", m.Addr, n, err)
 				}
 			}
@@ -454,7 +454,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: s.Addr, DisableIdentity: true})
 		t.Cleanup(func() { _ = rdb.Close() })
 		if i < 2 {
-			h := &restartBefore{s: s, key: x.LockKey(name)}
+			h := &restartBefore{s: s, key: x.Keys(name).Lock}
 			rdb.AddHook(h)
 			hooks = append(hooks, h)
 		}
@@ -470,7 +470,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for i, info := range y.Nodes(ctx) { // Y's guards, fresh
 		if info.Err != nil || !info.Voting {
 			t.Fatalf("node %d: %+v, want it voting", i, info)
@@ -532,7 +532,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {
 			t.Fatal(err)

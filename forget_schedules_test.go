@@ -124,15 +124,15 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 	}
 	const name = "job"
 	held := en.takeOnP0AndC(t, ctx, x, name)
-	promoted, err := en.rc.Failover(ctx, x.KeySlot(name), true)
+	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
 	if err != nil {
 		t.Fatal(err)
 	}
-	restarted, err := en.rc.RestartMaster(ctx, x.KeySlot(name))
+	restarted, err := en.rc.RestartMaster(ctx, x.Keys(name).Slot)
 	if err != nil || restarted != promoted {
 		t.Fatalf("restarting the promoted replica: %v, %v", restarted, err)
 	}
-	if n, err := promoted.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+	if n, err := promoted.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
@@ -149,7 +149,7 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
 			t.Fatalf("want a refusal with C sitting out, got %v", err)
 		}
-		awaitNoKey(t, ctx, en.plain.Servers[1], fresh.LockKey(name))
+		awaitNoKey(t, ctx, en.plain.Servers[1], fresh.Keys(name).Lock)
 	}
 }
 
@@ -194,7 +194,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	}
 	for _, s := range cl.Servers {
 		fillUntilOOM(ctx, t, s)
-		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
 		}
 		if err := s.Restart(true); err != nil {
@@ -263,7 +263,7 @@ func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 	// some memory.
 	for _, s := range cl.Servers {
 		fillUntilOOM(ctx, t, s)
-		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
 		}
 		for i := range 4 {

@@ -58,11 +58,11 @@ var goRedisLog = struct {
 	once   sync.Once
 	mu     sync.Mutex
 	routes map[string][]*logRoute // a node's address -> the live clients that use it
-	other  GoRedisLogger          // the lines routed to no client
+	other  goRedisLogger          // the lines routed to no client
 }{routes: map[string][]*logRoute{}, other: stderrLogger{log.New(os.Stderr, "redis: ", log.LstdFlags)}}
 
-// GoRedisLogger is go-redis' logging interface, as redis.SetLogger takes it.
-type GoRedisLogger interface {
+// goRedisLogger is go-redis' logging interface, as redis.SetLogger takes it.
+type goRedisLogger interface {
 	Printf(ctx context.Context, format string, v ...any)
 }
 
@@ -71,7 +71,9 @@ type GoRedisLogger interface {
 // built by NewFromURLs (those go to that client's Options.Logger). Calling
 // redis.SetLogger instead would take those lines too, or, before the first
 // NewFromURLs, be replaced by it.
-func SetGoRedisLogger(l GoRedisLogger) {
+func SetGoRedisLogger(l interface {
+	Printf(ctx context.Context, format string, v ...any)
+}) {
 	goRedisLog.mu.Lock()
 	goRedisLog.other = l
 	goRedisLog.mu.Unlock()

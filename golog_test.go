@@ -75,7 +75,7 @@ func TestGoRedisLinesGoToTheLoggerOfTheClientTheyAreAbout(t *testing.T) {
 	var name string
 	for _, r := range [][2]int{{0, 8191}, {8192, 16383}} {
 		n := nameInSlots(c, "job", r[0], r[1])
-		if m, err := rc.MasterFor(ctx, c.KeySlot(n)); err != nil {
+		if m, err := rc.MasterFor(ctx, c.Keys(n).Slot); err != nil {
 			t.Fatal(err)
 		} else if m == found {
 			name = n

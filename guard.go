@@ -210,7 +210,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	}
 	if old != nil && g.lostSince(old) && g.grace >= 0 {
 		if err := g.voteErr(c.clock.Now(), g.grace, ""); errors.Is(err, ErrNodeSittingOut) {
-			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: SitOutRestart, Err: err})
+			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: sitOutRestart, Err: err})
 		}
 	}
 	if res.role != "master" {
@@ -468,7 +468,7 @@ func (c *Client) observeClock(n *node, addr string, nodeTime, sent, recv time.Ti
 	}
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	c.sitOutLocked(n, recv, SitOutClockJump, fmt.Sprintf("%s jumped by %v against ours", who, jump.Round(time.Microsecond)))
+	c.sitOutLocked(n, recv, sitOutClockJump, fmt.Sprintf("%s jumped by %v against ours", who, jump.Round(time.Microsecond)))
 	return true
 }
 
@@ -509,7 +509,7 @@ func (c *Client) compareMastersLocked(n *node, res probeResult, newMasters []str
 		}
 		skew, off := ref.apart(n.clockOf(addr), threshold)
 		if off {
-			c.sitOutLocked(n, c.clock.Now(), SitOutClockSkew, fmt.Sprintf("master %s's clock is %v off master %s's (more than %v)",
+			c.sitOutLocked(n, c.clock.Now(), sitOutClockSkew, fmt.Sprintf("master %s's clock is %v off master %s's (more than %v)",
 				addr, skew.Round(time.Microsecond), first.addr, threshold))
 			return
 		}
@@ -559,7 +559,7 @@ func (c *Client) compareClocksLocked(n *node) {
 		return
 	}
 	skew, _ := clockSkew(samples, have, n.index)
-	c.sitOutLocked(n, now, SitOutClockSkew, fmt.Sprintf("clock is %v off the other nodes' (only %d of %d agree within %v)",
+	c.sitOutLocked(n, now, sitOutClockSkew, fmt.Sprintf("clock is %v off the other nodes' (only %d of %d agree within %v)",
 		skew.Round(time.Microsecond), agree, known, threshold))
 }
 

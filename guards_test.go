@@ -161,7 +161,7 @@ func TestClientStartedAfterAClockJumpRefusesTheJumpedNode(t *testing.T) {
 	ctx := context.Background()
 	// Another owner holds nodes 3 and 4 while X acquires: X wins 0-2 only.
 	for _, s := range cl.Servers[3:] {
-		if err := s.Client().Set(ctx, x.LockKey("jump"), "another owner", time.Second).Err(); err != nil {
+		if err := s.Client().Set(ctx, x.Keys("jump").Lock, "another owner", time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -1,5 +1,10 @@
 package redlock
 
+// The operator's side of the client, in one file: what the nodes hold
+// (Inspect, Queue, Semaphore.Holders, Keys), what the guards know of them
+// (Nodes, NodesFor, Verify, NodeNames, Quorum), and the one write an operator
+// may need (ForceUnlock). Everything here reads only, but ForceUnlock.
+
 import (
 	"context"
 	"crypto/tls"
@@ -55,7 +60,7 @@ func (c *Client) Inspect(ctx context.Context, name string) (*Status, error) {
 		return nil, err
 	}
 	st := &Status{Name: name, Nodes: make([]NodeStatus, len(c.nodes))}
-	lockKey, fenceKey, holderKey := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
+	lockKey, fenceKey, holderKey := c.lockKey(name), c.fenceKey(name), c.holderKey(name)
 	c.each(func(i int, n *node) {
 		ns := &st.Nodes[i]
 		ns.Node = n.name
@@ -154,7 +159,10 @@ func (c *Client) judge(st *Status) *QuorumError {
 // alive cannot take the lock back with an extension (which repairs missing
 // keys only under a fence no newer than its token): its next extension
 // reports the lock lost. Tokens stay monotonic; one number is skipped. It
-// returns how many nodes had a key.
+// returns how many nodes had a key. A bad name is a *ConfigError and
+// changes nothing; the errors of nodes that failed to answer are joined in
+// the error (a key there expires with its TTL), and the count covers the
+// nodes that answered.
 func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return 0, err
@@ -164,7 +172,7 @@ func (c *Client) ForceUnlock(ctx context.Context, name string) (int, error) {
 		deleted int
 		errs    []error
 	)
-	key, fence, holder := c.LockKey(name), c.FenceKey(name), c.HolderKey(name)
+	key, fence, holder := c.lockKey(name), c.fenceKey(name), c.holderKey(name)
 	forced := strings.Repeat("-", ownerValueLen) // no real owner value looks like this
 	c.each(func(_ int, n *node) {
 		if n.rdb == nil {
@@ -227,10 +235,10 @@ type NodeInfo struct {
 	EvictedKeys     int64
 	Voting          bool   // whether its vote counts now
 	SitOutReason    string // why not
-	// Kind is what the node is: a standalone master, a Redis Cluster (a
-	// *redis.ClusterClient) or a master managed by Sentinel (a client of
-	// redis.NewFailoverClient).
-	Kind NodeKind
+	// Kind is what the node is: "master", a standalone master; "cluster",
+	// a Redis Cluster (a *redis.ClusterClient); or "sentinel", a master
+	// managed by Sentinel (a client of redis.NewFailoverClient).
+	Kind string
 	// Masters are the servers that hold the node's locks' keys, each with
 	// its replicas: the server itself; for a Sentinel node the master it
 	// reached (Sentinel's current one); for a Cluster node every master
@@ -247,7 +255,7 @@ type NodeInfo struct {
 	// is the error an acquire gets, as a *ConfigError.
 	Refused error
 	// Cluster is set when the node runs in Redis Cluster mode: it can take
-	// a lock only if Cluster.Serves(Client.KeySlot(name)) is nil.
+	// a lock only if Cluster.Serves(Client.keySlotOf(name)) is nil.
 	Cluster *ClusterInfo
 	// TLS is the TLS version of the last connection made to the node
 	// ("TLS 1.3"), "" if it was not encrypted or none was made.
@@ -297,12 +305,14 @@ func (c *Client) Nodes(ctx context.Context) []NodeInfo {
 
 // NodesFor is Nodes for the lock called name: a Cluster node's Masters is
 // the master serving the lock's hash slot, and every node's vote is judged
-// for that lock, as an acquire of it would judge it.
+// for that lock, as an acquire of it would judge it. A bad name (empty, too
+// long) is a *ConfigError and probes nothing; a node that cannot be probed
+// has its Err set, as in Nodes.
 func (c *Client) NodesFor(ctx context.Context, name string) ([]NodeInfo, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
 	}
-	return c.nodeInfos(ctx, c.LockKey(name)), nil
+	return c.nodeInfos(ctx, c.lockKey(name)), nil
 }
 
 // nodeInfos is Nodes, judging the votes for the lock whose key is key (""
@@ -361,14 +371,14 @@ func (c *Client) nodeInfos(ctx context.Context, key string) []NodeInfo {
 }
 
 // nodeKind tells what kind of node rdb is.
-func nodeKind(rdb redis.UniversalClient) NodeKind {
+func nodeKind(rdb redis.UniversalClient) string {
 	if _, ok := rdb.(*redis.ClusterClient); ok {
-		return KindCluster
+		return kindCluster
 	}
 	if isFailoverClient(rdb) {
-		return KindSentinel
+		return kindSentinel
 	}
-	return KindMaster
+	return kindMaster
 }
 
 // masters lists the masters behind n from its probe res: for a Cluster
@@ -465,3 +475,226 @@ func (c *Client) each(fn func(i int, n *node)) {
 	}
 	wg.Wait()
 }
+
+// QueueEntry is one waiter in a fair lock's queue on one node.
+type QueueEntry struct {
+	Waiter  string        // the waiter's owner value (opaque)
+	Ticket  int64         // its ticket: the µs its Acquire began; lower is served first
+	Expires time.Duration // how long the entry lives unless the waiter refreshes it
+}
+
+// NodeQueue is one node's queue of a fair lock, head first.
+type NodeQueue struct {
+	Node    string
+	Entries []QueueEntry
+	Err     error // why the node could not be read
+}
+
+// Queue reads the fair lock's queue on every node. It reads only. A node
+// that cannot be read has Err set; the error returned joins them.
+func (c *Client) Queue(ctx context.Context, name string) ([]NodeQueue, error) {
+	if _, _, err := c.params(name, nil); err != nil {
+		return nil, err
+	}
+	lock := c.lockKey(name)
+	out := make([]NodeQueue, len(c.nodes))
+	c.each(func(i int, n *node) {
+		q := &out[i]
+		q.Node = n.name
+		if n.rdb == nil {
+			q.Err = errors.New("no client")
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		tickets := pipe.ZRangeWithScores(ctx, lock+queueSuffix, 0, -1)
+		expiries := pipe.ZRangeWithScores(ctx, lock+expirySuffix, 0, -1)
+		now := pipe.Time(ctx)
+		if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+			q.Err = err
+			return
+		}
+		expiry := make(map[string]float64)
+		for _, z := range expiries.Val() {
+			expiry[z.Member.(string)] = z.Score
+		}
+		nowMS := float64(now.Val().UnixMilli())
+		for _, z := range tickets.Val() {
+			w := z.Member.(string)
+			q.Entries = append(q.Entries, QueueEntry{Waiter: w, Ticket: int64(z.Score),
+				Expires: time.Duration(expiry[w]-nowMS) * time.Millisecond})
+		}
+	})
+	var errs *multierror.Error
+	for _, q := range out {
+		if q.Err != nil {
+			errs = multierror.Append(errs, &NodeError{Node: q.Node, Err: q.Err})
+		}
+	}
+	return out, errs.ErrorOrNil()
+}
+
+// SemaphoreStatus is a quorum view of a semaphore, as Holders sees it.
+type SemaphoreStatus struct {
+	Name    string
+	Permits int
+	// Slots has one Status per slot, named "<name>/<slot>": held when a
+	// quorum of nodes hold the same owner value in that slot.
+	Slots []Status
+	// Recorded is the number of permits a quorum of nodes record for
+	// their held slots (see Keys.Permits), 0 if no number has a quorum.
+	Recorded int64
+}
+
+// Held counts the slots held on a quorum.
+func (st *SemaphoreStatus) Held() int {
+	n := 0
+	for _, s := range st.Slots {
+		if s.Held {
+			n++
+		}
+	}
+	return n
+}
+
+// Holders reads every slot on every node and tells which are held, by
+// whom, and for how long at least. It reads only. When fewer than a quorum
+// of nodes answer, it returns the partial view with a *QuorumError. When a
+// quorum of nodes record another number of permits than s's, the view is
+// of slots taken with that number, and it comes with a
+// *PermitsMismatchError, as an acquire would.
+func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
+	c, k := s.c, s.permits
+	st := &SemaphoreStatus{Name: s.name, Permits: k, Slots: make([]Status, k)}
+	recorded := make([]int64, len(c.nodes)) // per node: the number it records, 0 if none
+	permitsKey := s.keys[2*k]
+	for i := range st.Slots {
+		st.Slots[i] = Status{Name: s.name + "/" + strconv.Itoa(i), Nodes: make([]NodeStatus, len(c.nodes))}
+	}
+	c.each(func(j int, n *node) {
+		for i := range st.Slots {
+			st.Slots[i].Nodes[j].Node = n.name
+		}
+		if n.rdb == nil {
+			for i := range st.Slots {
+				st.Slots[i].Nodes[j].Err = errors.New("no client")
+			}
+			return
+		}
+		pipe := n.rdb.Pipeline()
+		owners := make([]*redis.StringCmd, k)
+		ttls := make([]*redis.DurationCmd, k)
+		fences := make([]*redis.StringCmd, k)
+		for i := range k {
+			owners[i] = pipe.Get(ctx, s.keys[i])
+			ttls[i] = pipe.PTTL(ctx, s.keys[i])
+			fences[i] = pipe.Get(ctx, s.keys[k+i])
+		}
+		record := pipe.Get(ctx, permitsKey)
+		_, err := pipe.Exec(ctx)
+		if err == nil || errors.Is(err, redis.Nil) {
+			if v := record.Val(); v != "" {
+				recorded[j] = -1 // not a number
+				if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n != 0 {
+					recorded[j] = n
+				}
+			}
+		}
+		for i := range k {
+			ns := &st.Slots[i].Nodes[j]
+			if err != nil && !errors.Is(err, redis.Nil) {
+				ns.Err = err
+				continue
+			}
+			ns.Owner = owners[i].Val()
+			if ns.Owner != "" {
+				ns.TTL = ttls[i].Val()
+			}
+			ns.Fence, _ = strconv.ParseInt(fences[i].Val(), 10, 64)
+		}
+	})
+	var qerr error
+	for i := range st.Slots {
+		if err := c.judge(&st.Slots[i]); err != nil && qerr == nil {
+			err.Op, err.Name = "holders", s.name
+			qerr = err
+		}
+	}
+	votes := map[int64]int{}
+	for _, n := range recorded {
+		if n != 0 {
+			votes[n]++
+			if votes[n] >= c.quorum() {
+				st.Recorded = n
+			}
+		}
+	}
+	if st.Recorded != 0 && st.Recorded != int64(k) {
+		return st, &PermitsMismatchError{Name: s.name, Permits: k, Recorded: st.Recorded, Denied: votes[st.Recorded], Nodes: len(c.nodes)}
+	}
+	return st, qerr
+}
+
+// Quorum is the number of nodes that must agree: N/2+1.
+func (c *Client) Quorum() int { return c.quorum() }
+
+// NodeNames lists the nodes' addresses in order, with no credentials.
+func (c *Client) NodeNames() []string {
+	names := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		names[i] = n.name
+	}
+	return names
+}
+
+// Keys are the Redis keys and the pub/sub channel that the primitives of
+// one name use on every node, for operators and tests that look at the
+// nodes directly (redis-cli, an ACL, a dashboard). They all share the hash
+// tag {name}, so on a Redis Cluster they live in one hash slot, Slot. Most
+// exist only while the name is held or waited for; the fence register
+// outlives its holders on purpose.
+type Keys struct {
+	// Lock holds the owner value of the holder of the mutex, of the fair
+	// lock and of an RWLock's writer; its TTL is the holder's.
+	Lock string
+	// Fence is the fence register that makes tokens monotonic across
+	// holders. It lives Options.FenceLifetime past the last acquisition
+	// of the name.
+	Fence string
+	// Holder keeps the metadata the holder attached (WithMetadata), only
+	// while such a holder holds the lock.
+	Holder string
+	// Released is the pub/sub channel a release publishes on, which
+	// waiters of the name listen to.
+	Released string
+	// Readers and Writers are an RWLock's live readers and its waiting
+	// writers' intents.
+	Readers, Writers string
+	// Permits is where a node records the number of permits a Semaphore's
+	// held slots were taken with; it expires no earlier than the slot that
+	// lives longest. Each slot is a key of its own: see Permit.
+	Permits string
+	// Slot is the Redis Cluster hash slot of every key above. A node in
+	// cluster mode can hold the name only if it serves this slot.
+	Slot int
+}
+
+// Keys gives the keys of the primitives called name, with the client's
+// key prefix. It does no network I/O and cannot fail: a name that no
+// primitive accepts (empty, too long) still gets its keys.
+func (c *Client) Keys(name string) Keys {
+	lock := c.lockKey(name)
+	return Keys{
+		Lock:     lock,
+		Fence:    lock + fenceSuffix,
+		Holder:   lock + holderSuffix,
+		Released: lock + releasedSuffix,
+		Readers:  lock + readersSuffix,
+		Writers:  lock + intentsSuffix,
+		Permits:  lock + permitsSuffix,
+		Slot:     keySlot(lock),
+	}
+}
+
+// Permit is the key of a Semaphore's slot i (from 0 to its permits - 1);
+// the slot's fence register is that key + ":fence".
+func (k Keys) Permit(i int) string { return k.Lock + permitSlotInfix + strconv.Itoa(i) }

@@ -106,7 +106,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 
 	hook := &registerReadSeen{seen: make(chan struct{}, 4)}
 	probes := &probeSeen{seen: make(chan struct{}, 4)}

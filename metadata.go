@@ -17,7 +17,7 @@ const holderSuffix = ":holder"
 // WithMetadata attaches md to the lock while it is held, for operators
 // asking who holds it: Inspect returns it (Status.Metadata) and
 // `redlock status` shows it. It is kept on each node in a key of its own
-// (HolderKey) that the acquire sets, every extension renews and the release
+// (Keys.Holder) that the acquire sets, every extension renews and the release
 // deletes, in the same scripts as the lock key, so it lives exactly as long
 // as the lock does there. The value is stored after the owner value, so a
 // reader pairs it with the holder that wrote it and never shows an earlier
@@ -36,10 +36,9 @@ func checkMetadata(md string) error {
 	return nil
 }
 
-// HolderKey is the Redis key that keeps the metadata of the lock's holder
-// (see WithMetadata), in the lock's cluster slot. It exists only while a
-// holder that attached metadata holds the lock.
-func (c *Client) HolderKey(name string) string { return c.LockKey(name) + holderSuffix }
+// holderKey is Keys.Holder: the metadata of the lock's holder (see
+// WithMetadata), in the lock's cluster slot.
+func (c *Client) holderKey(name string) string { return c.lockKey(name) + holderSuffix }
 
 // attachMetadata makes the attempt's scripts set, renew and delete the
 // holder key along with the lock key. Only attempts with metadata pay for

@@ -16,7 +16,7 @@ func holderKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name
 	t.Helper()
 	var left []string
 	for _, s := range cl.Servers {
-		n, err := s.Client().Exists(context.Background(), c.HolderKey(name)).Result()
+		n, err := s.Client().Exists(context.Background(), c.Keys(name).Holder).Result()
 		if err != nil {
 			t.Fatalf("%s: %v", s.Addr, err)
 		}
@@ -55,7 +55,7 @@ func TestMetadataIsShownWhileHeldAndGoesWithTheLock(t *testing.T) {
 	// Shorten both keys' lives behind the client's back: the extend must
 	// renew the metadata with the lock, not leave it to expire first.
 	for _, s := range cl.Servers {
-		for _, k := range []string{c.LockKey("report"), c.HolderKey("report")} {
+		for _, k := range []string{c.Keys("report").Lock, c.Keys("report").Holder} {
 			if err := s.Client().PExpire(ctx, k, 5*time.Second).Err(); err != nil {
 				t.Fatal(err)
 			}
@@ -68,8 +68,8 @@ func TestMetadataIsShownWhileHeldAndGoesWithTheLock(t *testing.T) {
 	// then renewed the metadata with it.
 	extended := 0
 	for _, s := range cl.Servers {
-		lockTTL := s.Client().PTTL(ctx, c.LockKey("report")).Val()
-		holderTTL := s.Client().PTTL(ctx, c.HolderKey("report")).Val()
+		lockTTL := s.Client().PTTL(ctx, c.Keys("report").Lock).Val()
+		holderTTL := s.Client().PTTL(ctx, c.Keys("report").Holder).Val()
 		if lockTTL < 30*time.Second {
 			continue
 		}
@@ -104,7 +104,7 @@ func TestMetadataIsShownWhileHeldAndGoesWithTheLock(t *testing.T) {
 	}
 	// Metadata that another owner wrote is not shown as this holder's.
 	for _, s := range cl.Servers {
-		if err := s.Client().Set(ctx, c.HolderKey("report"), strings.Repeat("X", 26)+"host=stranger", time.Minute).Err(); err != nil {
+		if err := s.Client().Set(ctx, c.Keys("report").Holder, strings.Repeat("X", 26)+"host=stranger", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -122,7 +122,7 @@ func TestMetadataLeavesNoKeyBehind(t *testing.T) {
 	// Another owner holds the lock on two nodes: the attempt wins the third
 	// only, fails, and must take its keys back there.
 	for _, s := range cl.Servers[1:] {
-		if err := s.Client().Set(ctx, c.LockKey("job"), "someone-else", time.Minute).Err(); err != nil {
+		if err := s.Client().Set(ctx, c.Keys("job").Lock, "someone-else", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -135,7 +135,7 @@ func TestMetadataLeavesNoKeyBehind(t *testing.T) {
 		t.Fatalf("the failed attempt left its metadata on %v", left)
 	}
 	for _, s := range cl.Servers[1:] {
-		s.Client().Del(ctx, c.LockKey("job"))
+		s.Client().Del(ctx, c.Keys("job").Lock)
 	}
 
 	if _, err := c.Acquire(ctx, "job", redlock.WithMetadata("host=a"), redlock.WithTTL(time.Minute)); err != nil {

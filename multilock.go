@@ -150,8 +150,8 @@ func (m *MultiLock) releaseAll() []error {
 	return errs
 }
 
-// Names lists the names held, sorted.
-func (m *MultiLock) Names() []string {
+// names lists the names held, sorted.
+func (m *MultiLock) names() []string {
 	names := make([]string, len(m.locks))
 	for i, l := range m.locks {
 		names[i] = l.a.name
@@ -248,7 +248,7 @@ func (m *MultiLock) Extend(ctx context.Context) error {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("redlock: extend %q: %w", m.Names(), err)
+		return fmt.Errorf("redlock: extend %q: %w", m.names(), err)
 	}
 	// In name order, as every multi-lock: two Extends of overlapping
 	// multi-locks of one client cannot wait for each other in a cycle.

@@ -28,8 +28,8 @@ func TestMultiLockPartialWinLeavesNoKeyOnAnyNode(t *testing.T) {
 	})})
 	// "b" is held by another owner on two nodes: our attempt wins it on the
 	// third alone, which is no quorum, after "a" was taken everywhere.
-	fs[0].set(c.LockKey("b"), "other")
-	fs[1].set(c.LockKey("b"), "other")
+	fs[0].set(c.lockKey("b"), "other")
+	fs[1].set(c.lockKey("b"), "other")
 
 	_, err := c.TryAcquireMulti(context.Background(), []string{"c", "b", "a"})
 	if !errors.Is(err, ErrLocked) {
@@ -37,17 +37,17 @@ func TestMultiLockPartialWinLeavesNoKeyOnAnyNode(t *testing.T) {
 	}
 	_ = c.Close() // waits for the background cleanups
 	for i, f := range fs {
-		if v, ok := f.get(c.LockKey("a")); ok {
+		if v, ok := f.get(c.lockKey("a")); ok {
 			t.Errorf("node %d still holds a (%s)", i, v)
 		}
-		if _, ok := f.get(c.LockKey("c")); ok {
+		if _, ok := f.get(c.lockKey("c")); ok {
 			t.Errorf("node %d holds c, which sorts after the name that failed", i)
 		}
-		if v, _ := f.get(c.LockKey("b")); i < 2 && v != "other" {
+		if v, _ := f.get(c.lockKey("b")); i < 2 && v != "other" {
 			t.Errorf("node %d: the other owner's b became %q", i, v)
 		}
 	}
-	if _, ok := fs[2].get(c.LockKey("b")); ok {
+	if _, ok := fs[2].get(c.lockKey("b")); ok {
 		t.Error("node 2 still holds our partial win of b")
 	}
 	// Sorted order: a, then b, which failed; c was never tried.
@@ -68,8 +68,8 @@ func TestMultiLockExtendDecidesEachNameByItsOwnQuorum(t *testing.T) {
 	done := m.Done()
 	// y passes to another owner on two nodes (its keys expired, say); x
 	// stays ours everywhere.
-	fs[0].set(c.LockKey("y"), "other")
-	fs[1].set(c.LockKey("y"), "other")
+	fs[0].set(c.lockKey("y"), "other")
+	fs[1].set(c.lockKey("y"), "other")
 
 	err = m.Extend(context.Background())
 	if !errors.Is(err, ErrLockLost) {
@@ -84,7 +84,7 @@ func TestMultiLockExtendDecidesEachNameByItsOwnQuorum(t *testing.T) {
 	}
 	_ = c.Close()
 	for i, f := range fs {
-		if _, ok := f.get(c.LockKey("x")); ok {
+		if _, ok := f.get(c.lockKey("x")); ok {
 			t.Errorf("node %d still holds x", i)
 		}
 	}

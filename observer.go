@@ -43,6 +43,8 @@ var eventNames = [...]string{
 	EventGraceWait: "grace-wait", EventUnreachable: "unreachable",
 }
 
+// String is the kind's name without the Event prefix ("acquired",
+// "lost", ...), for logs and metric labels.
 func (k EventKind) String() string {
 	if k > 0 && int(k) < len(eventNames) {
 		return eventNames[k]
@@ -66,9 +68,12 @@ type Event struct {
 	// the caller's trace. It is nil for the events no call caused (a loss
 	// found by the renewal scheduler, node events).
 	Context context.Context
-	// Reason says in one fixed word why a node sits out: SitOutClockJump,
-	// SitOutClockSkew or SitOutRestart. It is meant as a metric label; Err
-	// has the details.
+	// Reason says in one fixed word why a node sits out: "clock-jump" (its
+	// clock moved against ours by more than the threshold), "clock-skew"
+	// (its clock disagrees with a quorum of the other nodes') or "restart"
+	// (it restarted without persistence, or had another event that may
+	// have lost keys: it votes again after the restart grace). It is meant
+	// as a metric label; Err has the details.
 	Reason string
 	// Nodes are the per-node results of an acquire, extend or release
 	// round, in the order they came in, up to the moment the round was
@@ -79,9 +84,9 @@ type Event struct {
 
 // The reasons a node sits out (Event.Reason).
 const (
-	SitOutClockJump = "clock-jump" // its clock moved against ours by more than the threshold
-	SitOutClockSkew = "clock-skew" // its clock disagrees with a quorum of the other nodes'
-	SitOutRestart   = "restart"    // it restarted without persistence: it votes again after the restart grace
+	sitOutClockJump = "clock-jump" // its clock moved against ours by more than the threshold
+	sitOutClockSkew = "clock-skew" // its clock disagrees with a quorum of the other nodes'
+	sitOutRestart   = "restart"    // it restarted without persistence: it votes again after the restart grace
 )
 
 // NodeResult is one node's part in a quorum round.

@@ -100,12 +100,12 @@ func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.LockKey(name))
+	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("%s after the crash: X's key %d, %v; the schedule wants it lost", s.Addr, n, err)
 		}
 	}

@@ -258,7 +258,7 @@ func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 		t.Fatalf("acquire with 2 of 5 nodes stuck: %v", err)
 	}
 	for _, f := range fs[3:] {
-		if _, held := f.get(c.LockKey("slow")); held {
+		if _, held := f.get(c.lockKey("slow")); held {
 			t.Fatal("a gated node answered before the decision")
 		}
 	}
@@ -268,7 +268,7 @@ func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 	}
 	_ = c.Close()
 	for i, f := range fs {
-		if v, held := f.get(c.LockKey("slow")); held {
+		if v, held := f.get(c.lockKey("slow")); held {
 			t.Errorf("node %d still holds %q after release", i, v)
 		}
 	}
@@ -293,7 +293,7 @@ func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testi
 	close(gate)
 	_ = c.Close()
 	for i, f := range fs[3:] {
-		if v, held := f.get(c.LockKey("busy")); held {
+		if v, held := f.get(c.lockKey("busy")); held {
 			t.Errorf("straggler node %d kept %q: the release overtook the acquire", i+3, v)
 		}
 		h := f.history()
@@ -302,7 +302,7 @@ func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testi
 		}
 	}
 	for i, f := range fs[:3] {
-		if v, _ := f.get(c.LockKey("busy")); v != "someone-else" {
+		if v, _ := f.get(c.lockKey("busy")); v != "someone-else" {
 			t.Errorf("node %d: the other owner's key became %q", i, v)
 		}
 	}
@@ -328,7 +328,7 @@ func TestReleaseWaitsForAnExtendStillRunningOnANode(t *testing.T) {
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
 	l := acquireEverywhere(t, c, fs, "ext")
-	key := c.LockKey("ext")
+	key := c.lockKey("ext")
 	// Node 2 lost our key (it restarted empty) and its extend is slow: the
 	// extend succeeds on the other two and returns with that call running.
 	fs[2].del(key)
@@ -357,7 +357,7 @@ func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
 	l := acquireEverywhere(t, c, fs, "owed")
-	key := c.LockKey("owed")
+	key := c.lockKey("owed")
 	gate, arrived := fs[2].hold()
 	if err := l.Extend(ctx); err != nil {
 		t.Fatal(err)
@@ -404,7 +404,7 @@ func TestANodeWhoseCallGotNoAnswerIsSweptAfterTheRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for the sweep
-	if v, held := fs[2].get(c.LockKey("late-set")); held {
+	if v, held := fs[2].get(c.lockKey("late-set")); held {
 		t.Fatalf("node 2 kept %q: nobody swept the key the late call set", v)
 	}
 }
@@ -415,7 +415,7 @@ func TestReleaseReachesANodeThatOnlyAnExtendWon(t *testing.T) {
 	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
 	ctx := context.Background()
 	l := acquireEverywhere(t, c, fs, "late")
-	key := c.LockKey("late")
+	key := c.lockKey("late")
 	// The other owner's key expired there, and node 1 is slow: the extend
 	// needs node 2, which it repairs.
 	fs[2].del(key)
@@ -457,7 +457,7 @@ func TestNoQuorumCarriesEveryNodeError(t *testing.T) {
 		t.Fatalf("got %+v, want 2 node errors and a quorum of 2", qe)
 	}
 	_ = c.Close()
-	if v, held := fs[2].get(c.LockKey("down")); held {
+	if v, held := fs[2].get(c.lockKey("down")); held {
 		t.Fatalf("the one node that said yes kept %q", v)
 	}
 }
@@ -489,7 +489,7 @@ func TestValidityTooShortFailsAndReleases(t *testing.T) {
 	}
 	_ = c.Close()
 	for i, f := range fs {
-		if v, held := f.get(c.LockKey("short")); held {
+		if v, held := f.get(c.lockKey("short")); held {
 			t.Errorf("node %d kept %q", i, v)
 		}
 	}
@@ -505,7 +505,7 @@ func TestFencingFastAndSlowPath(t *testing.T) {
 		t.Fatal(err)
 	}
 	fast := l1.Token()
-	if at := countFence(fs, c.FenceKey("f"), fast); at < c.Quorum() {
+	if at := countFence(fs, c.fenceKey("f"), fast); at < c.Quorum() {
 		t.Errorf("fast path: %d nodes hold the token %d in their fence, want a quorum", at, fast)
 	}
 	if err := l1.Release(ctx); err != nil {
@@ -515,7 +515,7 @@ func TestFencingFastAndSlowPath(t *testing.T) {
 	// A fence far in the future on every node forces the slow path.
 	future := fast + 1_000_000_000
 	for _, f := range fs {
-		f.set(c.FenceKey("f"), strconv.FormatInt(future, 10))
+		f.set(c.fenceKey("f"), strconv.FormatInt(future, 10))
 	}
 	l2, err := c.TryAcquire(ctx, "f")
 	if err != nil {
@@ -524,7 +524,7 @@ func TestFencingFastAndSlowPath(t *testing.T) {
 	if l2.Token() != future+1 {
 		t.Fatalf("slow path token %d, want %d", l2.Token(), future+1)
 	}
-	if raised := countFence(fs, c.FenceKey("f"), future+1); raised < c.Quorum() {
+	if raised := countFence(fs, c.fenceKey("f"), future+1); raised < c.Quorum() {
 		t.Fatalf("slow path raised the fence on %d nodes, want a quorum", raised)
 	}
 	_ = l2.Release(ctx)
@@ -569,7 +569,7 @@ func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	close(gate) // the nodes now answer, and win, after the caller left
 	_ = c.Close()
 	for i, f := range fs {
-		if v, held := f.get(c.LockKey("cancel")); held {
+		if v, held := f.get(c.lockKey("cancel")); held {
 			t.Errorf("node %d kept %q after a cancelled acquire", i, v)
 		}
 	}
@@ -656,7 +656,7 @@ func TestRefusalsDoNotMarkANodeDown(t *testing.T) {
 	fs := fakes(3)
 	c := newFakeClient(t, fs, Options{TTL: 10 * time.Second})
 	for _, f := range fs {
-		f.set(c.LockKey("taken"), "other")
+		f.set(c.lockKey("taken"), "other")
 	}
 	if _, err := c.TryAcquire(context.Background(), "taken"); !errors.Is(err, ErrLocked) {
 		t.Fatalf("got %v", err)
@@ -677,7 +677,7 @@ func TestReleaseSkippingADownNodeIsNoQuorumNotALoss(t *testing.T) {
 	c := newFakeClient(t, fs, Options{TTL: 10 * time.Second})
 	l := acquireEverywhere(t, c, fs, "skipped")
 	c.bg.wait()                     // every acquire call has ended
-	fs[1].del(c.LockKey("skipped")) // node 1 lost it (restarted, say)
+	fs[1].del(c.lockKey("skipped")) // node 1 lost it (restarted, say)
 	c.markDown(c.nodes[2], 100*time.Millisecond)
 	err := l.Release(context.Background())
 	if errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNoQuorum) || !errors.Is(err, ErrNodeDown) {

@@ -5,8 +5,8 @@
 // validity that accounts for the time the round trip took and for clock
 // drift. Every acquisition gets a fencing token that is strictly greater than
 // the token of any earlier holder of the same lock, in the same round trip in
-// the common case; a resource that rejects stale tokens (see Fence and
-// FencedSet) stays safe even when a holder is paused past its validity.
+// the common case; a resource that rejects stale tokens (see package fence:
+// fence.Set) stays safe even when a holder is paused past its validity.
 //
 // The client also guards against the faults Redlock's critics name: a node
 // that restarted empty does not vote until it has been up longer than the
@@ -37,36 +37,39 @@ import (
 // another way: it never fails over, never evicts and is never flushed.
 const NoRestartGrace time.Duration = -1
 
-// NoClockGuard, as Options.ClockJumpThreshold, turns off the clock-jump guard.
-const NoClockGuard time.Duration = -1
+// noClockGuard, as Options.ClockJumpThreshold, turns off the clock-jump guard.
+const noClockGuard time.Duration = -1
 
-// NoFenceExpiry, as Options.FenceLifetime, keeps every fence register for
+// noFenceExpiry, as Options.FenceLifetime, keeps every fence register for
 // ever.
-const NoFenceExpiry time.Duration = -1
+const noFenceExpiry time.Duration = -1
 
-// MaxNameLen is the longest lock name accepted, in bytes.
-const MaxNameLen = 512
+// maxNameLen is the longest lock name accepted, in bytes.
+const maxNameLen = 512
 
 // Defaults of Options.
 const (
-	DefaultTTL           = 10 * time.Second
-	DefaultNodeTimeout   = 200 * time.Millisecond
-	DefaultRetryDelayMin = 10 * time.Millisecond
-	DefaultRetryDelayMax = 500 * time.Millisecond
-	DefaultDriftFactor   = 0.01
-	DefaultKeyPrefix     = "redlock:"
-	DefaultFenceLifetime = 24 * time.Hour
+	defaultTTL           = 10 * time.Second
+	defaultNodeTimeout   = 200 * time.Millisecond
+	defaultRetryDelayMin = 10 * time.Millisecond
+	defaultRetryDelayMax = 500 * time.Millisecond
+	defaultDriftFactor   = 0.01
+	defaultFenceLifetime = 24 * time.Hour
 )
+
+// DefaultKeyPrefix is the default of Options.KeyPrefix: every key and
+// channel of a client without a prefix of its own starts with it.
+const DefaultKeyPrefix = "redlock:"
 
 const fenceSuffix = ":fence"
 
-// MinNodeTimeout is the shortest per-node timeout accepted, given or derived
+// minNodeTimeout is the shortest per-node timeout accepted, given or derived
 // from the TTL. A round trip over loopback takes ~100µs, but one across a
 // real network ~1ms (and a busy Redis or a GC pause adds to it): below 1ms
 // healthy nodes would time out, and the lock would fail for no fault.
-const MinNodeTimeout = time.Millisecond
+const minNodeTimeout = time.Millisecond
 
-// MinTTL is the shortest TTL accepted, as Options.TTL, WithTTL or any
+// minLockTTL is the shortest TTL accepted, as Options.TTL, WithTTL or any
 // primitive's TTL. Of a 100ms lock the drift allowance (DriftFactor of it
 // plus 2ms) takes 3ms, and the default node timeout, a tenth, is 10ms: room
 // for a first contact over loopback (a dial, then the probe's round trips)
@@ -74,7 +77,7 @@ const MinNodeTimeout = time.Millisecond
 // localhost timed out, and at 20ms they all did on a loaded two-core
 // machine. A TTL this short suits tests and local coordination only;
 // across a network use seconds.
-const MinTTL = 100 * time.Millisecond
+const minLockTTL = 100 * time.Millisecond
 
 // Options configure a Client. The zero value gives sound defaults.
 type Options struct {
@@ -82,7 +85,7 @@ type Options struct {
 	// released. Default 10s. WithTTL overrides it per lock.
 	//
 	// Unless NodeTimeout is set, each node gets a tenth of the TTL (at most
-	// 200ms) to answer. The smallest TTL accepted is MinTTL (100ms).
+	// 200ms) to answer. The smallest TTL accepted is minLockTTL (100ms).
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
@@ -117,7 +120,7 @@ type Options struct {
 	// That protects the drift budget of this client's locks only: where
 	// other clients hold shorter locks on the same nodes, set it to at most
 	// the drift allowance of the shortest TTL any client uses
-	// (docs/GUARANTEES.md). NoClockGuard turns the guard off.
+	// (docs/GUARANTEES.md). -1 turns the guard off.
 	ClockJumpThreshold time.Duration
 	// DisableFencing skips the fence register: Token() is 0.
 	DisableFencing bool
@@ -128,7 +131,7 @@ type Options struct {
 	// an expired register because proposals are the acquiring client's
 	// time in microseconds: the assumption is that client clocks (and a
 	// token counter pushed ahead of them by the slow path) are off by less
-	// than the lifetime. Default 24h; NoFenceExpiry keeps registers for ever.
+	// than the lifetime. Default 24h; -1 keeps registers for ever.
 	FenceLifetime time.Duration
 	// Logger receives warnings about nodes (restarts, clock jumps,
 	// refused nodes) and lost locks. Default: discard.
@@ -207,8 +210,8 @@ type Options struct {
 	// waiting Acquire also logs a warning, and tells an Observer
 	// (EventUnreachable), once such a wait lasted 2s; a wait for nodes in
 	// their restart grace, which ends by itself, is told once
-	// (EventGraceWait) and not bounded by this. Default 30s;
-	// NoUnreachableTimeout waits for ever.
+	// (EventGraceWait) and not bounded by this. Default 30s; -1 waits for
+	// ever.
 	UnreachableTimeout time.Duration
 	// DeferNodeChecks keeps New from probing the nodes: a replica or a
 	// server given twice is then refused by the first acquire (or Verify,
@@ -447,19 +450,19 @@ func isFailoverClient(rdb redis.UniversalClient) bool {
 
 func (o *Options) setDefaults() error {
 	if o.TTL == 0 {
-		o.TTL = DefaultTTL
+		o.TTL = defaultTTL
 	}
 	if o.DriftFactor == 0 {
-		o.DriftFactor = DefaultDriftFactor
+		o.DriftFactor = defaultDriftFactor
 	}
 	if o.DriftFactor < 0 || o.DriftFactor >= 1 {
 		return configErr("DriftFactor", o.DriftFactor, "must be in [0, 1)")
 	}
 	if o.RetryDelayMin == 0 {
-		o.RetryDelayMin = DefaultRetryDelayMin
+		o.RetryDelayMin = defaultRetryDelayMin
 	}
 	if o.RetryDelayMax == 0 {
-		o.RetryDelayMax = max(DefaultRetryDelayMax, o.RetryDelayMin)
+		o.RetryDelayMax = max(defaultRetryDelayMax, o.RetryDelayMin)
 	}
 	switch {
 	case o.RetryDelayMin < 0:
@@ -470,22 +473,22 @@ func (o *Options) setDefaults() error {
 		return configErr("NodeTimeout", o.NodeTimeout, "must not be negative")
 	case o.MaxWait < 0:
 		return configErr("MaxWait", o.MaxWait, "must not be negative")
-	case o.UnreachableTimeout < NoUnreachableTimeout:
-		return configErr("UnreachableTimeout", o.UnreachableTimeout, "must be NoUnreachableTimeout, 0 or positive")
+	case o.UnreachableTimeout < noUnreachableTimeout:
+		return configErr("UnreachableTimeout", o.UnreachableTimeout, "must be -1 (no bound), 0 or positive")
 	case o.RestartGrace < NoRestartGrace:
 		return configErr("RestartGrace", o.RestartGrace, "must be NoRestartGrace, 0 or positive")
-	case o.ClockJumpThreshold < NoClockGuard:
-		return configErr("ClockJumpThreshold", o.ClockJumpThreshold, "must be NoClockGuard, 0 or positive")
-	case o.FenceLifetime < NoFenceExpiry:
-		return configErr("FenceLifetime", o.FenceLifetime, "must be NoFenceExpiry, 0 or positive")
+	case o.ClockJumpThreshold < noClockGuard:
+		return configErr("ClockJumpThreshold", o.ClockJumpThreshold, "must be -1 (guard off), 0 or positive")
+	case o.FenceLifetime < noFenceExpiry:
+		return configErr("FenceLifetime", o.FenceLifetime, "must be -1 (no expiry), 0 or positive")
 	case o.FenceLifetime > 0 && o.FenceLifetime < time.Hour:
 		return configErr("FenceLifetime", o.FenceLifetime, "must be at least 1h: tokens rely on client clocks agreeing within it")
 	}
 	if o.FenceLifetime == 0 {
-		o.FenceLifetime = DefaultFenceLifetime
+		o.FenceLifetime = defaultFenceLifetime
 	}
 	if o.UnreachableTimeout == 0 {
-		o.UnreachableTimeout = DefaultUnreachableTimeout
+		o.UnreachableTimeout = defaultUnreachableTimeout
 	}
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
@@ -508,8 +511,8 @@ func (o *Options) setDefaults() error {
 
 // nodeTimeout checks ttl and returns the per-node timeout to use with it.
 func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, error) {
-	if ttl < MinTTL {
-		return 0, configErr(field, ttl, fmt.Sprintf("is below the minimum TTL of %v (MinTTL): the drift allowance and the nodes' round trips would leave a lock too little validity to be taken, even on localhost", MinTTL))
+	if ttl < minLockTTL {
+		return 0, configErr(field, ttl, fmt.Sprintf("is below the minimum TTL of %v: the drift allowance and the nodes' round trips would leave a lock too little validity to be taken, even on localhost", minLockTTL))
 	}
 	if o.AllowEvictingNodes && o.RestartGrace > 0 && ttl > o.RestartGrace {
 		return 0, configErr(field, ttl, fmt.Sprintf("is above RestartGrace %v: with AllowEvictingNodes the grace after an eviction is RestartGrace alone, so no lock may outlive it", o.RestartGrace))
@@ -518,10 +521,10 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
 	}
 	if o.NodeTimeout == 0 {
-		return min(DefaultNodeTimeout, ttl/10), nil // at least MinNodeTimeout, as ttl >= MinTTL
+		return min(defaultNodeTimeout, ttl/10), nil // at least minNodeTimeout, as ttl >= minLockTTL
 	}
-	if o.NodeTimeout < MinNodeTimeout {
-		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", MinNodeTimeout))
+	if o.NodeTimeout < minNodeTimeout {
+		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("is below the %v a node needs to answer over a network", minNodeTimeout))
 	}
 	if o.NodeTimeout >= ttl/2 {
 		return 0, configErr("NodeTimeout", o.NodeTimeout, fmt.Sprintf("must be below half the %s %v", field, ttl))
@@ -534,6 +537,9 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 // the go-redis clients NewFromURLs created. Locks still held are neither
 // released nor extended any more: they expire after their TTL, and their
 // Done closes then.
+//
+// Its error joins those of closing the go-redis clients, nil if none
+// failed; a second Close does nothing and returns nil.
 func (c *Client) Close() error {
 	if c.closed.Swap(true) {
 		return nil
@@ -551,25 +557,13 @@ func (c *Client) Close() error {
 	return errors.Join(errs...)
 }
 
-// Quorum is the number of nodes that must agree: N/2+1.
-func (c *Client) Quorum() int { return c.quorum() }
-
 func (c *Client) quorum() int { return len(c.nodes)/2 + 1 }
 
-// NodeNames lists the nodes' addresses in order, with no credentials.
-func (c *Client) NodeNames() []string {
-	names := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		names[i] = n.name
-	}
-	return names
-}
+// lockKey is the Redis key of the lock called name (Keys.Lock), on the
+// hot path without the other keys.
+func (c *Client) lockKey(name string) string { return c.opts.KeyPrefix + "{" + name + "}" }
 
-// LockKey is the Redis key of the lock called name. Its hash tag keeps it
-// in one cluster slot with FenceKey.
-func (c *Client) LockKey(name string) string { return c.opts.KeyPrefix + "{" + name + "}" }
-
-// nameOf is the inverse of LockKey.
+// nameOf is the inverse of lockKey.
 func (c *Client) nameOf(key string) (string, bool) {
 	p := c.opts.KeyPrefix
 	if len(key) < len(p)+3 || key[:len(p)] != p || key[len(p)] != '{' || key[len(key)-1] != '}' {
@@ -587,10 +581,10 @@ func (c *Client) nameOf(key string) (string, bool) {
 func (c *Client) releaseChannel(name string) string {
 	for _, r := range topicRoutes {
 		if base, ok := strings.CutSuffix(name, r.topic); ok {
-			return c.LockKey(base) + r.channel
+			return c.lockKey(base) + r.channel
 		}
 	}
-	return c.LockKey(name) + releasedSuffix
+	return c.lockKey(name) + releasedSuffix
 }
 
 // nameOfChannel is the inverse of releaseChannel.
@@ -607,10 +601,8 @@ func (c *Client) nameOfChannel(channel string) (string, bool) {
 	return c.nameOf(channel[:len(channel)-len(releasedSuffix)])
 }
 
-// FenceKey is the key of the lock's fence register: what makes tokens
-// monotonic across holders. It lives Options.FenceLifetime past the last
-// acquisition of the name.
-func (c *Client) FenceKey(name string) string { return c.LockKey(name) + fenceSuffix }
+// fenceKey is Keys.Fence, without the other keys.
+func (c *Client) fenceKey(name string) string { return c.lockKey(name) + fenceSuffix }
 
 // releaseTimeout bounds the wait for a node's answer to a release. It is
 // longer than the node timeout: a release has no validity to protect, so

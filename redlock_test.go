@@ -48,7 +48,7 @@ func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name strin
 		if !s.Running() {
 			continue
 		}
-		n, err := s.Client().Exists(context.Background(), c.LockKey(name)).Result()
+		n, err := s.Client().Exists(context.Background(), c.Keys(name).Lock).Result()
 		if err != nil {
 			t.Fatalf("%s: %v", s.Addr, err)
 		}
@@ -158,7 +158,7 @@ func TestFencingSlowPathOnRealNodes(t *testing.T) {
 	// meets one of them, so the proposal loses and the slow path runs.
 	high := l1.Token() + 10_000_000_000
 	for _, s := range cl.Servers[:3] {
-		if err := s.Client().Set(ctx, b.FenceKey("fenced"), high, 0).Err(); err != nil {
+		if err := s.Client().Set(ctx, b.Keys("fenced").Fence, high, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -335,7 +335,7 @@ func TestDoExtendsAcrossSeveralTTLsAndCancelsOnLoss(t *testing.T) {
 	// extension finds another owner and the holder's context ends.
 	err = c.Do(ctx, "stolen", func(ctx context.Context, l *redlock.Lock) error {
 		for _, s := range cl.Servers[:2] {
-			if err := s.Client().Set(ctx, c.LockKey("stolen"), "thief", time.Minute).Err(); err != nil {
+			if err := s.Client().Set(ctx, c.Keys("stolen").Lock, "thief", time.Minute).Err(); err != nil {
 				return err
 			}
 		}
@@ -353,7 +353,7 @@ func TestDoExtendsAcrossSeveralTTLsAndCancelsOnLoss(t *testing.T) {
 		t.Fatalf("Do after the theft: %v, want ErrLockLost", err)
 	}
 	for _, s := range cl.Servers[:2] {
-		if v, _ := s.Client().Get(ctx, c.LockKey("stolen")).Result(); v != "thief" {
+		if v, _ := s.Client().Get(ctx, c.Keys("stolen").Lock).Result(); v != "thief" {
 			t.Errorf("%s: the thief's key became %q: the loser deleted another owner's key", s.Addr, v)
 		}
 	}
@@ -427,7 +427,7 @@ func TestCancelledAcquireLeavesNoKeyOnRealNodes(t *testing.T) {
 	// The one running node takes the key; the paused two cannot answer.
 	running := cl.Servers[2].Client()
 	eventually(t, 10*time.Second, "the running node holds the key", func() bool {
-		return running.Exists(ctx, c.LockKey("cancelled")).Val() == 1
+		return running.Exists(ctx, c.Keys("cancelled").Lock).Val() == 1
 	})
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -509,8 +509,8 @@ func TestLockErrors(t *testing.T) {
 			{strings.Repeat("x", redlock.MaxNameLen+1), nil, "longer than"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(0)}, "TTL"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(-time.Second)}, "TTL"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms (MinTTL)"},
-			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms (MinTTL)"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(2 * time.Millisecond)}, "TTL 2ms: is below the minimum TTL of 100ms: the drift"},
+			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms: the drift"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 99.999999ms: is below the minimum TTL"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
 		} {

@@ -139,7 +139,7 @@ func extendsSent(fs []*fakeNode) []string {
 func keysKept(fs []*fakeNode, c *Client, name string) []int {
 	var kept []int
 	for i, f := range fs {
-		if _, held := f.get(c.LockKey(name)); held {
+		if _, held := f.get(c.lockKey(name)); held {
 			kept = append(kept, i)
 		}
 	}
@@ -250,7 +250,7 @@ func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
 	}
 	clock.advance(m.Deadline().Sub(clock.Now()) + time.Second)
 	wakeRenewals(c)
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		log.await(t, name, EventLost, EventExtended)
 	}
 	if err := m.Err(); !errors.Is(err, ErrLockLost) {
@@ -265,7 +265,7 @@ func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
 		t.Fatalf("renewals due after the validity were sent: %v", sent)
 	}
 	c.bg.wait()
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		if kept := keysKept(fs, c, name); len(kept) > 0 {
 			t.Fatalf("%s: nodes %v kept the lost member's key", name, kept)
 		}
@@ -305,7 +305,7 @@ func TestMultiLockExtendAnsweredAfterTheValidityPassedIsLost(t *testing.T) {
 		t.Fatal("the multi-lock's Done is still open after the loss")
 	}
 	c.bg.wait()
-	for _, name := range m.Names() {
+	for _, name := range m.names() {
 		if kept := keysKept(fs, c, name); len(kept) > 0 {
 			t.Fatalf("%s: nodes %v kept the key the late extend renewed", name, kept)
 		}
@@ -323,7 +323,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	a, err := New(cl.Clients(), Options{
 		TTL: time.Second, DisableFencing: true, Clock: clock, Observer: log,
 		// The nodes were just started; A's clock does not follow theirs.
-		RestartGrace: NoRestartGrace, ClockJumpThreshold: NoClockGuard,
+		RestartGrace: NoRestartGrace, ClockJumpThreshold: noClockGuard,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -360,7 +360,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	// goes out when the call ends), and its key is not A's doing.
 	var recreated []string
 	for _, s := range cl.Servers {
-		v, err := s.Client().Get(ctx, a.LockKey("unfenced")).Result()
+		v, err := s.Client().Get(ctx, a.lockKey("unfenced")).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			t.Fatal(err)
 		}

@@ -158,7 +158,7 @@ func TestRenewalTellsOnlyTheLockThatWasLost(t *testing.T) {
 	}
 	// Another owner takes lock 7 on every node behind our back.
 	for _, s := range cl.Servers {
-		if err := s.Client().Set(ctx, c.LockKey("lost-7"), "someone else", time.Minute).Err(); err != nil {
+		if err := s.Client().Set(ctx, c.Keys("lost-7").Lock, "someone else", time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}

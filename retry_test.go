@@ -83,7 +83,7 @@ func TestFairTakeRetriedAfterALostReplyDrawsATokenAboveTheLastHolders(t *testing
 	if err := warm.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	lost := loss.arm("take", awaitKey(t, ctx, cl.Servers[0], c.LockKey(name)))
+	lost := loss.arm("take", awaitKey(t, ctx, cl.Servers[0], c.Keys(name).Lock))
 	l, err := c.TryAcquire(ctx, name, redlock.WithFairness())
 	if err != nil {
 		t.Fatalf("the retried take: %v", err)
@@ -223,7 +223,7 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := redistest.Await(ctx, "R acknowledged every write", 10*time.Second, func(ctx context.Context) (bool, error) {
-		n, err := r.Client().Exists(ctx, c.LockKey("warm-up")).Result()
+		n, err := r.Client().Exists(ctx, c.Keys("warm-up").Lock).Result()
 		return err == nil && n == 0, err
 	}); err != nil {
 		t.Fatal(err)
@@ -231,7 +231,7 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 	proxy.stalled.Store(true)
 
 	const name = "job"
-	lost := loss.arm("wait", awaitKey(t, ctx, m, c.LockKey(name)))
+	lost := loss.arm("wait", awaitKey(t, ctx, m, c.Keys(name).Lock))
 	l, err := c.TryAcquire(ctx, name)
 	select {
 	case <-lost:
@@ -245,6 +245,6 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 		return
 	}
 	defer l.Release(context.Background())
-	n, err := r.Client().Exists(ctx, c.LockKey(name)).Result()
+	n, err := r.Client().Exists(ctx, c.Keys(name).Lock).Result()
 	t.Fatalf("the retried acquire's vote counted although R, which stalled, holds %d copies of its key (%v): a promotion of R gives the lock to a second client", n, err)
 }

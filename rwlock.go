@@ -96,16 +96,6 @@ func (c *Client) RWLock(name string) *RWLock { return &RWLock{c: c, name: name} 
 // Name is the lock's name.
 func (rw *RWLock) Name() string { return rw.name }
 
-// Keys lists the keys the lock keeps on each node while it is held or
-// waited for: the writer key (the mutex's LockKey), the readers and the
-// waiting writers' intents. None of them stays once the lock is released
-// and nobody waits. The fence register (FenceKey) is apart: it outlives
-// every holder by design.
-func (rw *RWLock) Keys() []string {
-	k := rw.c.LockKey(rw.name)
-	return []string{k, k + readersSuffix, k + intentsSuffix}
-}
-
 // RLock waits for a read lock, as Client.Acquire waits for the mutex: until
 // no writer holds the lock or waits for it on a quorum of nodes, ctx is done
 // or MaxWait passes. A reader is refused while a writer waits, so a writer
@@ -140,14 +130,20 @@ func (rw *RWLock) TryLock(ctx context.Context, opts ...LockOption) (*Lock, error
 
 // DoRead runs fn under a read lock, as Client.Do runs it under the mutex:
 // the lock is waited for, kept extended, and released when fn returns; fn's
-// context is cancelled the moment the lock is lost.
+// context is cancelled the moment the lock is lost. If the lock is not
+// acquired, fn does not run and the error is RLock's; otherwise DoRead
+// returns fn's error, joined with one matching ErrLockLost if the lock was
+// lost before fn returned.
 func (rw *RWLock) DoRead(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := rw.RLock(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
 	return rw.c.run(ctx, l, err, fn)
 }
 
 // DoWrite runs fn under the write lock, as Client.Do runs it under the
-// mutex. Pass l.Token() to the resource with every write.
+// mutex. Pass l.Token() to the resource with every write. If the lock is
+// not acquired, fn does not run and the error is Lock's; otherwise DoWrite
+// returns fn's error, joined with one matching ErrLockLost if the lock was
+// lost before fn returned.
 func (rw *RWLock) DoWrite(ctx context.Context, fn func(ctx context.Context, l *Lock) error, opts ...LockOption) error {
 	l, err := rw.Lock(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
 	return rw.c.run(ctx, l, err, fn)

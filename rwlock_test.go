@@ -19,16 +19,24 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
+// rwKeys lists the keys an RWLock keeps on each node while it is held or
+// waited for: the writer key, the readers and the waiting writers'
+// intents. None of them stays once the lock is released and nobody waits.
+func rwKeys(c *redlock.Client, name string) []string {
+	k := c.Keys(name)
+	return []string{k.Lock, k.Readers, k.Writers}
+}
+
 // rwKeysLeft lists "<addr> <key>" for every key of rw still on a running
 // node.
-func rwKeysLeft(t *testing.T, cl *redistest.Cluster, rw *redlock.RWLock) []string {
+func rwKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, rw *redlock.RWLock) []string {
 	t.Helper()
 	var left []string
 	for _, s := range cl.Servers {
 		if !s.Running() {
 			continue
 		}
-		for _, k := range rw.Keys() {
+		for _, k := range rwKeys(c, rw.Name()) {
 			n, err := s.Client().Exists(context.Background(), k).Result()
 			if err != nil {
 				t.Fatalf("%s: %v", s.Addr, err)
@@ -90,7 +98,7 @@ func TestRWManyReadersHoldTogetherAndKeepWritersOut(t *testing.T) {
 	}
 	_ = c1.Close()
 	_ = c2.Close()
-	if left := rwKeysLeft(t, cl, rw1); len(left) > 0 {
+	if left := rwKeysLeft(t, cl, c1, rw1); len(left) > 0 {
 		t.Fatalf("keys left after every release: %v", left)
 	}
 }
@@ -210,7 +218,7 @@ func TestRWWaitingWriterStopsNewReadersAndGetsInWhileReadersKeepArriving(t *test
 	}
 	_ = writerClient.Close()
 	_ = readersClient.Close()
-	if left := rwKeysLeft(t, cl, rw); len(left) > 0 {
+	if left := rwKeysLeft(t, cl, readersClient, rw); len(left) > 0 {
 		t.Fatalf("keys left: %v", left)
 	}
 }
@@ -230,7 +238,7 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 	// there, and the writer would be admitted there at every attempt,
 	// recording no intent on it.
 	eventually(t, 10*time.Second, "the reader is on every node", func() bool {
-		return nodesWith(cl, rw.Keys()[1]) == 3
+		return nodesWith(cl, rwKeys(c, rw.Name())[1]) == 3
 	})
 	wctx, cancel := context.WithCancel(ctx)
 	done := make(chan error, 1)
@@ -238,7 +246,7 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 		_, err := rw.Lock(wctx)
 		done <- err
 	}()
-	intents := rw.Keys()[2]
+	intents := rwKeys(c, rw.Name())[2]
 	eventually(t, 10*time.Second, "the waiting writer's intent is on every node", func() bool {
 		return nodesWith(cl, intents) == 3
 	})
@@ -257,7 +265,7 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for the withdrawal
-	if left := rwKeysLeft(t, cl, rw); len(left) > 0 {
+	if left := rwKeysLeft(t, cl, c, rw); len(left) > 0 {
 		t.Fatalf("keys left after the writer gave up: %v", left)
 	}
 }
@@ -337,7 +345,7 @@ func TestRWWriterTokensIncreaseAndShareTheMutexRegister(t *testing.T) {
 	// A register pushed far ahead of the clocks: the slow path.
 	pushed := last + 1_000_000_000_000
 	for _, s := range cl.Servers {
-		if err := s.Client().Set(ctx, c1.FenceKey("tok"), pushed, 0).Err(); err != nil {
+		if err := s.Client().Set(ctx, c1.Keys("tok").Fence, pushed, 0).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -363,7 +371,7 @@ func TestRWLossClosesDone(t *testing.T) {
 	c := newClient(t, cl, redlock.Options{TTL: time.Minute})
 	ctx := context.Background()
 	rw := c.RWLock("lost")
-	keys := rw.Keys()
+	keys := rwKeys(c, rw.Name())
 
 	t.Run("reader", func(t *testing.T) {
 		r, err := rw.TryRLock(ctx)
@@ -431,7 +439,7 @@ func TestRWBadInput(t *testing.T) {
 			t.Errorf("%s: got %v, want a *ConfigError", name, err)
 		}
 	}
-	if left := rwKeysLeft(t, cl, c.RWLock("x")); len(left) > 0 {
+	if left := rwKeysLeft(t, cl, c, c.RWLock("x")); len(left) > 0 {
 		t.Fatalf("bad input left keys: %v", left)
 	}
 }

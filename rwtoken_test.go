@@ -20,7 +20,7 @@ import (
 // fenceOn reads the fence register of name on s: 0 when absent.
 func fenceOn(t *testing.T, c *redlock.Client, s *redistest.Server, name string) int64 {
 	t.Helper()
-	v, err := s.Client().Get(context.Background(), c.FenceKey(name)).Int64()
+	v, err := s.Client().Get(context.Background(), c.Keys(name).Fence).Int64()
 	if errors.Is(err, redis.Nil) {
 		return 0
 	}
@@ -150,7 +150,7 @@ func TestRWReaderTokenAcrossAnExpiredFenceRegister(t *testing.T) {
 	c := newClient(t, cl, opts)
 	rw := c.RWLock("readers-only")
 	for _, s := range cl.Servers {
-		if n := s.Client().Exists(ctx, c.FenceKey("readers-only")).Val(); n != 0 {
+		if n := s.Client().Exists(ctx, c.Keys("readers-only").Fence).Val(); n != 0 {
 			t.Fatalf("%s: the fence register outlived its lifetime", s.Addr)
 		}
 	}
@@ -201,7 +201,7 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	ahead := w.Token() + 1_000_000_000_000
-	if err := cl.Servers[0].Client().Set(ctx, c.FenceKey("ahead"), ahead, 0).Err(); err != nil {
+	if err := cl.Servers[0].Client().Set(ctx, c.Keys("ahead").Fence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The reader decides on nodes 0 and 1.
@@ -271,7 +271,7 @@ func TestRWReaderRepairRaisesTheRegister(t *testing.T) {
 	// The first call may fail on the connection the restart broke: extend
 	// until the node is repaired, as the auto-extender would.
 	rdb := cl.Servers[0].Client()
-	readers := rw.Keys()[1]
+	readers := rwKeys(c, rw.Name())[1]
 	eventually(t, 10*time.Second, "the restarted node holds the reader again", func() bool {
 		if err := r.Extend(ctx); err != nil {
 			t.Fatal(err)
@@ -376,7 +376,7 @@ func TestRWReaderWithoutFencingHasNoTokenAndLeavesTheRegister(t *testing.T) {
 		}
 		kept[0] = 0 // the restart took it
 		rdb := cl.Servers[0].Client()
-		readers := c.RWLock(name).Keys()[1]
+		readers := rwKeys(c, name)[1]
 		eventually(t, 10*time.Second, "the restarted node holds the reader again", func() bool {
 			if err := r.Extend(ctx); err != nil {
 				t.Fatal(err)

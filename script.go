@@ -7,7 +7,6 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -36,17 +35,12 @@ type script struct {
 	// (see nodePipes)
 	renewal bool
 	// batched is the script's batched form (see batchSrc), nil for a
-	// batched form itself and for a resource script.
+	// batched form itself.
 	batched *script
 	// sharded is the form a node whose wake-ups are sharded runs (see
 	// shardedForm), nil for a script that publishes nothing and for a
 	// sharded form itself.
 	sharded *script
-	// resource scripts run on the resource's server, not the lock nodes
-	// (see newResourceScript); loadRefused is set once a server refused to
-	// load one: it runs by EVAL from then on.
-	resource    bool
-	loadRefused atomic.Bool
 }
 
 // lineRun is a run of n lines of file from line first on, placed one after
@@ -382,34 +376,4 @@ func (r redisRunner) run(ctx context.Context, s *script, args []any) ([]int64, e
 		_ = r.rdb.Process(ctx, cmd)
 	}
 	return cmd.Val(), s.explain(cmd.Err())
-}
-
-// runScript is run with a check of the reply's length, for callers off the
-// hot path.
-func runScript(ctx context.Context, rdb processor, s *script, want int, keys []string, argv ...any) ([]int64, error) {
-	s.loadOn(ctx, rdb)
-	vals, err := redisRunner{rdb}.run(ctx, s, s.args(keys, argv...))
-	if err == nil && len(vals) != want {
-		err = fmt.Errorf("redlock: unexpected script reply %v", vals)
-	}
-	return vals, err
-}
-
-// loadOn learns the SHA of a resource script from rdb, the server it runs
-// on, before its first run there: the probes load only the lock nodes'
-// scripts. A server that refuses SCRIPT LOAD (an ACL user without it) leaves
-// the script on EVAL for good; one that did not answer is asked again next
-// time.
-func (s *script) loadOn(ctx context.Context, rdb processor) {
-	if !s.resource || s.sha.Load() != nil || s.loadRefused.Load() {
-		return
-	}
-	cmd := redis.NewStringCmd(ctx, "script", "load", s.src)
-	_ = rdb.Process(ctx, cmd)
-	var refused redis.Error
-	if err := cmd.Err(); err == nil {
-		s.learn(cmd.Val())
-	} else if errors.As(err, &refused) {
-		s.loadRefused.Store(true)
-	}
 }

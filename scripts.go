@@ -21,9 +21,6 @@ var (
 	extendScript      = newRenewalScript("extend.lua")
 	releaseScript     = newScript("release.lua")
 	ttlRegisterScript = newRenewalScript("ttl_register.lua")
-	// FencedSet's script runs on the resource's server, not on the lock
-	// nodes: the probes do not load it, its first run does.
-	fencedSetScript = newResourceScript("fenced_set.lua")
 )
 
 // scripts lists every script made by newScript: the probes load them all,
@@ -83,16 +80,6 @@ func newRenewalScript(file string) *script {
 	for _, f := range s.forms() {
 		f.renewal = true
 	}
-	return s
-}
-
-// newResourceScript makes a script that runs on the server of the
-// resource a lock guards (FencedSet's), which need not be a lock node: it
-// is left out of scripts, which every probe of every lock node loads, and
-// learns its SHA where it first runs (see runScript).
-func newResourceScript(file string) *script {
-	s, _, _ := assemble(file)
-	s.resource = true
 	return s
 }
 

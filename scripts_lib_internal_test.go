@@ -11,16 +11,14 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// allScripts are the plain scripts and the resource script.
+// allScripts are the plain scripts (each with its batched form).
 func allScripts() []*script {
 	var ss []*script
 	for _, s := range scripts {
@@ -28,7 +26,7 @@ func allScripts() []*script {
 			ss = append(ss, s)
 		}
 	}
-	return append(ss, fencedSetScript)
+	return ss
 }
 
 // fileLines are the lines of lua/<file>, numbered from 1 (lines[0] is "").
@@ -97,7 +95,6 @@ func TestScriptsCarryOnlyTheLibraryPiecesTheyName(t *testing.T) {
 		"rw_read_extend.lua":  {"clock", "nowus", "raise", "enter"},
 		"rw_read_release.lua": {"clock", "nowus"},
 		"release.lua":         nil,
-		"fenced_set.lua":      nil,
 		"ttl_register.lua":    nil,
 	} {
 		var s *script
@@ -198,86 +195,5 @@ func TestScriptErrorNamesItsFileLineAndCommand(t *testing.T) {
 	splitBatch(acquireScript, cmd, nil, []int{0, 1, 2}, vals, errs)
 	for i := range calls {
 		check("batched", i, vals[i], errs[i])
-	}
-}
-
-// commandLog records the commands a client sends, by name and arguments.
-type commandLog struct {
-	mu   sync.Mutex
-	cmds [][]any
-}
-
-func (l *commandLog) add(cmds ...redis.Cmder) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, c := range cmds {
-		l.cmds = append(l.cmds, c.Args())
-	}
-}
-
-func (l *commandLog) taken() [][]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	cmds := l.cmds
-	l.cmds = nil
-	return cmds
-}
-
-func (l *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (l *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		err := next(ctx, cmd)
-		l.add(cmd)
-		return err
-	}
-}
-func (l *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		err := next(ctx, cmds)
-		l.add(cmds...)
-		return err
-	}
-}
-
-// FencedSet's script runs on the resource's server: the lock nodes' probes
-// never load it, and FencedSet runs it there by its SHA once known.
-func TestFencedSetScriptIsLoadedOnlyWhereItRuns(t *testing.T) {
-	cl := redistest.StartT(t, 2, redistest.Options{})
-	lockNode, resource := cl.Clients()[0], cl.Clients()[1]
-	nodeLog, resourceLog := &commandLog{}, &commandLog{}
-	lockNode.AddHook(nodeLog)
-	resource.AddHook(resourceLog)
-	c, err := New([]redis.UniversalClient{lockNode}, Options{AllowNoFaultTolerance: true, TTL: 10 * time.Second, RestartGrace: NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "resource-owner")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, cmd := range nodeLog.taken() {
-		if slices.Contains(cmd, any(fencedSetScript.src)) {
-			t.Errorf("a lock node was sent FencedSet's script: %.40v", cmd)
-		}
-	}
-	for i := range 2 {
-		if err := FencedSet(ctx, resource, "balance", l.Token(), fmt.Sprint(i)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if fencedSetScript.sha.Load() == nil {
-		t.Fatal("FencedSet did not learn its script's SHA")
-	}
-	cmds := resourceLog.taken()
-	if last := cmds[len(cmds)-1]; last[0] != "evalsha" {
-		t.Errorf("the second FencedSet sent %.40v, want evalsha", last)
-	}
-	for _, cmd := range cmds {
-		t.Logf("resource: %.60v", cmd)
-	}
-	if v, token, err := FencedGet(ctx, resource, "balance"); err != nil || v != "1" || token != l.Token() {
-		t.Errorf("FencedGet: %q %d %v, want \"1\" %d", v, token, err, l.Token())
 	}
 }

@@ -24,15 +24,12 @@ package redlock
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The kind's scripts, in lua/: newScript registers them for the probes to
@@ -57,23 +54,12 @@ const semaphoreTopic = "\x00permits"
 // on a node while any of its slots is held there: "<prefix>{<name>}:permits".
 const permitsSuffix = ":permits"
 
+// permitSlotInfix comes between a semaphore's lock key and a slot's index.
+const permitSlotInfix = ":permit:"
+
 // semaphoreChannelSuffix ends a semaphore's release channel:
 // "<prefix>{<name>}:permits:released", in the slot keys' hash slot.
 const semaphoreChannelSuffix = ":permits" + releasedSuffix
-
-// SemaphoreOption adjusts a Semaphore.
-type SemaphoreOption func(*semaphoreConfig)
-
-type semaphoreConfig struct{}
-
-// AllowNoFaultTolerance was the semaphore's own opt-in to fewer than 3
-// nodes.
-//
-// Deprecated: New refuses fewer than 3 nodes unless Options.AllowNoFaultTolerance
-// is set, for every primitive alike; this option changes nothing.
-func AllowNoFaultTolerance() SemaphoreOption {
-	return func(*semaphoreConfig) {}
-}
 
 // Semaphore lets at most Permits holders of a name hold a permit at once.
 // Each permit is a lock of its own (a *Permit): its own validity, extension,
@@ -82,7 +68,7 @@ func AllowNoFaultTolerance() SemaphoreOption {
 //
 // Every client of a name must use the same number of permits while any
 // permit of it lives: the nodes record the number with the permits
-// (PermitsKey) and refuse another, and a quorum of refusals is an error
+// (Keys.Permits) and refuse another, and a quorum of refusals is an error
 // matching ErrPermitsMismatch. Once every permit is released or expired,
 // the name is free for another number.
 type Semaphore struct {
@@ -114,11 +100,7 @@ func (p *Permit) Slot() int { return p.slot }
 // (b) the semaphore tolerates the failure of N - (N/2+1) nodes whatever
 // the number of permits, as the mutex does: none below 3 nodes, which New
 // accepts only with Options.AllowNoFaultTolerance.
-func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*Semaphore, error) {
-	var sc semaphoreConfig
-	for _, o := range opts {
-		o(&sc)
-	}
+func (c *Client) Semaphore(name string, permits int) (*Semaphore, error) {
 	if _, _, err := c.params(name, nil); err != nil {
 		return nil, err
 	}
@@ -133,10 +115,10 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 	s.keys = make([]string, 2*permits+1)
 	s.keyArgs = make([]any, 2*permits+1)
 	for i := range permits {
-		s.keys[i] = s.SlotKey(i)
+		s.keys[i] = s.slotKey(i)
 		s.keys[permits+i] = s.keys[i] + fenceSuffix
 	}
-	s.keys[2*permits] = s.PermitsKey()
+	s.keys[2*permits] = s.permitsKey()
 	for i, k := range s.keys {
 		s.keyArgs[i] = k
 	}
@@ -145,7 +127,7 @@ func (c *Client) Semaphore(name string, permits int, opts ...SemaphoreOption) (*
 
 // semaphoreChannel is the release channel of the semaphore called name.
 func (c *Client) semaphoreChannel(name string) string {
-	return c.LockKey(name) + semaphoreChannelSuffix
+	return c.lockKey(name) + semaphoreChannelSuffix
 }
 
 // Name is the semaphore's name.
@@ -154,17 +136,13 @@ func (s *Semaphore) Name() string { return s.name }
 // Permits is how many holders the semaphore admits at once.
 func (s *Semaphore) Permits() int { return s.permits }
 
-// SlotKey is the Redis key of slot i; its fence register is SlotKey(i) +
-// ":fence". All keys of a semaphore share the hash tag {name}.
-func (s *Semaphore) SlotKey(i int) string {
-	return s.c.LockKey(s.name) + ":permit:" + strconv.Itoa(i)
+// slotKey is Keys.Permit(i) of the semaphore's name.
+func (s *Semaphore) slotKey(i int) string {
+	return s.c.lockKey(s.name) + permitSlotInfix + strconv.Itoa(i)
 }
 
-// PermitsKey is the Redis key in which a node records the number of
-// permits its held slots were taken with. It exists on a node while a slot
-// of the semaphore is held there, and expires no earlier than the slot that
-// lives longest.
-func (s *Semaphore) PermitsKey() string { return s.c.LockKey(s.name) + permitsSuffix }
+// permitsKey is Keys.Permits of the semaphore's name.
+func (s *Semaphore) permitsKey() string { return s.c.lockKey(s.name) + permitsSuffix }
 
 // TryAcquire makes one attempt at a permit. It fails with an error matching
 // ErrLocked if all permits are held by others (or contenders took the free
@@ -197,6 +175,9 @@ func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Permit, e
 // Do runs fn while holding a permit, as Client.Do runs it under a lock: it
 // waits for a permit, keeps it extended, releases it when fn returns, and
 // cancels fn's context (cause matching ErrLockLost) if the permit is lost.
+// If no permit is acquired, fn does not run and the error is Acquire's;
+// otherwise Do returns fn's error, joined with one matching ErrLockLost if
+// the permit was lost before fn returned.
 func (s *Semaphore) Do(ctx context.Context, fn func(ctx context.Context, p *Permit) error, opts ...LockOption) error {
 	p, err := s.Acquire(ctx, append(opts[:len(opts):len(opts)], WithAutoExtend())...)
 	if err != nil {
@@ -424,105 +405,4 @@ func (t *slotTally) add(r nodeReply) (decided, won bool) {
 
 func (t *slotTally) winner() (pick, winners int, maxFence int64) {
 	return t.won, t.yes[t.won], t.maxFence[t.won]
-}
-
-// SemaphoreStatus is a quorum view of a semaphore, as Holders sees it.
-type SemaphoreStatus struct {
-	Name    string
-	Permits int
-	// Slots has one Status per slot, named "<name>/<slot>": held when a
-	// quorum of nodes hold the same owner value in that slot.
-	Slots []Status
-	// Recorded is the number of permits a quorum of nodes record for
-	// their held slots (see PermitsKey), 0 if no number has a quorum.
-	Recorded int64
-}
-
-// Held counts the slots held on a quorum.
-func (st *SemaphoreStatus) Held() int {
-	n := 0
-	for _, s := range st.Slots {
-		if s.Held {
-			n++
-		}
-	}
-	return n
-}
-
-// Holders reads every slot on every node and tells which are held, by
-// whom, and for how long at least. It reads only. When fewer than a quorum
-// of nodes answer, it returns the partial view with a *QuorumError. When a
-// quorum of nodes record another number of permits than s's, the view is
-// of slots taken with that number, and it comes with a
-// *PermitsMismatchError, as an acquire would.
-func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
-	c, k := s.c, s.permits
-	st := &SemaphoreStatus{Name: s.name, Permits: k, Slots: make([]Status, k)}
-	recorded := make([]int64, len(c.nodes)) // per node: the number it records, 0 if none
-	permitsKey := s.keys[2*k]
-	for i := range st.Slots {
-		st.Slots[i] = Status{Name: s.name + "/" + strconv.Itoa(i), Nodes: make([]NodeStatus, len(c.nodes))}
-	}
-	c.each(func(j int, n *node) {
-		for i := range st.Slots {
-			st.Slots[i].Nodes[j].Node = n.name
-		}
-		if n.rdb == nil {
-			for i := range st.Slots {
-				st.Slots[i].Nodes[j].Err = errors.New("no client")
-			}
-			return
-		}
-		pipe := n.rdb.Pipeline()
-		owners := make([]*redis.StringCmd, k)
-		ttls := make([]*redis.DurationCmd, k)
-		fences := make([]*redis.StringCmd, k)
-		for i := range k {
-			owners[i] = pipe.Get(ctx, s.keys[i])
-			ttls[i] = pipe.PTTL(ctx, s.keys[i])
-			fences[i] = pipe.Get(ctx, s.keys[k+i])
-		}
-		record := pipe.Get(ctx, permitsKey)
-		_, err := pipe.Exec(ctx)
-		if err == nil || errors.Is(err, redis.Nil) {
-			if v := record.Val(); v != "" {
-				recorded[j] = -1 // not a number
-				if n, perr := strconv.ParseInt(v, 10, 64); perr == nil && n != 0 {
-					recorded[j] = n
-				}
-			}
-		}
-		for i := range k {
-			ns := &st.Slots[i].Nodes[j]
-			if err != nil && !errors.Is(err, redis.Nil) {
-				ns.Err = err
-				continue
-			}
-			ns.Owner = owners[i].Val()
-			if ns.Owner != "" {
-				ns.TTL = ttls[i].Val()
-			}
-			ns.Fence, _ = strconv.ParseInt(fences[i].Val(), 10, 64)
-		}
-	})
-	var qerr error
-	for i := range st.Slots {
-		if err := c.judge(&st.Slots[i]); err != nil && qerr == nil {
-			err.Op, err.Name = "holders", s.name
-			qerr = err
-		}
-	}
-	votes := map[int64]int{}
-	for _, n := range recorded {
-		if n != 0 {
-			votes[n]++
-			if votes[n] >= c.quorum() {
-				st.Recorded = n
-			}
-		}
-	}
-	if st.Recorded != 0 && st.Recorded != int64(k) {
-		return st, &PermitsMismatchError{Name: s.name, Permits: k, Recorded: st.Recorded, Denied: votes[st.Recorded], Nodes: len(c.nodes)}
-	}
-	return st, qerr
 }

@@ -30,7 +30,8 @@ func wantPermitsMismatch(t *testing.T, what string, err error, asked int, record
 func TestSemaphoreRefusesAnotherNumberOfPermitsWhileAPermitLives(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	ctx := context.Background()
-	one := newSemaphore(t, newClient(t, cl, redlock.Options{TTL: time.Minute}), "printer", 1)
+	c := newClient(t, cl, redlock.Options{TTL: time.Minute})
+	one := newSemaphore(t, c, "printer", 1)
 	two := newSemaphore(t, newClient(t, cl, redlock.Options{TTL: time.Minute, MaxWait: 10 * time.Second}), "printer", 2)
 
 	held, err := one.TryAcquire(ctx)
@@ -59,7 +60,7 @@ func TestSemaphoreRefusesAnotherNumberOfPermitsWhileAPermitLives(t *testing.T) {
 	// the attempt's cleanup deletes it.)
 	eventually(t, 5*time.Second, "no slot 1 left by the refused attempts", func() bool {
 		for _, srv := range cl.Servers {
-			if srv.Client().Exists(ctx, two.SlotKey(1)).Val() != 0 {
+			if srv.Client().Exists(ctx, c.Keys(two.Name()).Permit(1)).Val() != 0 {
 				return false
 			}
 		}
@@ -94,31 +95,31 @@ func TestSemaphoreRefusesAnotherNumberOfPermitsWhileAPermitLives(t *testing.T) {
 	}
 	// A node still answering an acquire releases once it answered.
 	eventually(t, 5*time.Second, "no slot key left after the releases", func() bool {
-		return len(semaphoreKeysLeft(t, cl, two)) == 0
+		return len(semaphoreKeysLeft(t, cl, c, two)) == 0
 	})
 }
 
 // checkPermitsRecord fails unless every node records want permits for s
 // and the record lives at least as long as every slot key there: a slot
 // whose record expired first could be joined by slots of another number.
-func checkPermitsRecord(t *testing.T, cl *redistest.Cluster, s *redlock.Semaphore, want string, when string) {
+func checkPermitsRecord(t *testing.T, cl *redistest.Cluster, c *redlock.Client, s *redlock.Semaphore, want string, when string) {
 	t.Helper()
 	ctx := context.Background()
 	for _, srv := range cl.Servers {
 		rdb := srv.Client()
-		got, err := rdb.Get(ctx, s.PermitsKey()).Result()
+		got, err := rdb.Get(ctx, c.Keys(s.Name()).Permits).Result()
 		if err != nil {
-			t.Fatalf("%s: %s: the record %s: %v", when, srv.Addr, s.PermitsKey(), err)
+			t.Fatalf("%s: %s: the record %s: %v", when, srv.Addr, c.Keys(s.Name()).Permits, err)
 		}
 		if got != want {
 			t.Fatalf("%s: %s records %q permits, want %q", when, srv.Addr, got, want)
 		}
 		// The record first: the slots' times to live only shrink while
 		// they are read after it.
-		record := rdb.PTTL(ctx, s.PermitsKey()).Val()
+		record := rdb.PTTL(ctx, c.Keys(s.Name()).Permits).Val()
 		longest := time.Duration(-1)
 		for i := range s.Permits() {
-			if d := rdb.PTTL(ctx, s.SlotKey(i)).Val(); d > longest {
+			if d := rdb.PTTL(ctx, c.Keys(s.Name()).Permit(i)).Val(); d > longest {
 				longest = d
 			}
 		}
@@ -128,11 +129,11 @@ func checkPermitsRecord(t *testing.T, cl *redistest.Cluster, s *redlock.Semaphor
 	}
 }
 
-func permitsRecords(t *testing.T, cl *redistest.Cluster, s *redlock.Semaphore) int64 {
+func permitsRecords(t *testing.T, cl *redistest.Cluster, c *redlock.Client, s *redlock.Semaphore) int64 {
 	t.Helper()
 	var n int64
 	for _, srv := range cl.Servers {
-		n += srv.Client().Exists(context.Background(), s.PermitsKey()).Val()
+		n += srv.Client().Exists(context.Background(), c.Keys(s.Name()).Permits).Val()
 	}
 	return n
 }
@@ -144,7 +145,7 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 	cl := redistest.StartT(t, 2, redistest.Options{})
 	ctx := context.Background()
 	c := newClient(t, cl, redlock.Options{TTL: time.Minute})
-	s, err := c.Semaphore("render", 2, redlock.AllowNoFaultTolerance())
+	s, err := c.Semaphore("render", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,15 +154,15 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkPermitsRecord(t, cl, s, "2", "one permit for an hour")
+	checkPermitsRecord(t, cl, c, s, "2", "one permit for an hour")
 	// A shorter permit never shortens the record.
 	short, err := s.TryAcquire(ctx, redlock.WithTTL(time.Minute))
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkPermitsRecord(t, cl, s, "2", "and one for a minute")
+	checkPermitsRecord(t, cl, c, s, "2", "and one for a minute")
 	for _, srv := range cl.Servers {
-		if d := srv.Client().PTTL(ctx, s.PermitsKey()).Val(); d <= time.Minute {
+		if d := srv.Client().PTTL(ctx, c.Keys(s.Name()).Permits).Val(); d <= time.Minute {
 			t.Fatalf("%s: a permit of a minute cut the record of an hour's permit to %v", srv.Addr, d)
 		}
 	}
@@ -169,11 +170,11 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 	if err := long.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkPermitsRecord(t, cl, s, "2", "after the hour's permit was released")
+	checkPermitsRecord(t, cl, c, s, "2", "after the hour's permit was released")
 	// ...and the record now ends with the minute's slot, not an hour later:
 	// left there, it would refuse another number long after the last permit.
 	for _, srv := range cl.Servers {
-		if record := srv.Client().PTTL(ctx, s.PermitsKey()).Val(); record > 2*time.Minute {
+		if record := srv.Client().PTTL(ctx, c.Keys(s.Name()).Permits).Val(); record > 2*time.Minute {
 			t.Fatalf("%s: the record expires in %v, with the released permit of an hour, not with the last slot key (a minute)", srv.Addr, record)
 		}
 	}
@@ -182,34 +183,34 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 	// on every node (the time that passed since the acquire, made long),
 	// then extend.
 	for _, srv := range cl.Servers {
-		if err := srv.Client().PExpire(ctx, s.PermitsKey(), time.Second).Err(); err != nil {
+		if err := srv.Client().PExpire(ctx, c.Keys(s.Name()).Permits, time.Second).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := short.Extend(ctx); err != nil {
 		t.Fatal(err)
 	}
-	checkPermitsRecord(t, cl, s, "2", "after an extension")
+	checkPermitsRecord(t, cl, c, s, "2", "after an extension")
 
 	// A node that lost the slot and the record (a restart without data) gets
 	// both back from the extension's repair.
 	lost := cl.Servers[0].Client()
-	if err := lost.Del(ctx, s.SlotKey(short.Slot()), s.PermitsKey()).Err(); err != nil {
+	if err := lost.Del(ctx, c.Keys(s.Name()).Permit(short.Slot()), c.Keys(s.Name()).Permits).Err(); err != nil {
 		t.Fatal(err)
 	}
 	if err := short.Extend(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if lost.Get(ctx, s.SlotKey(short.Slot())).Val() == "" {
+	if lost.Get(ctx, c.Keys(s.Name()).Permit(short.Slot())).Val() == "" {
 		t.Fatal("the extension did not repair the slot key on the node that lost it")
 	}
-	checkPermitsRecord(t, cl, s, "2", "after a repair")
+	checkPermitsRecord(t, cl, c, s, "2", "after a repair")
 
 	// The last release takes the record with it.
 	if err := short.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if n := permitsRecords(t, cl, s); n != 0 {
+	if n := permitsRecords(t, cl, c, s); n != 0 {
 		t.Fatalf("after the last release %d nodes still record the number of permits", n)
 	}
 	// A refused attempt leaves no record either: both permits held, a third
@@ -224,7 +225,7 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := newClient(t, cl, redlock.Options{TTL: time.Minute})
-	third, err := other.Semaphore("render", 2, redlock.AllowNoFaultTolerance())
+	third, err := other.Semaphore("render", 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +240,7 @@ func TestSemaphorePermitsRecordOutlivesEverySlotKey(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if n := permitsRecords(t, cl, s); n != 0 {
+	if n := permitsRecords(t, cl, c, s); n != 0 {
 		t.Fatalf("after every release %d nodes still record the number of permits", n)
 	}
 }
@@ -258,9 +259,9 @@ func TestSemaphoreOtherPermitsRecordedRefuseOnlyWhereAQuorumIsDenied(t *testing.
 			var err error
 			if i < nodes {
 				// What a client of 3 permits leaves while one of its slots lives.
-				err = srv.Client().Set(ctx, s.PermitsKey(), "3", time.Minute).Err()
+				err = srv.Client().Set(ctx, c.Keys(s.Name()).Permits, "3", time.Minute).Err()
 			} else {
-				err = srv.Client().Del(ctx, s.PermitsKey()).Err()
+				err = srv.Client().Del(ctx, c.Keys(s.Name()).Permits).Err()
 			}
 			if err != nil {
 				t.Fatal(err)
@@ -274,16 +275,16 @@ func TestSemaphoreOtherPermitsRecordedRefuseOnlyWhereAQuorumIsDenied(t *testing.
 	if err != nil {
 		t.Fatalf("another number recorded on 1 node of 4: %v", err)
 	}
-	if got := cl.Servers[0].Client().Get(ctx, s.SlotKey(p.Slot())).Val(); got != "" {
+	if got := cl.Servers[0].Client().Get(ctx, c.Keys(s.Name()).Permit(p.Slot())).Val(); got != "" {
 		t.Fatal("the node recording another number gave a slot all the same")
 	}
-	if got := cl.Servers[0].Client().Get(ctx, s.PermitsKey()).Val(); got != "3" {
+	if got := cl.Servers[0].Client().Get(ctx, c.Keys(s.Name()).Permits).Val(); got != "3" {
 		t.Fatalf("the node recording 3 permits records %q after the acquire", got)
 	}
 	if err := p.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got := cl.Servers[0].Client().Get(ctx, s.PermitsKey()).Val(); got != "3" {
+	if got := cl.Servers[0].Client().Get(ctx, c.Keys(s.Name()).Permits).Val(); got != "3" {
 		t.Fatalf("the release of a permit of 1 removed the record of 3 permits (now %q)", got)
 	}
 
@@ -318,6 +319,6 @@ func TestSemaphoreOtherPermitsRecordedRefuseOnlyWhereAQuorumIsDenied(t *testing.
 	}
 	// The attempts that nodes without a record answered are cleaned up.
 	eventually(t, 5*time.Second, "no slot key left by the denied attempts", func() bool {
-		return len(semaphoreKeysLeft(t, cl, s)) == 0
+		return len(semaphoreKeysLeft(t, cl, c, s)) == 0
 	})
 }

@@ -144,7 +144,7 @@ func TestSemaphoreSplitAcrossSlotsFailsAsContentionAndLeavesNoKey(t *testing.T) 
 	for i, f := range fs {
 		for j := range 3 {
 			if j != i {
-				f.set(s.SlotKey(j), "other")
+				f.set(s.slotKey(j), "other")
 			}
 		}
 	}
@@ -154,7 +154,7 @@ func TestSemaphoreSplitAcrossSlotsFailsAsContentionAndLeavesNoKey(t *testing.T) 
 	}
 	_ = c.Close() // waits for the cleanup
 	for i, f := range fs {
-		if v, _ := f.get(s.SlotKey(i)); v != "" {
+		if v, _ := f.get(s.slotKey(i)); v != "" {
 			t.Errorf("node %d still holds %q in the slot it gave us", i, v)
 		}
 	}
@@ -173,10 +173,10 @@ func TestSemaphorePartialWinTakesTheQuorumSlotAndReleasesTheOthers(t *testing.T)
 	const far = int64(1) << 60
 	for i, f := range fs {
 		if i < 3 {
-			f.set(s.SlotKey(1), "other")
+			f.set(s.slotKey(1), "other")
 		} else {
-			f.set(s.SlotKey(0), "other")
-			f.set(s.SlotKey(1)+fenceSuffix, strconv.FormatInt(far, 10))
+			f.set(s.slotKey(0), "other")
+			f.set(s.slotKey(1)+fenceSuffix, strconv.FormatInt(far, 10))
 		}
 	}
 	p, err := s.TryAcquire(context.Background())
@@ -189,15 +189,15 @@ func TestSemaphorePartialWinTakesTheQuorumSlotAndReleasesTheOthers(t *testing.T)
 	if p.Token() >= far {
 		t.Fatalf("token %d was raised by another slot's register", p.Token())
 	}
-	if got := countFence(fs[:3], s.SlotKey(0)+fenceSuffix, p.Token()); got != 3 {
+	if got := countFence(fs[:3], s.slotKey(0)+fenceSuffix, p.Token()); got != 3 {
 		t.Fatalf("slot 0's register holds the token on %d nodes, want 3", got)
 	}
 	value := p.a.value
 	// Nodes 3 and 4 gave us slot 1: it is cleared there while we hold
 	// slot 0, so that their permit is free for others.
 	for deadline := time.Now().Add(5 * time.Second); ; {
-		v3, _ := fs[3].get(s.SlotKey(1))
-		v4, _ := fs[4].get(s.SlotKey(1))
+		v3, _ := fs[3].get(s.slotKey(1))
+		v4, _ := fs[4].get(s.slotKey(1))
 		if v3 == "other" && v4 == "other" {
 			t.Fatal("the test's own keys were touched")
 		}
@@ -209,7 +209,7 @@ func TestSemaphorePartialWinTakesTheQuorumSlotAndReleasesTheOthers(t *testing.T)
 		}
 		time.Sleep(time.Millisecond) // polling a fake's state: the clean-up sends no event
 	}
-	if got, _ := fs[0].get(s.SlotKey(0)); got != value {
+	if got, _ := fs[0].get(s.slotKey(0)); got != value {
 		t.Fatalf("the won slot was cleared: %q", got)
 	}
 	if err := p.Release(context.Background()); err != nil {
@@ -229,8 +229,8 @@ func TestSemaphoreFullRefusesWithTheShortestRemainingTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range fs {
-		f.set(s.SlotKey(0), "a")
-		f.set(s.SlotKey(1), "b")
+		f.set(s.slotKey(0), "a")
+		f.set(s.slotKey(1), "b")
 	}
 	_, err = s.TryAcquire(context.Background())
 	var le *LockedError

@@ -28,7 +28,7 @@ func newSemaphore(t *testing.T, c *redlock.Client, name string, permits int) *re
 }
 
 // semaphoreKeysLeft lists the slot keys of s still present on any node.
-func semaphoreKeysLeft(t *testing.T, cl *redistest.Cluster, s *redlock.Semaphore) []string {
+func semaphoreKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, s *redlock.Semaphore) []string {
 	t.Helper()
 	var left []string
 	for _, srv := range cl.Servers {
@@ -36,12 +36,12 @@ func semaphoreKeysLeft(t *testing.T, cl *redistest.Cluster, s *redlock.Semaphore
 			continue
 		}
 		for i := range s.Permits() {
-			n, err := srv.Client().Exists(context.Background(), s.SlotKey(i)).Result()
+			n, err := srv.Client().Exists(context.Background(), c.Keys(s.Name()).Permit(i)).Result()
 			if err != nil {
 				t.Fatalf("%s: %v", srv.Addr, err)
 			}
 			if n > 0 {
-				left = append(left, srv.Addr+" "+s.SlotKey(i))
+				left = append(left, srv.Addr+" "+c.Keys(s.Name()).Permit(i))
 			}
 		}
 	}
@@ -84,7 +84,7 @@ func TestSemaphoreAdmitsKHoldersAndNoMore(t *testing.T) {
 	}
 	// A node still answering an acquire releases once it answered.
 	eventually(t, 5*time.Second, "no slot key left after the releases", func() bool {
-		return len(semaphoreKeysLeft(t, cl, s)) == 0
+		return len(semaphoreKeysLeft(t, cl, c, s)) == 0
 	})
 	// A permit frees a slot for the next holder.
 	p, err := s.TryAcquire(ctx)
@@ -159,7 +159,8 @@ func TestSemaphoreNeverMoreThanKHoldersAndTokensIncreasePerSlot(t *testing.T) {
 	for _, c := range clients {
 		_ = c.Close()
 	}
-	if left := semaphoreKeysLeft(t, cl, newSemaphore(t, newClient(t, cl, redlock.Options{}), "pool", permits)); len(left) > 0 {
+	c := newClient(t, cl, redlock.Options{})
+	if left := semaphoreKeysLeft(t, cl, c, newSemaphore(t, c, "pool", permits)); len(left) > 0 {
 		t.Fatalf("keys left: %v", left)
 	}
 }
@@ -216,7 +217,7 @@ func TestSemaphoreExtendMovesTheDeadlineAndTheKey(t *testing.T) {
 	defer p.Release(ctx)
 	// Let the keys age, then extend: their PTTL must be back near the
 	// TTL on the quorum that answered.
-	key := s.SlotKey(p.Slot())
+	key := c.Keys(s.Name()).Permit(p.Slot())
 	fresh := func() int {
 		n := 0
 		for _, srv := range cl.Servers {
@@ -251,7 +252,7 @@ func TestSemaphoreLossClosesDoneAndExtendReportsIt(t *testing.T) {
 	// Another owner takes our slot on every node (as after an operator's
 	// force, or our keys expiring while we were paused).
 	for _, srv := range cl.Servers {
-		srv.Client().Set(ctx, s.SlotKey(p.Slot()), "someone-else", time.Minute)
+		srv.Client().Set(ctx, c.Keys(s.Name()).Permit(p.Slot()), "someone-else", time.Minute)
 	}
 	if err := p.Extend(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("extend of a taken slot: %v, want ErrLockLost", err)
@@ -306,7 +307,7 @@ func TestSemaphoreDoKeepsThePermitAndReleasesIt(t *testing.T) {
 		t.Fatal("fn returned without seeing an extension")
 	}
 	eventually(t, 5*time.Second, "no slot key left after Do", func() bool {
-		return len(semaphoreKeysLeft(t, cl, s)) == 0
+		return len(semaphoreKeysLeft(t, cl, c, s)) == 0
 	})
 }
 
@@ -329,7 +330,7 @@ func TestSemaphoreTokensIncreaseAndSitInTheSlotsRegister(t *testing.T) {
 		// (a straggler may not have answered yet).
 		holding := 0
 		for _, srv := range cl.Servers {
-			fence, _ := strconv.ParseInt(srv.Client().Get(ctx, s.SlotKey(0)+":fence").Val(), 10, 64)
+			fence, _ := strconv.ParseInt(srv.Client().Get(ctx, c.Keys(s.Name()).Permit(0)+":fence").Val(), 10, 64)
 			if fence == p.Token() {
 				holding++
 			}
@@ -376,7 +377,7 @@ func TestSemaphoreCancelledAndTimedOutWaitsLeaveNoKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for every cleanup
-	if left := semaphoreKeysLeft(t, cl, s); len(left) > 0 {
+	if left := semaphoreKeysLeft(t, cl, c, s); len(left) > 0 {
 		t.Fatalf("keys left: %v", left)
 	}
 }
@@ -387,16 +388,15 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 	cases := []struct {
 		name    string
 		permits int
-		opts    []redlock.SemaphoreOption
 		field   string
 	}{
-		{"x", 0, nil, "permits"},
-		{"x", -3, nil, "permits"},
-		{"x", redlock.MaxPermits + 1, nil, "permits"},
-		{"", 2, nil, "lock name"},
+		{"x", 0, "permits"},
+		{"x", -3, "permits"},
+		{"x", redlock.MaxPermits + 1, "permits"},
+		{"", 2, "lock name"},
 	}
 	for _, tc := range cases {
-		_, err := c.Semaphore(tc.name, tc.permits, tc.opts...)
+		_, err := c.Semaphore(tc.name, tc.permits)
 		var ce *redlock.ConfigError
 		if !errors.As(err, &ce) || !errors.Is(err, redlock.ErrInvalidConfig) || ce.Field != tc.field {
 			t.Errorf("Semaphore(%q, %d): %v, want a ConfigError on %s", tc.name, tc.permits, err, tc.field)

@@ -62,7 +62,7 @@ func clusterClients(t *testing.T, rcs []*redistest.RedisCluster) []redis.Univers
 func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
 	for i := 0; ; i++ {
 		name := fmt.Sprintf("%s-%d", prefix, i)
-		if s := c.KeySlot(name); first <= s && s <= last {
+		if s := c.Keys(name).Slot; first <= s && s <= last {
 			return name
 		}
 	}
@@ -110,7 +110,7 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 	// The clusters that hold X's key restart its slot's master empty.
 	var holders []*redistest.RedisCluster
 	for _, rc := range rcs {
-		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil {
 			t.Fatal(err)
 		} else if n == 1 {
 			holders = append(holders, rc)
@@ -122,14 +122,14 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 	errs := make([]error, len(holders))
 	var wg sync.WaitGroup
 	for i, rc := range holders {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, x.KeySlot(name)) })
+		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, x.Keys(name).Slot) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range holders {
-		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("the restarted master kept X's key (%d, %v)", n, err)
 		}
 	}
@@ -321,7 +321,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	promoted, err := rc.Failover(ctx, c.KeySlot(name), false)
+	promoted, err := rc.Failover(ctx, c.Keys(name).Slot, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	// The decision may come before the cluster node's answer: it sets the
 	// key all the same.
 	eventually(t, 5*time.Second, "the lock's key on the promoted master", func() bool {
-		n, err := promoted.Client().Exists(ctx, c.LockKey(name)).Result()
+		n, err := promoted.Client().Exists(ctx, c.Keys(name).Lock).Result()
 		return err == nil && n == 1
 	})
 }
@@ -387,8 +387,8 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer held.Release(context.Background())
-	failOverEach(t, ctx, lossy, x.KeySlot(name), func(p *redistest.Server) error {
-		if n, err := p.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+	failOverEach(t, ctx, lossy, x.Keys(name).Slot, func(p *redistest.Server) error {
+		if n, err := p.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			return fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
 		}
 		return nil
@@ -433,7 +433,7 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 	errs := make([]error, len(rcs))
 	var wg sync.WaitGroup
 	for i, rc := range rcs {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.KeySlot(moved)) })
+		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.Keys(moved).Slot) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
@@ -506,10 +506,10 @@ func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
 		t.Fatal(err)
 	}
 	rc := rcs[0]
-	if err := rc.MoveSlot(ctx, x.KeySlot(name), rc.Shards[1].Master); err != nil {
+	if err := rc.MoveSlot(ctx, x.Keys(name).Slot, rc.Shards[1].Master); err != nil {
 		t.Fatal(err)
 	}
-	if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 1 {
+	if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
 		t.Fatalf("the lock's key did not move with its slot (%d, %v)", n, err)
 	}
 	if err := held.Extend(ctx); err != nil {
@@ -582,7 +582,7 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 	eventually(t, 5*time.Second, "X's key on a quorum of the clusters", func() bool {
 		lossy = lossy[:0]
 		for _, rc := range rcs {
-			if n, err := rc.Shards[0].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err == nil && n == 1 {
+			if n, err := rc.Shards[0].Master.Client().Exists(ctx, x.Keys(name).Lock).Result(); err == nil && n == 1 {
 				lossy = append(lossy, rc)
 			}
 		}
@@ -592,14 +592,14 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 	errs := make([]error, len(lossy))
 	var wg sync.WaitGroup
 	for i, rc := range lossy {
-		wg.Go(func() { errs[i] = rc.MoveSlotEmpty(ctx, x.KeySlot(name), rc.Shards[1].Master) })
+		wg.Go(func() { errs[i] = rc.MoveSlotEmpty(ctx, x.Keys(name).Slot, rc.Shards[1].Master) })
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range lossy {
-		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.LockKey(name)).Result(); err != nil || n != 0 {
+		if n, err := rc.Shards[1].Master.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			t.Fatalf("the lock's key moved with its slot (%d, %v): the move lost nothing", n, err)
 		}
 	}

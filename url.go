@@ -13,28 +13,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// NodeKind is what a node is: one server, or a deployment of servers that
-// the client finds the lock's master in.
-type NodeKind string
-
+// The kinds of node (NodeInfo.Kind, NodeURL.Kind): one server, or a
+// deployment of servers that the client finds the lock's master in.
 const (
-	// KindMaster is a standalone master (a redis:// or rediss:// URL, a
+	// kindMaster is a standalone master (a redis:// or rediss:// URL, a
 	// *redis.Client).
-	KindMaster NodeKind = "master"
-	// KindCluster is a Redis Cluster (a redis+cluster:// URL, a
+	kindMaster = "master"
+	// kindCluster is a Redis Cluster (a redis+cluster:// URL, a
 	// *redis.ClusterClient): the master that serves the lock's hash slot
 	// holds its keys.
-	KindCluster NodeKind = "cluster"
-	// KindSentinel is a master managed by Sentinel (a redis+sentinel:// URL,
+	kindCluster = "cluster"
+	// kindSentinel is a master managed by Sentinel (a redis+sentinel:// URL,
 	// a client of redis.NewFailoverClient): the master Sentinel names holds
 	// the keys.
-	KindSentinel NodeKind = "sentinel"
+	kindSentinel = "sentinel"
 )
 
 // NodeURL is a parsed node URL: Kind tells which of Master, Cluster and
 // Sentinel is set.
 type NodeURL struct {
-	Kind     NodeKind
+	Kind     string // "master", "cluster" or "sentinel"
 	Master   *redis.Options
 	Cluster  *redis.ClusterOptions
 	Sentinel *redis.FailoverOptions
@@ -49,10 +47,10 @@ const sentinelPort = "26379"
 // go-redis' ParseFailoverURL.
 const urlMasterName = "master_name"
 
-// ParseURL parses a standalone node URL: redis://[user[:password]@]host:port[/db] or
+// parseURL parses a standalone node URL: redis://[user[:password]@]host:port[/db] or
 // rediss://... for TLS, with go-redis' query options (dial_timeout=1s,
-// ...). Its errors never contain the password. For Cluster and Sentinel
-// nodes, see ParseNodeURL.
+// ...). Its errors never contain the password. NewFromURLs parses a
+// standalone node's URL with it.
 //
 // A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
 // cacert (a bundle of the CA certificates that sign the node's certificate;
@@ -62,12 +60,12 @@ const urlMasterName = "master_name"
 // a missing or unreadable file, one with no PEM certificate, a key that
 // does not match its certificate or an expired certificate is a
 // *ConfigError naming the file. See LoadTLSConfig.
-func ParseURL(raw string) (*redis.Options, error) {
+func parseURL(raw string) (*redis.Options, error) {
 	n, err := parseNodeURL(raw, nil)
 	if err != nil {
 		return nil, err
 	}
-	if n.Kind != KindMaster {
+	if n.Kind != kindMaster {
 		return nil, configErr("node URL", RedactURL(raw), fmt.Sprintf("is a %s node: parse it with ParseNodeURL", n.Kind))
 	}
 	return n.Master, nil
@@ -75,8 +73,8 @@ func ParseURL(raw string) (*redis.Options, error) {
 
 // ParseNodeURL parses a node URL of any kind. The forms follow go-redis'
 // ParseURL, ParseClusterURL and ParseFailoverURL, with the scheme telling
-// the kind (every form also takes rediss for TLS, and the TLS parameters of
-// ParseURL):
+// the kind (every form also takes rediss for TLS, and the TLS parameters
+// below):
 //
 //   - redis://[user[:password]@]host:port[/db]: a standalone master.
 //   - redis+cluster://[user[:password]@]host:port?addr=host2:port2&addr=...:
@@ -87,6 +85,15 @@ func ParseURL(raw string) (*redis.Options, error) {
 //     know as NAME. The URL's credentials are the Sentinels' (as in
 //     go-redis); the master's go in the username and password parameters.
 //     The host's port defaults to Sentinel's 26379.
+//
+// A rediss:// URL may name TLS files in its query, as redis-cli's flags do:
+// cacert (a bundle of the CA certificates that sign the node's certificate;
+// default: the system roots), cert and key (a client certificate and its
+// key, for nodes that ask for one) and sni (the name the node's certificate
+// must be valid for, instead of the URL's host). The files are read here:
+// a missing or unreadable file, one with no PEM certificate, a key that
+// does not match its certificate or an expired certificate is a
+// *ConfigError naming the file. See LoadTLSConfig.
 //
 // A bad value is a *ConfigError that names it: no host, a port outside 1
 // to 65535, an addr without a port, no master_name, a parameter go-redis
@@ -133,12 +140,12 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 		return nil, bad("is not a valid URL")
 	}
 	scheme, kind, known := strings.Cut(u.Scheme, "+")
-	if scheme != "redis" && scheme != "rediss" || known && kind != string(KindCluster) && kind != string(KindSentinel) {
+	if scheme != "redis" && scheme != "rediss" || known && kind != string(kindCluster) && kind != string(kindSentinel) {
 		return nil, bad("must start with redis://, redis+cluster:// or redis+sentinel:// (rediss for TLS)")
 	}
-	n := &NodeURL{Kind: KindMaster}
+	n := &NodeURL{Kind: kindMaster}
 	if known {
-		n.Kind = NodeKind(kind)
+		n.Kind = kind
 	}
 	if u.Hostname() == "" {
 		return nil, bad("has no host")
@@ -148,7 +155,7 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 	if err := checkPort(u.Port()); err != nil {
 		return nil, bad(err.Error())
 	}
-	if n.Kind != KindMaster {
+	if n.Kind != kindMaster {
 		for _, addr := range u.Query()["addr"] {
 			host, port, err := net.SplitHostPort(addr)
 			switch {
@@ -159,7 +166,7 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 			}
 		}
 	}
-	if n.Kind == KindSentinel {
+	if n.Kind == kindSentinel {
 		if strings.TrimSpace(u.Query().Get(urlMasterName)) == "" {
 			return nil, bad("has no master_name: a Sentinel URL names the master (redis+sentinel://host:26379?master_name=mymaster)")
 		}
@@ -167,7 +174,7 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 			u.Host = net.JoinHostPort(u.Hostname(), sentinelPort)
 		}
 	}
-	if n.Kind == KindCluster && strings.Trim(u.Path, "/") != "" {
+	if n.Kind == kindCluster && strings.Trim(u.Path, "/") != "" {
 		return nil, bad("has a database number: a Redis Cluster has only database 0")
 	}
 	files, hasTLSFiles := tlsFilesOf(u)
@@ -181,17 +188,17 @@ func parseNodeURL(raw string, base *tls.Config) (*NodeURL, error) {
 	u.Scheme = scheme
 	var cfg **tls.Config
 	switch n.Kind {
-	case KindMaster:
+	case kindMaster:
 		n.Master, err = redis.ParseURL(u.String())
 		if err == nil {
 			cfg = &n.Master.TLSConfig
 		}
-	case KindCluster:
+	case kindCluster:
 		n.Cluster, err = redis.ParseClusterURL(u.String())
 		if err == nil {
 			cfg = &n.Cluster.TLSConfig
 		}
-	case KindSentinel:
+	case kindSentinel:
 		n.Sentinel, err = redis.ParseFailoverURL(u.String())
 		if err == nil {
 			cfg = &n.Sentinel.TLSConfig
@@ -260,14 +267,14 @@ func (n *NodeURL) client(maxRetriesSet bool, route *logRoute) redis.UniversalCli
 		}
 	}
 	switch n.Kind {
-	case KindCluster:
+	case kindCluster:
 		o := *n.Cluster
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
 		maxRetries(&o.MaxRetries)
 		o.Dialer = route.dialer(baseDialer(o.DialTimeout, o.TLSConfig))
 		route.watch(o.Addrs...) // the seeds; the other servers as they are dialled
 		return redis.NewClusterClient(&o)
-	case KindSentinel:
+	case kindSentinel:
 		o := *n.Sentinel
 		o.ContextTimeoutEnabled, o.DialerRetries = true, 1
 		maxRetries(&o.MaxRetries)

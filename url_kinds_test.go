@@ -19,7 +19,7 @@ import (
 func TestParseNodeURLKinds(t *testing.T) {
 	for _, tc := range []struct {
 		url   string
-		kind  redlock.NodeKind
+		kind  string
 		addrs []string // the seeds (cluster), the Sentinels (sentinel) or the address
 		tls   bool
 		check func(*redlock.NodeURL) error
@@ -178,7 +178,7 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		slotMaster, err := rc.MasterFor(ctx, c.KeySlot(name))
+		slotMaster, err := rc.MasterFor(ctx, c.Keys(name).Slot)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -187,7 +187,7 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, s := range []*redistest.Server{slotMaster, master} {
-			if n, err := s.Client().Exists(ctx, c.LockKey(name)).Result(); err != nil || n != 1 {
+			if n, err := s.Client().Exists(ctx, c.Keys(name).Lock).Result(); err != nil || n != 1 {
 				t.Fatalf("%s: the lock key is not on %s (%d, %v)", name, s.Addr, n, err)
 			}
 		}
@@ -241,7 +241,7 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 		t.Fatalf("Nodes: kinds %s and %s, %d cluster masters, refused %v; want cluster, sentinel, 2, nil", all[0].Kind, all[1].Kind, len(all[0].Masters), all[0].Refused)
 	}
 	name := nameInSlots(c, "job", 8192, 16383)
-	slotMaster, err := rc.MasterFor(ctx, c.KeySlot(name))
+	slotMaster, err := rc.MasterFor(ctx, c.Keys(name).Slot)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,10 +273,10 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 	}
 	serves := false
 	for _, r := range infos[0].Masters[0].Slots {
-		serves = serves || r.First <= c.KeySlot(name) && c.KeySlot(name) <= r.Last
+		serves = serves || r.First <= c.Keys(name).Slot && c.Keys(name).Slot <= r.Last
 	}
 	if !serves {
-		t.Errorf("the cluster master listed for %s serves %v, not slot %d", name, infos[0].Masters[0].Slots, c.KeySlot(name))
+		t.Errorf("the cluster master listed for %s serves %v, not slot %d", name, infos[0].Masters[0].Slots, c.Keys(name).Slot)
 	}
 	if _, err := c.NodesFor(ctx, ""); !errors.Is(err, redlock.ErrInvalidConfig) {
 		t.Errorf("NodesFor with no name: want ErrInvalidConfig, got %v", err)

@@ -24,12 +24,12 @@ import (
 //     that answers an error is no nearer to voting than one that is down:
 //     retrying in silence for it is the same silent wait.
 
-// DefaultUnreachableTimeout is the default of Options.UnreachableTimeout.
-const DefaultUnreachableTimeout = 30 * time.Second
+// defaultUnreachableTimeout is the default of Options.UnreachableTimeout.
+const defaultUnreachableTimeout = 30 * time.Second
 
-// NoUnreachableTimeout, as Options.UnreachableTimeout, lets an Acquire with
+// noUnreachableTimeout, as Options.UnreachableTimeout, lets an Acquire with
 // no deadline wait for ever for nodes that cannot vote (still reported).
-const NoUnreachableTimeout time.Duration = -1
+const noUnreachableTimeout time.Duration = -1
 
 // unreachableReport is how long too few nodes must have been reachable
 // before a waiting Acquire reports it: longer than a reconnection, short
@@ -120,19 +120,19 @@ func (w *waitReport) tellGrace(now time.Time) {
 	if now.UnixNano() < told {
 		return // told, and not over yet
 	}
-	key := c.LockKey(w.name)
+	key := c.lockKey(w.name)
 	grace := c.graceFor()
 	voting := 0
 	var sitting []string
 	var lefts []time.Duration
-	var why *GraceError
+	var why *graceError
 	for _, n := range c.nodes {
 		g := n.guard.Load()
 		if g == nil {
 			continue
 		}
 		err := g.voteErr(now, grace, key)
-		var ge *GraceError
+		var ge *graceError
 		switch {
 		case err == nil && !c.down(n):
 			voting++
@@ -156,6 +156,6 @@ func (w *waitReport) tellGrace(now time.Time) {
 	msg := fmt.Sprintf("%d of %d nodes sit out the %v restart grace (the last to vote in %s, so it may have lost locks' keys): a quorum votes in at most %v",
 		len(sitting), len(c.nodes), why.Grace, why.What, wait)
 	c.logger.Warn("redlock: waiting for the restart grace", "lock", w.name, "wait", wait, "nodes", strings.Join(sitting, ","), "why", msg)
-	c.emit(Event{Kind: EventGraceWait, Name: w.name, Wait: wait, Reason: SitOutRestart,
+	c.emit(Event{Kind: EventGraceWait, Name: w.name, Wait: wait, Reason: sitOutRestart,
 		Err: fmt.Errorf("%w: %s", ErrNodeSittingOut, msg)})
 }

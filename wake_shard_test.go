@@ -80,7 +80,7 @@ func namesPerMaster(t *testing.T, ctx context.Context, rc *redistest.RedisCluste
 	var names []string
 	for i := 0; len(names) < len(rc.Shards); i++ {
 		name := fmt.Sprintf("shard-%d", i)
-		m, err := rc.MasterFor(ctx, c.KeySlot(name))
+		m, err := rc.MasterFor(ctx, c.Keys(name).Slot)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -157,8 +157,8 @@ func TestClusterWaiterIsWokenBySPublish(t *testing.T) {
 			}
 			names := namesPerMaster(t, ctx, rc, holder)
 			for _, name := range names {
-				channel := holder.LockKey(name) + ":released"
-				master, err := rc.MasterFor(ctx, holder.KeySlot(name))
+				channel := holder.Keys(name).Released
+				master, err := rc.MasterFor(ctx, holder.Keys(name).Slot)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -201,7 +201,7 @@ func TestClusterWaiterOutlivesAFailover(t *testing.T) {
 	wopts, failed := failures(opts)
 	waiter := clusterNodeClient(t, rc, wopts)
 	name := "failover"
-	slot := holder.KeySlot(name)
+	slot := holder.Keys(name).Slot
 	// The failover happens while the waiter waits, subscribed on the old
 	// master: the release may come before the waiter routed again, and
 	// then only a retry finds the lock free. A waiter stuck beyond its
@@ -227,7 +227,7 @@ func TestClusterWaiterOutlivesAFailover(t *testing.T) {
 	handOff(t, ctx, holder2, waiter2, failed2, name, 30*time.Second, nil)
 	// And the first waiter, which listened on the old master, listens on
 	// the new one now, and on no other server.
-	channel := holder.LockKey(name) + ":released"
+	channel := holder.Keys(name).Released
 	handOff(t, ctx, holder2, waiter, failed, name, 30*time.Second, func() {
 		master, err := rc.MasterFor(ctx, slot)
 		if err != nil {

@@ -53,7 +53,7 @@ func (s *semaphoreContender) semaphore(name string) (*redlock.Semaphore, error) 
 	}
 	// One or two nodes tolerate no failure: allowed here, the bench
 	// measures the cost, not the fault tolerance.
-	sem, err := s.client.Semaphore(name, SemaphoreBenchPermits, redlock.AllowNoFaultTolerance())
+	sem, err := s.client.Semaphore(name, SemaphoreBenchPermits)
 	if err != nil {
 		return nil, err
 	}

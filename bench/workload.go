@@ -486,7 +486,7 @@ func fencingWorker(ctx context.Context, r *redlockContender, nodes []redis.Unive
 		last = token
 	}
 	if forceSlow {
-		fenceKey := r.client.FenceKey(name)
+		fenceKey := r.client.Keys(name).Fence
 		hooks.before = func() error {
 			seed = max(last+1000, fenceSeedStart)
 			return seedFence(untimedCtx, nodes, fenceKey, seed)

@@ -22,6 +22,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 )
 
 // MultiNames are the names the multi-lock clients draw their sets from.
@@ -267,7 +268,7 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 			now := w.main.Now()
 			w.mu.Lock()
 			w.count++
-			for _, n := range m.Names() {
+			for _, n := range lockNames(m) {
 				w.lastTaken[n] = now
 			}
 			w.mu.Unlock()
@@ -276,7 +277,7 @@ func (w *multiWorkload) client(ctx context.Context, c int) {
 				e.Token, e.Deadline = l.Token(), w.main.Since(l.Deadline())
 				w.names[l.Name()].Record(e)
 			}
-			w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(m.Names())})
+			w.main.Record(Event{Kind: AcquireOK, Client: c, Hold: multiHold, Detail: fmt.Sprint(lockNames(m))})
 		}
 		stopping := func() {
 			for _, n := range set {
@@ -352,11 +353,11 @@ func (w *multiWorkload) body(ctx context.Context, m *redlock.MultiLock, ev func(
 		e := ev(n, FencedWriteInvoke)
 		e.Token = l.Token()
 		rec.Record(e)
-		err := redlock.FencedSet(opCtx, w.resource, resourceKey+":"+n, l.Token(), "c"+strconv.Itoa(e.Client))
+		err := fence.Set(opCtx, w.resource, resourceKey+":"+n, l.Token(), "c"+strconv.Itoa(e.Client))
 		e = ev(n, FencedWriteOK)
 		e.Token = l.Token()
 		switch {
-		case errors.Is(err, redlock.ErrStaleToken):
+		case errors.Is(err, fence.ErrStaleToken):
 			e.Kind, e.Err = FencedWriteStale, err.Error()
 		case err != nil:
 			e.Kind, e.Err = FencedWriteFail, err.Error()
@@ -420,4 +421,13 @@ func (w *multiWorkload) work(ctx context.Context, m *redlock.MultiLock, ev func(
 			return
 		}
 	}
+}
+
+// lockNames lists the names a MultiLock holds, sorted.
+func lockNames(m *redlock.MultiLock) []string {
+	var names []string
+	for _, l := range m.Locks() {
+		names = append(names, l.Name())
+	}
+	return names
 }

@@ -162,7 +162,7 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		AllowEvictingNodes: env.AllowEvictingNodes,
 	}
 	if !env.ClockGuard {
-		opts.ClockJumpThreshold = redlock.NoClockGuard
+		opts.ClockJumpThreshold = -1 // the clock-jump guard off
 	}
 	if env.TLSConfig != nil {
 		// A TLS handshake with client certificates, under the race

@@ -53,13 +53,13 @@ func (RedlockSemaphoreScheme) Name() string { return "redlock-semaphore" }
 func (s RedlockSemaphoreScheme) LockKey() string { return s.LockKeys()[0] }
 
 // ExtraKeys are the other slots and the record of the number of permits
-// (Semaphore.PermitsKey): no node may keep any once no client holds a
+// (Client.Keys(name).Permits): no node may keep any once no client holds a
 // permit.
 func (s RedlockSemaphoreScheme) ExtraKeys() []string {
 	return append(s.LockKeys()[1:], redlock.DefaultKeyPrefix+"{"+LockName+"}:permits")
 }
 
-// LockKeys are the slot keys (Semaphore.SlotKey, default prefix).
+// LockKeys are the slot keys (Keys.Permit, default prefix).
 func (s RedlockSemaphoreScheme) LockKeys() []string {
 	keys := make([]string, s.Permits)
 	for i := range keys {

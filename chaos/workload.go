@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 )
 
 // The resource the clients guard lives on the resource server: a hash
@@ -220,11 +220,11 @@ func (w *workload) body(ctx context.Context, c, hold int, h Held) {
 	e := ev(FencedWriteInvoke)
 	e.Token = h.Token()
 	w.rec.Record(e)
-	err := redlock.FencedSet(opCtx, w.resource, fencedKey(h), h.Token(), fmt.Sprintf("c%d/h%d", c, hold))
+	err := fence.Set(opCtx, w.resource, fencedKey(h), h.Token(), fmt.Sprintf("c%d/h%d", c, hold))
 	e = ev(FencedWriteOK)
 	e.Token = h.Token()
 	switch {
-	case errors.Is(err, redlock.ErrStaleToken):
+	case errors.Is(err, fence.ErrStaleToken):
 		e.Kind = FencedWriteStale
 		e.Err = err.Error()
 	case err != nil:

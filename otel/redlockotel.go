@@ -39,7 +39,7 @@ const (
 	AttrNodeOutcome   = attribute.Key("redlock.node.outcome")   // see the Node outcome constants
 	AttrNodeLatency   = attribute.Key("redlock.node.latency")   // seconds from the round's start to the node's answer
 	AttrNodeError     = attribute.Key("redlock.node.error")     // the node's error message
-	AttrSitOutReason  = attribute.Key("redlock.sit_out.reason") // redlock.SitOutClockJump, ...
+	AttrSitOutReason  = attribute.Key("redlock.sit_out.reason") // Event.Reason: "clock-jump", "clock-skew", "restart"
 	AttrFencingToken  = attribute.Key("redlock.fencing_token")  // the lock's fencing token
 	AttrValidity      = attribute.Key("redlock.validity")       // seconds of validity the operation gave
 	AttrNodesOK       = attribute.Key("redlock.nodes.ok")       // nodes that said yes before the decision

@@ -289,7 +289,7 @@ func TestBadInputIsAConfigError(t *testing.T) {
 		t.Fatal(err)
 	}
 	load := func(context.Context) (string, error) { return "x", nil }
-	for _, key := range []string{"", string(make([]byte, redlock.MaxNameLen+1))} {
+	for _, key := range []string{"", string(make([]byte, 513))} {
 		if _, err := g.Get(context.Background(), key, load); !errors.Is(err, redlock.ErrInvalidConfig) {
 			t.Errorf("key of %d bytes: %v, want a ConfigError", len(key), err)
 		}

@@ -22,7 +22,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 	node := cl.Servers[0]
 	urls := append(shared.URLs()[:2:2], cl.URLs()[0])
 	nodes := "--nodes=" + strings.Join(urls, ",")
-	slots, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true}) // for KeySlot only
+	slots, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true}) // for Keys(name).Slot only
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +44,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 	var served, unserved string
 	for i := 0; served == "" || unserved == ""; i++ {
 		name := fmt.Sprintf("%s-%d", lockName(t), i)
-		if slots.KeySlot(name) <= 8191 {
+		if slots.Keys(name).Slot <= 8191 {
 			served = firstOf(served, name)
 		} else {
 			unserved = firstOf(unserved, name)
@@ -63,7 +63,7 @@ func TestClusterNodeVerdictsAgreeWithExec(t *testing.T) {
 		t.Errorf("exec %s: nodes said yes, want exit 0, got %v", served, e)
 	}
 
-	slot := strconv.Itoa(slots.KeySlot(unserved))
+	slot := strconv.Itoa(slots.Keys(unserved).Slot)
 	r = run(t, "nodes", ttlFlag, noGrace, nodes, unserved)
 	if r.code != exitFailure || !strings.Contains(r.stdout, "cluster slots: no") || !strings.Contains(r.stdout, "not the lock's slot "+slot) || !strings.Contains(r.stdout, "locks: no") {
 		t.Errorf("nodes %s (slot %s, not served): want exit %d and a NO, got %v", unserved, slot, exitFailure, r)
@@ -120,7 +120,7 @@ func TestStatusShowsWhoHoldsAnExecLock(t *testing.T) {
 	// The metadata goes with the lock.
 	c := libClient(t)
 	for _, s := range shared.Servers {
-		if n := s.Client().Exists(context.Background(), c.HolderKey(name)).Val(); n != 0 {
+		if n := s.Client().Exists(context.Background(), c.Keys(name).Holder).Val(); n != 0 {
 			t.Fatalf("%s: the holder key outlived the lock", s.Addr)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -163,7 +164,7 @@ func (d *demo) run(ctx context.Context, withFaults bool) (verdict, time.Duration
 
 	readCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), counterTimeout)
 	defer cancel()
-	value, _, err := redlock.FencedGet(readCtx, d.work.counter, d.work.counterKey)
+	value, _, err := fence.Get(readCtx, d.work.counter, d.work.counterKey)
 	if err != nil {
 		return verdict{}, ran, fmt.Errorf("reading the final counter: %w", err)
 	}

@@ -13,8 +13,8 @@ type writeResult int
 
 const (
 	writeNotTried  writeResult = iota // the read failed, or a stalled worker found no newer holder
-	writeApplied                      // FencedSet accepted the token
-	writeRejected                     // FencedSet refused the token as stale
+	writeApplied                      // fence.Set accepted the token
+	writeRejected                     // fence.Set refused the token as stale
 	writeAmbiguous                    // the write failed in a way that leaves open whether it landed
 )
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -84,7 +85,7 @@ func (w *workload) run(ctx context.Context, id int, client *redlock.Client) {
 // increment reads the counter and writes it back plus one, fenced with the lock's token.
 func (w *workload) increment(ctx context.Context, id int, lock *redlock.Lock, stall bool) writeResult {
 	opCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), counterTimeout)
-	value, _, err := redlock.FencedGet(opCtx, w.counter, w.counterKey)
+	value, _, err := fence.Get(opCtx, w.counter, w.counterKey)
 	cancel()
 	if err != nil {
 		return writeNotTried
@@ -102,8 +103,8 @@ func (w *workload) increment(ctx context.Context, id int, lock *redlock.Lock, st
 	}
 	opCtx, cancel = context.WithTimeout(context.WithoutCancel(ctx), counterTimeout)
 	defer cancel()
-	err = redlock.FencedSet(opCtx, w.counter, w.counterKey, lock.Token(), strconv.FormatInt(n+1, 10))
-	var stale *redlock.StaleTokenError
+	err = fence.Set(opCtx, w.counter, w.counterKey, lock.Token(), strconv.FormatInt(n+1, 10))
+	var stale *fence.StaleTokenError
 	switch {
 	case err == nil:
 		w.applied.Add(1)
@@ -133,7 +134,7 @@ func (w *workload) stallUntilOvertaken(ctx context.Context, token int64) bool {
 	defer poll.Stop()
 	for time.Now().Before(giveUp) {
 		opCtx, cancel := context.WithTimeout(ctx, counterTimeout)
-		_, fence, err := redlock.FencedGet(opCtx, w.counter, w.counterKey)
+		_, fence, err := fence.Get(opCtx, w.counter, w.counterKey)
 		cancel()
 		if err == nil && fence > token {
 			return true

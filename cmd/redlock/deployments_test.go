@@ -35,7 +35,7 @@ func TestDeploymentNodesView(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer probe.Close()
-	slotMaster, err := rc.MasterFor(ctx, probe.KeySlot(name))
+	slotMaster, err := rc.MasterFor(ctx, probe.Keys(name).Slot)
 	if err != nil {
 		t.Fatal(err)
 	}

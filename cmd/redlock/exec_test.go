@@ -234,7 +234,7 @@ func startExec(t *testing.T, args []string, env ...string) (pid int, done <-chan
 // next extension would put its keys back, which is right when they were lost by a restart.
 func takeOver(t *testing.T, c *redlock.Client, name string) *redlock.Lock {
 	t.Helper()
-	key := c.LockKey(name)
+	key := c.Keys(name).Lock
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		for _, s := range shared.Servers[:2] {

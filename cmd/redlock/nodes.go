@@ -98,7 +98,7 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	}
 	slot := -1
 	if name != "" {
-		slot = client.KeySlot(name)
+		slot = client.Keys(name).Slot
 	}
 	rows := judgeNodes(infos, slot)
 	printNodes(a.stdout, rows)
@@ -443,7 +443,7 @@ func printDeployments(w io.Writer, infos []redlock.NodeInfo, name string, refuse
 				replicas = append(replicas, fmt.Sprintf("%s %s %dB %s", r.Addr, r.State, r.Behind, formatDuration(r.LastAck)))
 			}
 		}
-		if name == "" && n.Kind == redlock.KindCluster && n.Replicas > listed {
+		if name == "" && n.Kind == "cluster" && n.Replicas > listed {
 			// CLUSTER NODES lists replicas whose link is down: they may still be promoted.
 			replicas = append(replicas, fmt.Sprintf("%d not connected", n.Replicas-listed))
 		}
@@ -458,9 +458,9 @@ func printDeployments(w io.Writer, infos []redlock.NodeInfo, name string, refuse
 // durableVotes says whether a node's votes survive a failover, from what the library says:
 // its refusal (Refused, or at New for a Sentinel node) and whether votes wait for replicas.
 func durableVotes(n redlock.NodeInfo, refusedAtNew bool) string {
-	replicas := n.Replicas > 0 || n.Kind == redlock.KindSentinel
+	replicas := n.Replicas > 0 || n.Kind == "sentinel"
 	switch {
-	case errors.Is(n.Refused, redlock.ErrFailoverNode), n.Kind == redlock.KindSentinel && refusedAtNew:
+	case errors.Is(n.Refused, redlock.ErrFailoverNode), n.Kind == "sentinel" && refusedAtNew:
 		return fmt.Sprintf("no: refused, exec exits %d (--durable-votes makes votes wait for the replicas; --allow-failover-nodes accepts them as they are)", exitUsage)
 	case !replicas:
 		return "n/a: no replica to fail over to"

@@ -94,7 +94,8 @@ func TestExecPermitsWithoutQuorumAndBadInput(t *testing.T) {
 
 func TestStatusShowsSemaphoreHolders(t *testing.T) {
 	name := lockName(t)
-	sem, err := libClient(t).Semaphore(name, 3)
+	lib := libClient(t)
+	sem, err := lib.Semaphore(name, 3)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestStatusShowsSemaphoreHolders(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
 	}
-	for _, want := range []string{"3 permits", "held: 2 of 3 permits", "slot " + strconv.Itoa(held[0].Slot()) + ": held by", sem.SlotKey(0)} {
+	for _, want := range []string{"3 permits", "held: 2 of 3 permits", "slot " + strconv.Itoa(held[0].Slot()) + ": held by", lib.Keys(sem.Name()).Permit(0)} {
 		if !strings.Contains(r.stdout, want) {
 			t.Fatalf("status --permits lacks %q: %v", want, r)
 		}

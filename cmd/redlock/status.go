@@ -104,7 +104,7 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 			fmt.Fprintf(a.stderr, "redlock status: warning: %s: eviction %s (a node that may evict is refused unless --allow-evicting-nodes)\n", n.Node, eviction(n))
 		}
 	}
-	notIndependent := notIndependentNodes(judgeNodes(infos, client.KeySlot(name)))
+	notIndependent := notIndependentNodes(judgeNodes(infos, client.Keys(name).Slot))
 	printStatus(a.stdout, client, st, notIndependent)
 	qs, _ := client.Queue(ctx, name) // per-node errors are in the entries
 	for _, q := range qs {
@@ -174,7 +174,7 @@ func answeredOf(st *redlock.Status) string {
 }
 
 func printStatus(w io.Writer, client *redlock.Client, st *redlock.Status, notIndependent []string) {
-	fmt.Fprintf(w, "lock %q: key %s on %s, quorum %d\n\n", st.Name, client.LockKey(st.Name), plural(len(st.Nodes), "node"), client.Quorum())
+	fmt.Fprintf(w, "lock %q: key %s on %s, quorum %d\n\n", st.Name, client.Keys(st.Name).Lock, plural(len(st.Nodes), "node"), client.Quorum())
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tOWNER\tTTL\tFENCE")
 	for _, n := range st.Nodes {
@@ -268,7 +268,7 @@ var errNoSemaphore = errors.New("no semaphore")
 // (the number of permits is unknown), it shows only the slots up to the last with a trace, and
 // returns errNoSemaphore, with nothing printed, if there is none.
 func semaphoreStatus(ctx context.Context, a *app, nf *nodeFlags, client *redlock.Client, name string, permits int, looking bool) error {
-	sem, err := client.Semaphore(name, permits, redlock.AllowNoFaultTolerance()) // only reads
+	sem, err := client.Semaphore(name, permits) // only reads
 	if err != nil {
 		return withExitCode(exitUsage, err)
 	}
@@ -308,9 +308,9 @@ func printSemaphore(w io.Writer, client *redlock.Client, sem *redlock.Semaphore,
 	nodes := len(st.Slots[0].Nodes)
 	if looking {
 		fmt.Fprintf(w, "semaphore %q: no lock of that name; slots 0 to %d have traces (pass --permits K for all K), keys %s..., on %s, quorum %d\n\n",
-			st.Name, len(st.Slots)-1, sem.SlotKey(0), plural(nodes, "node"), client.Quorum())
+			st.Name, len(st.Slots)-1, client.Keys(sem.Name()).Permit(0), plural(nodes, "node"), client.Quorum())
 	} else {
-		fmt.Fprintf(w, "semaphore %q: %d permits, keys %s..., on %s, quorum %d\n\n", st.Name, st.Permits, sem.SlotKey(0), plural(nodes, "node"), client.Quorum())
+		fmt.Fprintf(w, "semaphore %q: %d permits, keys %s..., on %s, quorum %d\n\n", st.Name, st.Permits, client.Keys(sem.Name()).Permit(0), plural(nodes, "node"), client.Quorum())
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SLOT\tNODE\tOWNER\tTTL\tFENCE")

@@ -20,6 +20,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 )
 
 func main() {
@@ -42,7 +43,7 @@ func run() error {
 		return err
 	}
 	defer client.Close()
-	opts, err := redlock.ParseURL(resourceURL)
+	opts, err := redis.ParseURL(resourceURL)
 	if err != nil {
 		return err
 	}
@@ -64,29 +65,29 @@ func run() error {
 	}
 	defer second.Release(ctx)
 
-	// FencedSet writes the value and the token in one script, and only if
+	// fence.Set writes the value and the token in one script, and only if
 	// the token is at least the highest the key has seen.
-	if err := redlock.FencedSet(ctx, store, "balance:alice", second.Token(), "100"); err != nil {
+	if err := fence.Set(ctx, store, "balance:alice", second.Token(), "100"); err != nil {
 		return err
 	}
 	// The first holder, paused past its lock (a GC, a VM freeze), wakes up
 	// and writes with its old token: refused.
-	err = redlock.FencedSet(ctx, store, "balance:alice", first.Token(), "0")
-	var stale *redlock.StaleTokenError
+	err = fence.Set(ctx, store, "balance:alice", first.Token(), "0")
+	var stale *fence.StaleTokenError
 	if !errors.As(err, &stale) {
 		return fmt.Errorf("the stale write was not refused: %v", err)
 	}
 	fmt.Printf("refused token %d: the key saw %d\n", stale.Token, stale.Highest)
-	value, token, err := redlock.FencedGet(ctx, store, "balance:alice")
+	value, token, err := fence.Get(ctx, store, "balance:alice")
 	if err != nil {
 		return err
 	}
 	fmt.Printf("balance:alice = %s, written under token %d\n", value, token)
 
-	// In-process resources keep a Fence: one per resource, in the process
+	// In-process resources keep a fence.Guard: one per resource, in the process
 	// that owns it.
-	var fence redlock.Fence
-	fmt.Println(fence.Admit(second.Token()))                                  // <nil>
-	fmt.Println(errors.Is(fence.Admit(first.Token()), redlock.ErrStaleToken)) // true
+	var guard fence.Guard
+	fmt.Println(guard.Admit(second.Token()))                                // <nil>
+	fmt.Println(errors.Is(guard.Admit(first.Token()), fence.ErrStaleToken)) // true
 	return nil
 }

@@ -46,7 +46,9 @@ func run() error {
 	// DoMulti is Do for a set: every name auto-extended, ctx cancelled as soon
 	// as any name is lost, all released when the function returns.
 	return client.DoMulti(ctx, []string{"account:1", "account:2"}, func(ctx context.Context, m *redlock.MultiLock) error {
-		fmt.Println("holding", m.Names())
+		for _, l := range m.Locks() { // sorted by name
+			fmt.Println("holding", l.Name(), "with token", l.Token())
+		}
 		return nil
 	}, redlock.WithMaxWait(5*time.Second))
 }

@@ -44,7 +44,7 @@ func run() error {
 		return err
 	}
 	defer locks.Close()
-	opts, err := redlock.ParseURL(cacheURL)
+	opts, err := redis.ParseURL(cacheURL)
 	if err != nil {
 		return err
 	}

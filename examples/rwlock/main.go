@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/fence"
 )
 
 func main() {
@@ -37,7 +38,7 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	var report redlock.Fence // the resource: refuses a token below its last write's
+	var report fence.Guard // the resource: refuses a token below its last write's
 	rw := client.RWLock("report:42")
 
 	// A writer has the lock alone; its token comes from the name's fence register.
