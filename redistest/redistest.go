@@ -16,6 +16,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"os"
@@ -391,6 +392,12 @@ func (s *Server) awaitReady(exited <-chan struct{}) error {
 	for {
 		err := s.probe()
 		if err == nil {
+			// Another process may hold the port: our redis-server then
+			// exits with "Address already in use", but the other server
+			// answers the PING first.
+			if mine, err := s.answeredByUs(); err == nil && !mine {
+				return fmt.Errorf("redis-server on port %d: another process's server answers there: %w", s.Port, errPortTaken)
+			}
 			return nil
 		}
 		select {
@@ -410,21 +417,69 @@ func (s *Server) awaitReady(exited <-chan struct{}) error {
 	}
 }
 
-// probe sends one PING on a fresh connection. It bypasses go-redis, whose
-// dial retries and pool logging would slow and clutter the polling.
-func (s *Server) probe() error {
+// rawConn dials s.Addr for one command, with TLS if the server speaks it.
+// It bypasses go-redis, whose dial retries and pool logging would slow and
+// clutter the polling.
+func (s *Server) rawConn() (net.Conn, error) {
 	raw, err := net.DialTimeout("tcp", s.Addr, 500*time.Millisecond)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	conn := raw
 	if s.tlsConfig != nil {
 		conn = tls.Client(raw, s.tlsConfig)
 	}
-	defer conn.Close()
 	if err := conn.SetDeadline(time.Now().Add(500 * time.Millisecond)); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return conn, nil
+}
+
+// answeredByUs tells whether the server answering on s.Addr is the
+// process we started, by the process_id of its INFO server. A server that
+// will not say (one that wants a password) counts as ours: the exit of
+// ours, if its port was taken, still shows.
+func (s *Server) answeredByUs() (bool, error) {
+	conn, err := s.rawConn()
+	if err != nil {
+		return false, err
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte("INFO server\r\n")); err != nil {
+		return false, err
+	}
+	r := bufio.NewReader(conn)
+	head, err := r.ReadString('\n')
+	if err != nil {
+		return false, err
+	}
+	if !strings.HasPrefix(head, "$") {
+		return true, nil
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(head[1:]))
+	if err != nil || n < 0 {
+		return false, fmt.Errorf("INFO server answered %q", strings.TrimSpace(head))
+	}
+	body := make([]byte, n)
+	if _, err := io.ReadFull(r, body); err != nil {
+		return false, err
+	}
+	for _, line := range strings.Split(string(body), "\r\n") {
+		if v, ok := strings.CutPrefix(line, "process_id:"); ok {
+			return v == strconv.Itoa(s.pid), nil
+		}
+	}
+	return true, nil
+}
+
+// probe sends one PING on a fresh connection.
+func (s *Server) probe() error {
+	conn, err := s.rawConn()
+	if err != nil {
 		return err
 	}
+	defer conn.Close()
 	if _, err := conn.Write([]byte("PING\r\n")); err != nil {
 		return err
 	}
