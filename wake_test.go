@@ -204,31 +204,7 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		name := fmt.Sprintf("handoff-%d", i)
-		l, err := holder.TryAcquire(ctx, name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got := make(chan error, 1)
-		go func() {
-			l2, err := waiter.Acquire(ctx, name)
-			if err == nil {
-				err = l2.Release(ctx)
-			}
-			got <- err
-		}()
-		awaitWaiting(t, ctx, failed, name)
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		select {
-		case err := <-got:
-			if err != nil {
-				t.Fatalf("lock %d: %v", i, err)
-			}
-		case <-time.After(30 * time.Second):
-			t.Fatalf("lock %d: the waiter missed a release that came after its subscription was confirmed", i)
-		}
+		handOff(t, ctx, holder, waiter, failed, fmt.Sprintf("handoff-%d", i), 30*time.Second, nil)
 		if err := waiter.Close(); err != nil {
 			t.Fatal(err)
 		}
