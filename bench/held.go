@@ -10,8 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlabs/redlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // WorkloadHeldLocks: one client of this library takes Config.HeldCounts
@@ -86,17 +88,17 @@ type heldCounter struct {
 	firstExtendErr         error
 }
 
-func (h *heldCounter) Observe(e redlock.Event) {
+func (h *heldCounter) Observe(e observe.Event) {
 	switch e.Kind {
-	case redlock.EventExtended:
+	case observe.Extended:
 		h.extended.Add(1)
-	case redlock.EventExtendFailed:
+	case observe.ExtendFailed:
 		if h.extendFailed.Add(1) == 1 {
 			h.mu.Lock()
 			h.firstExtendErr = e.Err
 			h.mu.Unlock()
 		}
-	case redlock.EventLost:
+	case observe.Lost:
 		h.firstLoss.CompareAndSwap(0, int64(time.Since(h.start)))
 	}
 }

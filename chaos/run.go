@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // RunConfig says how to run a scenario.
@@ -320,8 +320,8 @@ func heal(ctx context.Context, env *Env, f Fault) error {
 // isExtensionNote tells whether e is the library's report that an
 // extension ended (newRedlockClient notes them).
 func isExtensionNote(e Event) bool {
-	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+redlock.EventExtended.String()) ||
-		strings.Contains(e.Detail, "library: "+redlock.EventExtendFailed.String()))
+	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+observe.Extended.String()) ||
+		strings.Contains(e.Detail, "library: "+observe.ExtendFailed.String()))
 }
 
 // errNoHoldPinned: nobody acquired within the time given.

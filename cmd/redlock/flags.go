@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // cmdHelp is what `redlock <command> --help` prints around the flag list.
@@ -226,8 +227,8 @@ func (nf *nodeFlags) logNodeError(a *app, node string, err error) {
 // which token, an attempt failed and why, node by node) and the nodes it stopped counting.
 type eventLog struct{ logger *slog.Logger }
 
-// Observe implements redlock.Observer.
-func (l eventLog) Observe(e redlock.Event) {
+// Observe implements observe.Observer.
+func (l eventLog) Observe(e observe.Event) {
 	attrs := []any{"event", e.Kind.String()}
 	if e.Name != "" {
 		attrs = append(attrs, "lock", e.Name)

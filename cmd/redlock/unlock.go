@@ -78,6 +78,8 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
+	urls, _ := nf.urls(a) // connect has checked them
+	total := len(urls)
 
 	inspectCtx, cancel := context.WithTimeout(ctx, *timeout)
 	st, err := client.Inspect(inspectCtx, name)
@@ -91,7 +93,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "lock %q is not held by a quorum\n", name)
 	}
 	if !*yes {
-		fmt.Fprintf(a.stdout, "Delete lock %q on all %s? [y/N] ", name, plural(len(client.NodeNames()), "node"))
+		fmt.Fprintf(a.stdout, "Delete lock %q on all %s? [y/N] ", name, plural(total, "node"))
 		answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return withExitCode(exitFailure, fmt.Errorf("not confirmed: lock %q left as it is", name))
@@ -100,7 +102,6 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	unlockCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	deleted, err := client.ForceUnlock(unlockCtx, name)
-	total := len(client.NodeNames())
 	// ForceUnlock deletes the key and raises the fence register in one pipeline per node:
 	// every node that answered did both, the others neither.
 	answered := total - len(nodeErrors(err))

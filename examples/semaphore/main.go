@@ -37,7 +37,8 @@ func run() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	sem, err := client.Semaphore("encoder", 2) // 2 permits; a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
+	const permits = 2 // a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
+	sem, err := client.Semaphore("encoder", permits)
 	if err != nil {
 		return err
 	}
@@ -55,8 +56,8 @@ func run() error {
 				if err != nil {
 					return err
 				}
-				if st.Held() > sem.Permits() {
-					return fmt.Errorf("%d holders of %d permits", st.Held(), sem.Permits())
+				if st.Held() > permits {
+					return fmt.Errorf("%d holders of %d permits", st.Held(), permits)
 				}
 				return encode(ctx, p.Slot(), p.Token())
 			})
