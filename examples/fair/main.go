@@ -9,30 +9,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
+func run(client *redlock.Client) error {
 	ctx := context.Background()
 
 	l, err := client.Acquire(ctx, "invoices", redlock.WithFairness(), redlock.WithMaxWait(10*time.Second))

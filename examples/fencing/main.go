@@ -12,42 +12,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 	"github.com/quorumlabs/redlock/fence"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	resourceURL := "redis://127.0.0.1:7004" // not a lock node: the data the lock guards
-	if env := os.Getenv("REDLOCK_RESOURCE"); env != "" {
-		resourceURL = env
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+func run(client *redlock.Client) error {
+	store, err := setup.Redis("REDLOCK_RESOURCE", "redis://127.0.0.1:7004") // not a lock node: the data the lock guards
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	opts, err := redis.ParseURL(resourceURL)
-	if err != nil {
-		return err
-	}
-	store := redis.NewClient(opts)
 	defer store.Close()
 	ctx := context.Background()
 
