@@ -426,28 +426,13 @@ func (e *Env) clusterNode(i int) (ClusterNode, error) {
 // onClusterNodes runs op on each of the Cluster nodes at once (a fault in
 // several deployments at the same time, as a rack or a bad deploy would
 // cause) and notes what each did.
-func (e *Env) onClusterNodes(nodes []int, op func(n ClusterNode) (string, error)) error {
-	cns := make([]ClusterNode, len(nodes))
-	for i, idx := range nodes {
-		n, err := e.clusterNode(idx)
-		if err != nil {
+func (e *Env) onClusterNodes(nodes Nodes, op func(n ClusterNode) (string, error)) error {
+	for _, i := range nodes { // all named right before any is acted on
+		if _, err := e.clusterNode(i); err != nil {
 			return err
 		}
-		cns[i] = n
 	}
-	notes := make([]string, len(cns))
-	errs := make([]error, len(cns))
-	var wg sync.WaitGroup
-	for i, n := range cns {
-		wg.Go(func() { notes[i], errs[i] = op(n) })
-	}
-	wg.Wait()
-	for i, n := range cns {
-		if errs[i] == nil {
-			e.Note("%s: %s", n.Name(), notes[i])
-		}
-	}
-	return errors.Join(errs...)
+	return nodes.atOnce(e, func(i int) (string, error) { return op(e.Cluster.ClusterNodes[i]) })
 }
 
 // clusterFault is a fault that acts on Cluster lock nodes, and the only
@@ -473,11 +458,11 @@ func (e *Env) lockKey() string { return e.ScanKeys[0] }
 // serving the lock's slot, empty but keeping its nodes.conf: it comes back
 // as the same cluster node serving the same slots, without the lock's
 // keys. The restart is done when Apply returns; Heal does nothing.
-type ShardRestart struct{ Nodes []int }
+type ShardRestart struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
 func (f ShardRestart) Name() string {
-	return fmt.Sprintf("shard-restart-empty(%s: the lock's master)", nodeList(f.Nodes))
+	return fmt.Sprintf("shard-restart-empty(%s: the lock's master)", f.Nodes.list())
 }
 
 // Apply restarts the masters.
@@ -496,7 +481,7 @@ func (ShardRestart) Heal(context.Context, *Env) error { return nil }
 // without (the keys are lost). Heal does nothing: the slot stays where it
 // went.
 type SlotMove struct {
-	Nodes    []int
+	Nodes
 	WithKeys bool
 }
 
@@ -506,7 +491,7 @@ func (f SlotMove) Name() string {
 	if !f.WithKeys {
 		how = "without its keys"
 	}
-	return fmt.Sprintf("reshard(%s: the lock's slot, %s)", nodeList(f.Nodes), how)
+	return fmt.Sprintf("reshard(%s: the lock's slot, %s)", f.Nodes.list(), how)
 }
 
 // Apply moves the slot.
@@ -524,13 +509,13 @@ func (SlotMove) Heal(context.Context, *Env) error { return nil }
 // slot, in each of the Cluster nodes Nodes, forward By at once; Heal does
 // not move it back (as ClockJump).
 type ShardClockJump struct {
-	Nodes []int
-	By    time.Duration
+	Nodes
+	By time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f ShardClockJump) Name() string {
-	return fmt.Sprintf("shard-clock-jump(%s: the lock's master +%s)", nodeList(f.Nodes), f.By)
+	return fmt.Sprintf("shard-clock-jump(%s: the lock's master +%s)", f.Nodes.list(), f.By)
 }
 
 // Apply moves the clocks.

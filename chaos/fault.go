@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -129,10 +130,46 @@ func (e *Env) moveClock(ctx context.Context, i int, d time.Duration) error {
 	return nil
 }
 
-func nodeList(nodes []int) string {
-	parts := make([]string, len(nodes))
-	for i, n := range nodes {
+// Nodes are the nodes a fault acts on, by index (n0 is the first). The
+// faults on a set of lock nodes embed it; those on masters and their
+// replicas hold it as Masters.
+type Nodes []int
+
+// list names the nodes as a fault's name does: "n0,n2".
+func (ns Nodes) list() string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
 		parts[i] = fmt.Sprintf("n%d", n)
 	}
 	return strings.Join(parts, ",")
+}
+
+// atOnce runs step on every node at once, as one incident strikes them
+// together; then it notes on the timeline, in the nodes' order, what step
+// did on each node where it did not fail (if it said), and returns the
+// errors joined.
+func (ns Nodes) atOnce(env *Env, step func(n int) (did string, err error)) error {
+	did := make([]string, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		wg.Go(func() { did[i], errs[i] = step(n) })
+	}
+	wg.Wait()
+	for i, n := range ns {
+		if errs[i] == nil && did[i] != "" {
+			env.Note("n%d: %s", n, did[i])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// each runs step on the nodes in order and stops at the first error.
+func (ns Nodes) each(step func(n int) error) error {
+	for _, n := range ns {
+		if err := step(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }
