@@ -421,16 +421,9 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot int, to *Server) erro
 	if from == to {
 		return nil
 	}
-	fromID, err := from.ID(ctx)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	toID, err := to.ID(ctx)
-	if err != nil {
-		return err
-	}
-	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
 	}
 	if err := from.Client().Do(ctx, "cluster", "setslot", slot, "migrating", toID).Err(); err != nil {
 		return fmt.Errorf("redistest: SETSLOT MIGRATING on %s: %w", from.Addr, err)
@@ -459,6 +452,24 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot int, to *Server) erro
 	return rc.awaitMaster(ctx, slot, to)
 }
 
+// importSlot marks slot IMPORTING from the master from on the master to,
+// the first step of moving it with or without its keys, and returns to's
+// node ID.
+func importSlot(ctx context.Context, slot int, from, to *Server) (toID string, err error) {
+	fromID, err := from.ID(ctx)
+	if err != nil {
+		return "", err
+	}
+	toID, err = to.ID(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return "", fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
+	}
+	return toID, nil
+}
+
 // MoveSlotEmpty gives slot to the master to without its keys: to claims
 // it (SETSLOT IMPORTING, then SETSLOT NODE to itself, which bumps its
 // config epoch without asking the others), and the master that served it
@@ -475,16 +486,9 @@ func (rc *RedisCluster) MoveSlotEmpty(ctx context.Context, slot int, to *Server)
 	if from == to {
 		return fmt.Errorf("redistest: MoveSlotEmpty: %s already serves slot %d", to.Addr, slot)
 	}
-	fromID, err := from.ID(ctx)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	toID, err := to.ID(ctx)
-	if err != nil {
-		return err
-	}
-	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
 	}
 	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
 		return fmt.Errorf("redistest: SETSLOT NODE on %s: %w", to.Addr, err)
