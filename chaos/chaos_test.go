@@ -38,18 +38,7 @@ func TestScenarios(t *testing.T) {
 			t.Parallel()
 			for _, sc := range Scenarios() {
 				t.Run(sc.Name, func(t *testing.T) {
-					if why := splitSkip(b.Name(), sc); why != "" {
-						t.Skip(why)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-					defer cancel()
-					run, err := runScenarioOnce(ctx, t, b, sc)
-					if err != nil {
-						if run != nil {
-							keepReport(t, run)
-						}
-						t.Fatal(err)
-					}
+					run := runScenarioT(t, b, sc)
 					r := run.Result
 					t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s elapsed=%s",
 						run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates,
@@ -164,6 +153,26 @@ func excerpt(r Result) string {
 		}
 	}
 	return b.String()
+}
+
+// runScenarioT runs sc on b, within 3 minutes, as runScenarioOnce does,
+// unless splitSkip leaves it out of this suite. A run that fails to
+// complete keeps what it has of a report and fails the test.
+func runScenarioT(t *testing.T, b Backend, sc Scenario) *Run {
+	t.Helper()
+	if why := splitSkip(b.Name(), sc); why != "" {
+		t.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run, err := runScenarioOnce(ctx, t, b, sc)
+	if err != nil {
+		if run != nil {
+			keepReport(t, run)
+		}
+		t.Fatal(err)
+	}
+	return run
 }
 
 // runScenarioOnce runs sc on b. An unsafe-by-design schedule that

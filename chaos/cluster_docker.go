@@ -28,7 +28,6 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/quorumlabs/redlock/redistest"
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
 )
 
 const (
@@ -163,21 +162,9 @@ func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name,
 		}
 		binds = append(binds, bind)
 	}
-	ctr, err := testcontainers.Run(ctx, b.image,
-		testcontainers.WithCmd(args...),
-		testcontainers.WithEnv(env),
-		testcontainers.WithLabels(containerLabels()),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.NetworkMode = "host"
-			hc.Binds = append(hc.Binds, binds...)
-		}),
-	)
-	m.ctr = ctr
-	if ctr != nil {
-		track(b.cli.Client, ctr.GetContainerID())
-	}
+	m.ctr, err = b.runServer(ctx, name, args, env, binds, func(hc *container.HostConfig) { hc.NetworkMode = "host" })
 	if err != nil {
-		return m, fmt.Errorf("chaos: start container %s: %w", name, err)
+		return m, err
 	}
 	if err := waitPing(ctx, m.addr, nil, 20*time.Second); err != nil {
 		return m, err
@@ -461,12 +448,9 @@ func (n *dockerClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys
 // moveSlot migrates slot with its keys, as redis-cli --cluster reshard
 // does (redistest.RedisCluster.MoveSlot on processes).
 func (n *dockerClusterNode) moveSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
-	fromID, toID, err := ids(ctx, from, to)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
 	}
 	if err := from.do(ctx, "cluster", "setslot", slot, "migrating", toID).Err(); err != nil {
 		return fmt.Errorf("SETSLOT MIGRATING on %s: %w", from.addr, err)
@@ -497,12 +481,9 @@ func (n *dockerClusterNode) moveSlot(ctx context.Context, slot int, from, to *do
 // and the old master drops its keys of the slot when the gossip tells it
 // (redistest.RedisCluster.MoveSlotEmpty on processes).
 func (n *dockerClusterNode) moveSlotEmpty(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
-	fromID, toID, err := ids(ctx, from, to)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
 	}
 	if err := to.do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
 		return fmt.Errorf("SETSLOT NODE on %s: %w", to.addr, err)
@@ -516,17 +497,22 @@ func (n *dockerClusterNode) moveSlotEmpty(ctx context.Context, slot int, from, t
 	})
 }
 
-// ids are the cluster node ids of two masters.
-func ids(ctx context.Context, a, b *dockerClusterMaster) (string, string, error) {
-	aID, err := a.do(ctx, "cluster", "myid").Text()
+// importSlot marks slot IMPORTING from the master from on the master to,
+// the first step of moving it with or without its keys, and returns to's
+// node ID.
+func importSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) (toID string, err error) {
+	fromID, err := from.do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", a.addr, err)
+		return "", fmt.Errorf("CLUSTER MYID on %s: %w", from.addr, err)
 	}
-	bID, err := b.do(ctx, "cluster", "myid").Text()
+	toID, err = to.do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", b.addr, err)
+		return "", fmt.Errorf("CLUSTER MYID on %s: %w", to.addr, err)
 	}
-	return aID, bID, nil
+	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return "", fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
+	}
+	return toID, nil
 }
 
 func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {

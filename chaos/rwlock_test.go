@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"os"
 	"slices"
 	"testing"
@@ -28,18 +27,7 @@ func TestRWScenarios(t *testing.T) {
 					continue
 				}
 				t.Run(sc.Name, func(t *testing.T) {
-					if why := splitSkip(b.Name(), sc); why != "" {
-						t.Skip(why)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-					defer cancel()
-					run, err := runScenarioOnce(ctx, t, b, sc)
-					if err != nil {
-						if run != nil {
-							keepReport(t, run)
-						}
-						t.Fatal(err)
-					}
+					run := runScenarioT(t, b, sc)
 					r := run.Result
 					shared, writes := 0, 0
 					for _, h := range r.Holds {
