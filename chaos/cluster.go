@@ -241,6 +241,16 @@ type processClusterNode struct {
 func (n *processClusterNode) Name() string    { return n.name }
 func (n *processClusterNode) Seeds() []string { return n.rc.Addrs() }
 
+// masterOfKey is key's slot and the master that serves it now.
+func (n *processClusterNode) masterOfKey(ctx context.Context, key string) (int, *redistest.Server, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := n.rc.MasterFor(ctx, slot)
+	return slot, m, err
+}
+
 // slotOf asks a running server for key's slot.
 func (n *processClusterNode) slotOf(ctx context.Context, key string) (int, error) {
 	var last error
@@ -270,11 +280,7 @@ func (n *processClusterNode) RestartMasterOf(ctx context.Context, key string) (s
 }
 
 func (n *processClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys bool) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.rc.MasterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -299,11 +305,7 @@ func (n *processClusterNode) MoveSlotOf(ctx context.Context, key string, withKey
 }
 
 func (n *processClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.rc.MasterFor(ctx, slot)
+	_, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -320,11 +322,7 @@ func (n *processClusterNode) MoveMasterClockOf(ctx context.Context, key string, 
 }
 
 func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.rc.MasterFor(ctx, slot)
+	slot, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -354,11 +352,7 @@ func (n *processClusterNode) RestoreReplicas(ctx context.Context) error {
 }
 
 func (n *processClusterNode) FailoverMasterOf(ctx context.Context, key string) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.rc.MasterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}

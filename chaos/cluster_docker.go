@@ -327,6 +327,16 @@ func infoField(info, field string) string {
 	return ""
 }
 
+// masterOfKey is key's slot and the master that serves it now.
+func (n *dockerClusterNode) masterOfKey(ctx context.Context, key string) (int, *dockerClusterMaster, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := n.masterFor(ctx, slot)
+	return slot, m, err
+}
+
 // slotOf asks a master for key's slot.
 func (n *dockerClusterNode) slotOf(ctx context.Context, key string) (int, error) {
 	var last error
@@ -393,11 +403,7 @@ func (n *dockerClusterNode) awaitMaster(ctx context.Context, slot int, want *doc
 }
 
 func (n *dockerClusterNode) RestartMasterOf(ctx context.Context, key string) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.masterFor(ctx, slot)
+	slot, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -417,11 +423,7 @@ func (n *dockerClusterNode) RestartMasterOf(ctx context.Context, key string) (st
 }
 
 func (n *dockerClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys bool) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.masterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -516,11 +518,7 @@ func importSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) (t
 }
 
 func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.masterFor(ctx, slot)
+	_, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -565,10 +563,7 @@ func (n *dockerClusterNode) replicasOf(ctx context.Context, m *dockerClusterMast
 
 // replicaOfKey is the first replica of the master serving key's slot.
 func (n *dockerClusterNode) replicaOfKey(ctx context.Context, key string) (slot int, m, r *dockerClusterMaster, err error) {
-	if slot, err = n.slotOf(ctx, key); err != nil {
-		return 0, nil, nil, err
-	}
-	if m, err = n.masterFor(ctx, slot); err != nil {
+	if slot, m, err = n.masterOfKey(ctx, key); err != nil {
 		return 0, nil, nil, err
 	}
 	reps, err := n.replicasOf(ctx, m)
