@@ -233,9 +233,10 @@ type processClusterNode struct {
 	name string
 	rc   *redistest.RedisCluster
 
-	mu     sync.Mutex
-	clocks map[*redistest.Server]time.Duration // each master's clock offset so far
-	cut    []*redistest.Server                 // replicas whose link CutReplicaOf cut
+	clocks clockOffsets[*redistest.Server] // each master's
+
+	mu  sync.Mutex
+	cut []*redistest.Server // replicas whose link CutReplicaOf cut
 }
 
 func (n *processClusterNode) Name() string    { return n.name }
@@ -309,15 +310,9 @@ func (n *processClusterNode) MoveMasterClockOf(ctx context.Context, key string, 
 	if err != nil {
 		return "", err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.clocks == nil {
-		n.clocks = map[*redistest.Server]time.Duration{}
-	}
-	if err := m.SetClockOffset(n.clocks[m] + d); err != nil {
+	if err := n.clocks.move(m, d, m.SetClockOffset); err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
-	n.clocks[m] += d
 	return m.Addr, nil
 }
 

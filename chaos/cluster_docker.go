@@ -210,9 +210,10 @@ type dockerClusterNode struct {
 	// per master, in the masters' order.
 	replicas []*dockerClusterMaster
 
-	mu     sync.Mutex
-	clocks map[*dockerClusterMaster]time.Duration // each master's clock offset so far
-	cut    []*dockerClusterMaster                 // replicas whose link CutReplicaOf cut
+	clocks clockOffsets[*dockerClusterMaster] // each master's
+
+	mu  sync.Mutex
+	cut []*dockerClusterMaster // replicas whose link CutReplicaOf cut
 }
 
 // servers are every server of the node, masters first.
@@ -522,15 +523,10 @@ func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d
 	if err != nil {
 		return "", err
 	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.clocks == nil {
-		n.clocks = map[*dockerClusterMaster]time.Duration{}
-	}
-	if err := m.SetClockOffset(ctx, n.clocks[m]+d); err != nil {
+	err = n.clocks.move(m, d, func(offset time.Duration) error { return m.SetClockOffset(ctx, offset) })
+	if err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
-	n.clocks[m] += d
 	return m.addr, nil
 }
 

@@ -44,8 +44,9 @@ type Env struct {
 	fresh func(i int) error
 
 	mu         sync.Mutex
-	clocks     map[int]time.Duration  // each node's clock offset so far
 	background map[string]*background // running faults, by name
+
+	clocks clockOffsets[int] // each node's, by index
 }
 
 // background is a fault that keeps acting until healed (flapping, a fast
@@ -118,15 +119,29 @@ func (e *Env) moveClock(ctx context.Context, i int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.clocks == nil {
-		e.clocks = map[int]time.Duration{}
+	return e.clocks.move(i, d, func(offset time.Duration) error { return n.SetClockOffset(ctx, offset) })
+}
+
+// clockOffsets keeps each server's clock offset so far, so that a clock
+// fault moves a clock from where the ones before left it. The zero value
+// is ready.
+type clockOffsets[S comparable] struct {
+	mu sync.Mutex
+	by map[S]time.Duration
+}
+
+// move adds d to server s's offset: set puts the new offset in place, and
+// the offset is kept only if it succeeds.
+func (c *clockOffsets[S]) move(s S, d time.Duration, set func(offset time.Duration) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[S]time.Duration{}
 	}
-	if err := n.SetClockOffset(ctx, e.clocks[i]+d); err != nil {
+	if err := set(c.by[s] + d); err != nil {
 		return err
 	}
-	e.clocks[i] += d
+	c.by[s] += d
 	return nil
 }
 
