@@ -138,40 +138,25 @@ type scanNode struct {
 	open func() redis.UniversalClient
 }
 
-// scanNodes are the lock nodes for the key scans: each server, or each
-// Cluster node through a ClusterClient (which finds the lock's keys on the
-// master that serves their slot now).
-func scanNodes(c *Cluster) []scanNode {
+// clusterScanNodes are Cluster lock nodes as the key scans reach them,
+// through a ClusterClient each.
+func clusterScanNodes(nodes []ClusterNode) []scanNode {
 	var out []scanNode
-	for _, n := range c.ClusterNodes {
+	for _, n := range nodes {
 		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return clusterNodeClient(n.Seeds()) }})
-	}
-	for _, n := range c.Nodes {
-		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return directClient(n) }})
 	}
 	return out
 }
 
-// finalStateOfClusterNodes is finalState for Cluster lock nodes.
-func finalStateOfClusterNodes(ctx context.Context, rec *Recorder, resource *redis.Client, nodes []ClusterNode, keys []string) {
-	e := Event{Kind: RegisterFinal, Client: NoClient}
-	v, err := resource.Get(ctx, registerKey).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.Err = err.Error()
+// scanNodes are the lock nodes for the key scans: each server, or each
+// Cluster node through a ClusterClient (which finds the lock's keys on the
+// master that serves their slot now).
+func scanNodes(c *Cluster) []scanNode {
+	out := clusterScanNodes(c.ClusterNodes)
+	for _, n := range c.Nodes {
+		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return directClient(n) }})
 	}
-	e.Value = v
-	rec.Record(e)
-	for _, n := range nodes {
-		c := clusterNodeClient(n.Seeds())
-		e := Event{Kind: KeyScan, Client: NoClient, Node: n.Name()}
-		found, err := keysOn(ctx, c, keys)
-		if err != nil {
-			e.Err = err.Error()
-		}
-		e.Detail = found
-		_ = c.Close()
-		rec.Record(e)
-	}
+	return out
 }
 
 // checkClusterSpec refuses what Cluster lock nodes are not started with,
