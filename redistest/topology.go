@@ -99,15 +99,7 @@ func StartRedisCluster(masters, replicas int, opts Options) (*RedisCluster, erro
 func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *RedisCluster {
 	tb.Helper()
 	rc, err := StartRedisCluster(masters, replicas, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := rc.Stop(); err != nil {
-			tb.Errorf("stopping redis cluster: %v", err)
-		}
-	})
-	return rc
+	return stoppedAtEnd(tb, "redis cluster", rc, err)
 }
 
 func (rc *RedisCluster) form(masters, replicas int) error {
@@ -578,15 +570,7 @@ func StartSentinel(name string, replicas int, opts Options) (*Sentinels, error) 
 func StartSentinelT(tb testing.TB, name string, replicas int, opts Options) *Sentinels {
 	tb.Helper()
 	ss, err := StartSentinel(name, replicas, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := ss.Stop(); err != nil {
-			tb.Errorf("stopping sentinel deployment: %v", err)
-		}
-	})
-	return ss
+	return stoppedAtEnd(tb, "sentinel deployment", ss, err)
 }
 
 func (ss *Sentinels) start(opts Options) error {
@@ -631,14 +615,7 @@ func (ss *Sentinels) start(opts Options) error {
 
 // startSentinelLocked runs the server as a Sentinel. s.mu must be held.
 func (s *Server) startSentinelLocked() error {
-	return s.runLocked([]string{s.sentinel, "--sentinel",
-		"--port", strconv.Itoa(s.Port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--dir", filepath.Join(s.Dir, "data"),
-		"--logfile", filepath.Join(s.Dir, "redis.log"),
-	})
+	return s.runLocked(append([]string{s.sentinel, "--sentinel"}, s.processArgs()...))
 }
 
 // SentinelAddrs are the Sentinels' addresses.
