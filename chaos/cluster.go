@@ -213,15 +213,35 @@ func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {
 	return c, nil
 }
 
+// cutReplicas are the replicas whose link a Cluster node's CutReplicaOf
+// cut, for RestoreReplicas to mend. The zero value is ready.
+type cutReplicas[S any] struct {
+	mu  sync.Mutex
+	cut []S
+}
+
+func (c *cutReplicas[S]) add(s S) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = append(c.cut, s)
+}
+
+// take returns the replicas cut so far and forgets them.
+func (c *cutReplicas[S]) take() []S {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cut := c.cut
+	c.cut = nil
+	return cut
+}
+
 // processClusterNode is a Redis Cluster of local redis-server processes.
 type processClusterNode struct {
 	name string
 	rc   *redistest.RedisCluster
 
 	clocks clockOffsets[*redistest.Server] // each master's
-
-	mu  sync.Mutex
-	cut []*redistest.Server // replicas whose link CutReplicaOf cut
+	cut    cutReplicas[*redistest.Server]
 }
 
 func (n *processClusterNode) Name() string    { return n.name }
@@ -310,9 +330,7 @@ func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (stri
 	if err != nil || len(reps) == 0 {
 		return "", fmt.Errorf("chaos: %s: the master %s of slot %d has no replica to cut off (%v)", n.name, m.Addr, slot, err)
 	}
-	n.mu.Lock()
-	n.cut = append(n.cut, reps[0])
-	n.mu.Unlock()
+	n.cut.add(reps[0])
 	if err := redistest.CutReplication(ctx, reps[0]); err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
@@ -320,12 +338,8 @@ func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (stri
 }
 
 func (n *processClusterNode) RestoreReplicas(ctx context.Context) error {
-	n.mu.Lock()
-	cut := n.cut
-	n.cut = nil
-	n.mu.Unlock()
 	var errs []error
-	for _, s := range cut {
+	for _, s := range n.cut.take() {
 		errs = append(errs, redistest.RestoreReplication(ctx, s))
 	}
 	return errors.Join(errs...)

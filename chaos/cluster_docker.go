@@ -211,9 +211,7 @@ type dockerClusterNode struct {
 	replicas []*dockerClusterMaster
 
 	clocks clockOffsets[*dockerClusterMaster] // each master's
-
-	mu  sync.Mutex
-	cut []*dockerClusterMaster // replicas whose link CutReplicaOf cut
+	cut    cutReplicas[*dockerClusterMaster]
 }
 
 // servers are every server of the node, masters first.
@@ -576,9 +574,7 @@ func (n *dockerClusterNode) CutReplicaOf(ctx context.Context, key string) (strin
 	if err != nil {
 		return "", err
 	}
-	n.mu.Lock()
-	n.cut = append(n.cut, r)
-	n.mu.Unlock()
+	n.cut.add(r)
 	if err := r.rdb.ConfigSet(ctx, "masterauth", "chaos-wrong-password").Err(); err != nil {
 		return "", fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err)
 	}
@@ -592,12 +588,8 @@ func (n *dockerClusterNode) CutReplicaOf(ctx context.Context, key string) (strin
 }
 
 func (n *dockerClusterNode) RestoreReplicas(ctx context.Context) error {
-	n.mu.Lock()
-	cut := n.cut
-	n.cut = nil
-	n.mu.Unlock()
 	var errs []error
-	for _, r := range cut {
+	for _, r := range n.cut.take() {
 		if err := r.rdb.ConfigSet(ctx, "masterauth", "").Err(); err != nil {
 			errs = append(errs, fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err))
 			continue
