@@ -17,12 +17,10 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
-	ctx := context.Background()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	// Acquire waits (here at most 10s) and is woken by the holder's release.
 	l, err := client.Acquire(ctx, "cron:billing",
 		redlock.WithMaxWait(10*time.Second),

@@ -16,12 +16,10 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
-	ctx := context.Background()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	l, err := client.Acquire(ctx, "invoices", redlock.WithFairness(), redlock.WithMaxWait(10*time.Second))
 	if err != nil {
 		return err // gave up: our place in the queue is gone on every node

@@ -20,16 +20,15 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
+func run(ctx context.Context, client *redlock.Client) error {
 	store, err := setup.Redis("REDLOCK_RESOURCE", "redis://127.0.0.1:7004") // not a lock node: the data the lock guards
 	if err != nil {
 		return err
 	}
 	defer store.Close()
-	ctx := context.Background()
 
 	// Two holders one after the other: the second's token is higher.
 	first, err := client.Acquire(ctx, "balance:alice", redlock.WithMaxWait(10*time.Second))

@@ -16,12 +16,10 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
-	ctx := context.Background()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	m, err := client.AcquireMulti(ctx, []string{"account:42", "account:7"}, redlock.WithMaxWait(5*time.Second))
 	if err != nil {
 		return err // nothing is held: names taken before the failure were released

@@ -9,7 +9,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/examples/internal/setup"
@@ -18,13 +17,11 @@ import (
 var client *redlock.Client
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(c *redlock.Client) error {
+func run(ctx context.Context, c *redlock.Client) error {
 	client = c // the program's one lock client: transfer uses it too
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 
 	return client.Do(ctx, "account:42", func(ctx context.Context, l *redlock.Lock) error {
 		fmt.Printf("outer: token %d\n", l.Token())

@@ -21,17 +21,15 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(locks *redlock.Client) error {
+func run(ctx context.Context, locks *redlock.Client) error {
 	cache, err := setup.Redis("REDLOCK_CACHE", "redis://127.0.0.1:7004") // not a lock node
 	if err != nil {
 		return err
 	}
 	defer cache.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := cache.Del(ctx, "orders:today").Err(); err != nil { // start with a miss
 		return err
 	}

@@ -18,13 +18,10 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	var report fence.Guard // the resource: refuses a token below its last write's
 	rw := client.RWLock("report:42")
 

@@ -17,13 +17,10 @@ import (
 )
 
 func main() {
-	setup.Run(redlock.Options{TTL: 2 * time.Second}, run)
+	setup.Run(run)
 }
 
-func run(client *redlock.Client) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	sem, err := client.Semaphore("encoder", 2) // 2 permits; a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
 	if err != nil {
 		return err

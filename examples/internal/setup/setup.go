@@ -8,35 +8,47 @@
 package setup
 
 import (
+	"context"
 	"log"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
 )
 
-// Run connects a client to the lock nodes with opts, calls run with it and
-// closes it. It exits the program through log.Fatal if the client could not
-// be made or run returned an error.
-func Run(opts redlock.Options, run func(client *redlock.Client) error) {
-	if err := connectAndRun(opts, run); err != nil {
+// TTL is the examples' lock TTL: short, so that on nodes just started the
+// first lock waits out their restart grace (one TTL) in seconds.
+const TTL = 2 * time.Second
+
+// Timeout bounds each example's run: none takes more than a few seconds.
+const Timeout = 30 * time.Second
+
+// Run connects a client to the lock nodes with locks of TTL, calls run with
+// it and a context that ends after Timeout, and closes the client. It exits
+// the program through log.Fatal if the client could not be made or run
+// returned an error.
+func Run(run func(ctx context.Context, client *redlock.Client) error) {
+	if err := connectAndRun(run); err != nil {
 		log.Fatal(err)
 	}
 }
 
-func connectAndRun(opts redlock.Options, run func(client *redlock.Client) error) error {
+func connectAndRun(run func(ctx context.Context, client *redlock.Client) error) error {
 	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
 	if env := os.Getenv("REDLOCK_NODES"); env != "" {
 		nodes = strings.Split(env, ",")
 	}
-	client, err := redlock.NewFromURLs(nodes, opts)
+	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: TTL})
 	if err != nil {
 		return err
 	}
 	defer client.Close()
-	return run(client)
+	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
+	defer cancel()
+	return run(ctx, client)
 }
 
 // Redis connects to the server whose URL is in the environment variable env,
