@@ -181,7 +181,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	}
 	w.lockers = nil
 	if cluster.ClusterNodes != nil {
-		finalStateOfClusterNodes(ctx, rec, resource, cluster.ClusterNodes, env.ScanKeys)
+		finalStateOf(ctx, rec, resource, registerKey, clusterScanNodes(cluster.ClusterNodes), env.ScanKeys)
 	} else {
 		finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
 	}
@@ -548,11 +548,23 @@ func keysOn(ctx context.Context, c redis.Cmdable, keys []string) (string, error)
 // of keys (the lock key and the others of the lock, see scannedKeys) are
 // still there. tlsConfig reaches nodes that serve TLS only.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, tlsConfig *tls.Config, keys []string) {
-	finalStateOf(ctx, rec, resource, registerKey, addrs, tlsConfig, keys)
+	finalStateOf(ctx, rec, resource, registerKey, proxiedScanNodes(addrs, tlsConfig), keys)
 }
 
-// finalStateOf is finalState for the register and lock keys given.
-func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, tlsConfig *tls.Config, keys []string) {
+// proxiedScanNodes are the lock nodes at addrs (their proxies, or the
+// servers), named n0, n1, ... in that order, for the final scan.
+func proxiedScanNodes(addrs []string, tlsConfig *tls.Config) []scanNode {
+	out := make([]scanNode, len(addrs))
+	for i, a := range addrs {
+		out[i] = scanNode{"n" + strconv.Itoa(i), func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		}}
+	}
+	return out
+}
+
+// finalStateOf is finalState for the register and lock nodes given.
+func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, nodes []scanNode, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, register).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -560,9 +572,9 @@ func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, re
 	}
 	e.Value = v
 	rec.Record(e)
-	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
-		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
+	for _, n := range nodes {
+		c := n.open()
+		e := Event{Kind: KeyScan, Client: NoClient, Node: n.name}
 		found, err := keysOn(ctx, c, keys)
 		if err != nil {
 			e.Err = err.Error()

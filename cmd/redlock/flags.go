@@ -369,8 +369,13 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// oneLockName returns the single lock name among the positional arguments.
-func oneLockName(positional []string) (string, error) {
+// parseLockName parses the flags of a command that acts on one lock and
+// returns the single lock name among its positional arguments.
+func parseLockName(fs *flag.FlagSet, args []string) (string, error) {
+	positional, err := parseFlags(fs, args)
+	if err != nil {
+		return "", err
+	}
 	if len(positional) != 1 {
 		return "", usagef("want exactly one lock NAME, got %d arguments", len(positional))
 	}

@@ -54,11 +54,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	force := fs.Bool("force", false, "required: acknowledge that the lock is deleted whoever holds it")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	timeout := registerTimeout(fs)
-	positional, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	name, err := oneLockName(positional)
+	name, err := parseLockName(fs, args)
 	if err != nil {
 		return err
 	}
