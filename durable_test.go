@@ -414,22 +414,12 @@ func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
 // works again, a durable hold survives the failover of its master in that
 // majority.
 func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 1, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
-	c, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.Acquire(ctx, "warm-up") // the first contact probes every master
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	acquireAndRelease(t, ctx, c, "warm-up") // the first contact probes every master
 	// Many acquisitions at once, on both masters' slots: their calls share
 	// the pipes' writes, each master's with its own WAIT.
 	burst := func(what string, want func(i int, err error) error) {
@@ -486,11 +476,7 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		}
 		return nil
 	})
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	for _, who := range []*redlock.Client{c, fresh} {
 		for range 3 {
 			left := time.Until(held.Deadline())
@@ -523,7 +509,7 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 // count: the raise waits for M_a's replica as the lock's keys wait for
 // their master's.
 func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
-	rc := startClusters(t, 1, 3, 1, redistest.Options{})[0]
+	rc := redistest.StartRedisClustersT(t, 1, 3, 1, redistest.Options{})[0]
 	plain := redistest.StartT(t, 2, redistest.Options{})
 	p2, p3 := plain.Servers[0], plain.Servers[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -556,11 +542,7 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	}
 	// B's grace is off: the servers were just started, and B is the
 	// holder; the grace that matters is A's.
-	b, err := redlock.New(nodes(), redlock.Options{TTL: 9 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := newClientOn(t, nodes(), redlock.Options{TTL: 9 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
 	name := ""
 	for i := 0; name == ""; i++ {
 		cand := nameInSlots(b, fmt.Sprintf("job1-%d", i), 0, 16383)
@@ -587,11 +569,7 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	if err := p3.Restart(false); err != nil {
 		t.Fatal(err)
 	}
-	a, err := redlock.New(nodes(), redlock.Options{TTL: time.Second, DurableVotes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newClientOn(t, nodes(), redlock.Options{TTL: time.Second, DurableVotes: true})
 	var last error
 	for time.Until(held.Deadline()) > 0 {
 		l, err := a.TryAcquire(ctx, name)
@@ -620,11 +598,7 @@ func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
 	defer cancel()
 	cc := rc.ClusterClient()
 	defer cc.Close()
-	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true, AllowNoFaultTolerance: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, []redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true, AllowNoFaultTolerance: true})
 	if err := c.Verify(ctx); err != nil { // meets M without a replica
 		t.Fatal(err)
 	}

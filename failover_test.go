@@ -20,45 +20,6 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// startClusters starts n Redis Clusters of masters masters with replicas
-// replicas each, in parallel.
-func startClusters(t *testing.T, n, masters, replicas int, opts redistest.Options) []*redistest.RedisCluster {
-	t.Helper()
-	rcs := make([]*redistest.RedisCluster, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { rcs[i], errs[i] = redistest.StartRedisCluster(masters, replicas, opts) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, rc := range rcs {
-			if rc != nil {
-				if err := rc.Stop(); err != nil {
-					t.Errorf("stopping a cluster: %v", err)
-				}
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return rcs
-}
-
-// clusterClients makes one ClusterClient per cluster, closed at cleanup: a
-// client of the lock library of its own, as another process would have.
-func clusterClients(t *testing.T, rcs []*redistest.RedisCluster) []redis.UniversalClient {
-	t.Helper()
-	out := make([]redis.UniversalClient, len(rcs))
-	for i, rc := range rcs {
-		cc := rc.ClusterClient()
-		t.Cleanup(func() { _ = cc.Close() })
-		out[i] = cc
-	}
-	return out
-}
-
 // nameInSlots finds a lock name whose hash slot is in [first, last].
 func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
 	for i := 0; ; i++ {
@@ -77,31 +38,17 @@ func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
 // restarted master lost X's key, and the guards must see that it is a new
 // server although the ClusterClient's INFO may reach the other master.
 func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
-	rcs := startClusters(t, 5, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 5, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 10 * time.Second}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 8192, 16383) // the second master's
 
 	// The fresh masters sit out the grace first: wait for it.
 	warm := nameInSlots(x, "warm", 8192, 16383)
-	l, err := before.Acquire(ctx, warm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	acquireAndRelease(t, ctx, before, warm)
 	held, err := x.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -120,13 +67,10 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 	if len(holders) < x.Quorum() {
 		t.Fatalf("X's key is on %d clusters' second master, want at least %d", len(holders), x.Quorum())
 	}
-	errs := make([]error, len(holders))
-	var wg sync.WaitGroup
-	for i, rc := range holders {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, x.Keys(name).Slot) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(holders, func(rc *redistest.RedisCluster) error {
+		_, err := rc.RestartMaster(ctx, x.Keys(name).Slot)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range holders {
@@ -135,11 +79,7 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 		}
 	}
 
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	// The restarted masters' nodes sit out the grace.
 	noSecondHolder(t, ctx, held, name, time.Second, "the restarted masters'", before, fresh)
 }
@@ -276,7 +216,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	plain := redistest.StartT(t, 2, redistest.Options{})
 	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
 	newClient := func(opts redlock.Options) *redlock.Client {
-		c, err := redlock.New(append(plain.Clients(), clusterClients(t, []*redistest.RedisCluster{rc})...), opts)
+		c, err := redlock.New(append(plain.Clients(), redistest.ClusterClientsT(t, []*redistest.RedisCluster{rc})...), opts)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -357,27 +297,13 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 // used the nodes before nor a fresh one may take the lock while X holds it:
 // the promoted replicas are new servers, whose long uptime dates nothing.
 func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
-	rcs := startClusters(t, 3, 1, 1, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 1, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second, AllowFailoverNodes: true}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
-	l, err := before.Acquire(ctx, "warm-up") // waits out the fresh servers' grace
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	acquireAndRelease(t, ctx, before, "warm-up") // waits out the fresh servers' grace
 	lossy := rcs[:x.Quorum()]
 	for _, rc := range lossy {
 		if err := redistest.CutReplication(ctx, rc.Shards[0].Replicas[0]); err != nil {
@@ -397,11 +323,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		return nil
 	})
 
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	noSecondHolder(t, ctx, held, name, 500*time.Millisecond, "the promoted replicas'", before, fresh)
 }
 
@@ -410,43 +332,26 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 // are on the other master are taken at once, by the client that saw the
 // restart and by a fresh one, while the restarted master's locks wait.
 func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The restarted master sits out for a TTL: long enough that both
 	// clients' checks land inside it on a loaded machine (with 2s, a
 	// fresh client under -race sometimes came after the grace).
 	opts := redlock.Options{TTL: 6 * time.Second}
-	known, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer known.Close()
+	known := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	kept := nameInSlots(known, "kept", 0, 8191)           // the first master's
 	moved := nameInSlots(known, "restarted", 8192, 16383) // the second master's
 	for _, name := range []string{kept, moved} {
-		l, err := known.Acquire(ctx, name) // waits out the fresh servers' grace
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		acquireAndRelease(t, ctx, known, name) // waits out the fresh servers' grace
 	}
-	errs := make([]error, len(rcs))
-	var wg sync.WaitGroup
-	for i, rc := range rcs {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.Keys(moved).Slot) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(rcs, func(rc *redistest.RedisCluster) error {
+		_, err := rc.RestartMaster(ctx, known.Keys(moved).Slot)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	for _, tc := range []struct {
 		who string
 		c   *redlock.Client
@@ -485,20 +390,12 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 // lock's slot in a quorum of the nodes during a hold therefore costs the
 // holder its extensions until the grace is over.
 func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second} // room for a slot move within the validity
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	other, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	other := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 0, 8191)
 	held, err := x.Acquire(ctx, name) // waits out the fresh servers' grace
 	if err != nil {
@@ -547,31 +444,17 @@ func TestClusterNodeSlotMovedEmptyGivesNoSecondHolder(t *testing.T) {
 }
 
 func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{Persistence: persistent})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{Persistence: persistent})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 0, 8191) // the first master's
 	// The fresh masters sit out the grace first: wait for it, the other
 	// client on both masters (its guard saw the layout before the move).
 	for _, warm := range []string{nameInSlots(x, "warm", 0, 8191), nameInSlots(x, "warm", 8192, 16383)} {
-		l, err := before.Acquire(ctx, warm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		acquireAndRelease(t, ctx, before, warm)
 	}
 	held, err := x.Acquire(ctx, name)
 	if err != nil {
@@ -592,13 +475,9 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 		return len(lossy) >= x.Quorum()
 	})
 	lossy = lossy[:x.Quorum()]
-	errs := make([]error, len(lossy))
-	var wg sync.WaitGroup
-	for i, rc := range lossy {
-		wg.Go(func() { errs[i] = rc.MoveSlotEmpty(ctx, x.Keys(name).Slot, rc.Shards[1].Master) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(lossy, func(rc *redistest.RedisCluster) error {
+		return rc.MoveSlotEmpty(ctx, x.Keys(name).Slot, rc.Shards[1].Master)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range lossy {
@@ -655,19 +534,13 @@ func noSecondHolder(t *testing.T, ctx context.Context, held *redlock.Lock, name 
 // rcs, and checks each promoted replica with check.
 func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisCluster, slot int, check func(promoted *redistest.Server) error) {
 	t.Helper()
-	errs := make([]error, len(rcs))
-	var wg sync.WaitGroup
-	for i, rc := range rcs {
-		wg.Go(func() {
-			p, err := rc.Failover(ctx, slot, false)
-			if err == nil {
-				err = check(p)
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(rcs, func(rc *redistest.RedisCluster) error {
+		p, err := rc.Failover(ctx, slot, false)
+		if err != nil {
+			return err
+		}
+		return check(p)
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -679,12 +552,12 @@ func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisClust
 // like a jump against the other, and the nodes never voted again: the
 // chaos scenario cluster-clock-jump-shard-majority's f:liveness.)
 func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{FakeTime: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	jumps := map[string]bool{}
-	c, err := redlock.New(clusterClients(t, rcs), redlock.Options{TTL: time.Second,
+	c, err := redlock.New(redistest.ClusterClientsT(t, rcs), redlock.Options{TTL: time.Second,
 		Observer: observe.Func(func(e observe.Event) {
 			if e.Kind == observe.NodeSitOut && e.Reason == redlock.SitOutClockJump {
 				mu.Lock()
@@ -697,13 +570,7 @@ func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
 	}
 	defer c.Close()
 	name := nameInSlots(c, "job", 0, 8191) // the first master's
-	l, err := c.Acquire(ctx, name)         // waits out the fresh servers' grace
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	acquireAndRelease(t, ctx, c, name)     // waits out the fresh servers' grace
 	for _, rc := range rcs {
 		if err := rc.Shards[0].Master.SetClockOffset(10 * time.Second); err != nil {
 			t.Fatal(err)

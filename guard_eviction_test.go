@@ -60,12 +60,8 @@ func TestEvictingNodesAreRefusedByDefault(t *testing.T) {
 	for _, policy := range []string{"volatile-lru", "allkeys-lru"} {
 		t.Run(policy, func(t *testing.T) {
 			cl := evictingNodes(t, policy)
-			c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
-			_, err = c.TryAcquire(ctx, "job")
+			c := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
+			_, err := c.TryAcquire(ctx, "job")
 			if !errors.Is(err, redlock.ErrEvictingNode) || !errors.Is(err, redlock.ErrInvalidConfig) ||
 				!strings.Contains(err.Error(), "maxmemory-policy "+policy) || !strings.Contains(err.Error(), "noeviction") ||
 				!strings.Contains(err.Error(), "a Redis of its own") || !strings.Contains(err.Error(), "AllowEvictingNodes") {
@@ -92,11 +88,7 @@ func TestEvictingNodesAreRefusedByDefault(t *testing.T) {
 func TestEvictionPolicyChangedAtRunTimeIsSeen(t *testing.T) {
 	ctx := context.Background()
 	cl := evictingNodes(t, "noeviction")
-	c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, cl.Clients(), redlock.Options{TTL: 5 * time.Second})
 	l, err := c.TryAcquire(ctx, "job")
 	if err != nil {
 		t.Fatalf("noeviction with a maxmemory: %v", err)
@@ -341,11 +333,7 @@ func TestANodeThatEvictedIsRefusedAfterItsPolicyIsReverted(t *testing.T) {
 		t.Run(xopts.name, func(t *testing.T) {
 			cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
 				Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
-			x, err := redlock.New(cl.Clients(), xopts.opts)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer x.Close()
+			x := newClientOn(t, cl.Clients(), xopts.opts)
 			name := "job-" + xopts.name
 			held, err := x.TryAcquire(ctx, name)
 			if err != nil {
@@ -354,11 +342,7 @@ func TestANodeThatEvictedIsRefusedAfterItsPolicyIsReverted(t *testing.T) {
 			defer func() { _ = held.Release(context.Background()) }()
 			evictThenRevert(ctx, t, cl, x.Keys(name).Lock)
 
-			y, err := redlock.New(cl.Clients(), redlock.Options{TTL: 500 * time.Millisecond})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer y.Close()
+			y := newClientOn(t, cl.Clients(), redlock.Options{TTL: 500 * time.Millisecond})
 			wctx, wcancel := context.WithTimeout(ctx, 5*time.Second)
 			defer wcancel()
 			l, err := y.Acquire(wctx, name)

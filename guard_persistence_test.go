@@ -251,10 +251,10 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 		t.Run(fmt.Sprintf("slots-%d-%d", half[0], half[1]), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
+			rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
 			opts := redlock.Options{TTL: 20 * time.Second}
 			newClient := func() *redlock.Client {
-				c, err := redlock.New(clusterClients(t, rcs), opts)
+				c, err := redlock.New(redistest.ClusterClientsT(t, rcs), opts)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -442,11 +442,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 	// A node timeout of a second: Y's attempt must reach its scripts (and
 	// the hooks that restart the servers) on a loaded machine too.
 	opts := redlock.Options{TTL: 20 * time.Second, NodeTimeout: time.Second}
-	x, err := redlock.New(cl.Clients(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := newClientOn(t, cl.Clients(), opts)
 	const name = "job"
 	var hooks []*restartBefore
 	var clients []redis.UniversalClient
@@ -460,11 +456,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		}
 		clients = append(clients, rdb)
 	}
-	y, err := redlock.New(clients, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer y.Close()
+	y := newClientOn(t, clients, opts)
 	held, err := x.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -519,13 +511,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 	const name = "job"
 	// Acquire, not TryAcquire: a 100ms TTL gives each node 10ms, which a
 	// loaded machine may miss; the schedule needs the holds, not a first try.
-	l, err := w.Acquire(ctx, name) // W meets the nodes, and uses the name
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	acquireAndRelease(t, ctx, w, name) // W meets the nodes, and uses the name
 	x := newClient(20 * time.Second)
 	held, err := x.Acquire(ctx, name)
 	if err != nil {

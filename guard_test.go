@@ -111,11 +111,7 @@ func TestRestartGraceCoversAnotherClientsLongerTTL(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	const long, short = 4 * time.Second, 300 * time.Millisecond
 	x := newClient(t, cl, redlock.Options{TTL: long})
-	y, err := redlock.New(cl.Clients(), redlock.Options{TTL: short})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer y.Close()
+	y := newClientOn(t, cl.Clients(), redlock.Options{TTL: short})
 	ctx := context.Background()
 	eventually(t, 15*time.Second, "the fresh nodes vote for the short-TTL client", func() bool {
 		l, err := y.TryAcquire(ctx, "warm-up")
@@ -233,11 +229,7 @@ func TestPersistentNodeVotesRightAfterItsRestart(t *testing.T) {
 // The wording tells a server met for the first time from a restart.
 func TestFreshNodeIsSaidToHaveStarted(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
-	c, err := redlock.New(cl.Clients(), redlock.Options{AllowNoFaultTolerance: true, TTL: time.Hour})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, cl.Clients(), redlock.Options{AllowNoFaultTolerance: true, TTL: time.Hour})
 	ctx := context.Background()
 	if info := c.Nodes(ctx)[0]; info.Voting || !strings.HasPrefix(info.SitOutReason, "started ") || !strings.Contains(info.SitOutReason, "1h0m0s restart grace") {
 		t.Fatalf("a fresh node: voting %v, reason %q", info.Voting, info.SitOutReason)

@@ -4,8 +4,11 @@ import (
 	"context"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+	"github.com/redis/go-redis/v9"
 )
 
 // TestMain silences go-redis' own log: the tests kill nodes on purpose, and
@@ -18,3 +21,82 @@ func TestMain(m *testing.M) {
 type quietLogger struct{}
 
 func (quietLogger) Printf(context.Context, string, ...any) {}
+
+// newClient builds a client over the cluster's nodes. Unless the test sets
+// a grace, the restart guard is off: the nodes were just started, and the
+// guard would (rightly) keep them from voting for one TTL.
+func newClient(t *testing.T, cl *redistest.Cluster, opts redlock.Options) *redlock.Client {
+	t.Helper()
+	if opts.RestartGrace == 0 {
+		opts.RestartGrace = redlock.NoRestartGrace
+	}
+	// Tests run on 1 or 2 nodes where the quorum arithmetic is not
+	// the point: they opt in, as a deployment would have to.
+	if len(cl.Servers) < 3 {
+		opts.AllowNoFaultTolerance = true
+	}
+	c, err := redlock.New(cl.Clients(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// keysLeft lists the nodes that still hold the lock key of name.
+func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+	t.Helper()
+	var left []string
+	for _, s := range cl.Servers {
+		if !s.Running() {
+			continue
+		}
+		n, err := s.Client().Exists(context.Background(), c.Keys(name).Lock).Result()
+		if err != nil {
+			t.Fatalf("%s: %v", s.Addr, err)
+		}
+		if n > 0 {
+			left = append(left, s.Addr)
+		}
+	}
+	return left
+}
+
+// eventually polls cond until it holds or the deadline passes: for awaiting
+// a state of a real server that sends no event.
+func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %v: %s", within, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// newClientOn builds a client over nodes as given, closed at cleanup: for
+// nodes that newClient's defaults do not fit (Cluster or Sentinel clients,
+// a restart grace left on).
+func newClientOn(t *testing.T, nodes []redis.UniversalClient, opts redlock.Options) *redlock.Client {
+	t.Helper()
+	c, err := redlock.New(nodes, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// acquireAndRelease takes the lock name, waiting for it, and gives it back:
+// how a test waits out fresh servers' grace, or shows the lock is free.
+func acquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, name string) {
+	t.Helper()
+	l, err := c.Acquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

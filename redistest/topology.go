@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +101,59 @@ func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *Red
 	tb.Helper()
 	rc, err := StartRedisCluster(masters, replicas, opts)
 	return stoppedAtEnd(tb, "redis cluster", rc, err)
+}
+
+// StartRedisClustersT starts n Redis Clusters of masters masters with
+// replicas replicas each, in parallel (forming a cluster takes seconds), and
+// stops them at cleanup: the nodes of a client whose every node is a Cluster.
+func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) []*RedisCluster {
+	tb.Helper()
+	rcs := make([]*RedisCluster, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { rcs[i], errs[i] = StartRedisCluster(masters, replicas, opts) })
+	}
+	wg.Wait()
+	tb.Cleanup(func() {
+		for _, rc := range rcs {
+			if rc != nil {
+				if err := rc.Stop(); err != nil {
+					tb.Errorf("stopping redis cluster: %v", err)
+				}
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		tb.Fatal(err)
+	}
+	return rcs
+}
+
+// ClusterClientsT makes one ClusterClient per cluster, closed at cleanup:
+// the nodes of a lock client of its own, as another process would have.
+func ClusterClientsT(tb testing.TB, rcs []*RedisCluster) []redis.UniversalClient {
+	tb.Helper()
+	out := make([]redis.UniversalClient, len(rcs))
+	for i, rc := range rcs {
+		cc := rc.ClusterClient()
+		tb.Cleanup(func() { _ = cc.Close() })
+		out[i] = cc
+	}
+	return out
+}
+
+// EachCluster runs do on every cluster of rcs at once and joins their
+// errors: a fault meant for several nodes during one hold lands on all of
+// them within it, not one cluster's reconfiguration after another.
+func EachCluster(rcs []*RedisCluster, do func(rc *RedisCluster) error) error {
+	errs := make([]error, len(rcs))
+	var wg sync.WaitGroup
+	for i, rc := range rcs {
+		wg.Go(func() { errs[i] = do(rc) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (rc *RedisCluster) form(masters, replicas int) error {
