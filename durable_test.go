@@ -381,29 +381,14 @@ func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
 		}
 	}
 	y := newFailoverClient(t, ss, plain, opts)
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"the holder's client", x}, {"a fresh client", y}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < time.Second {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			// Refused by the promoted replicas, which have X's key, or
-			// for want of a quorum (durable votes: a client that saw a
-			// replica behind the node counts it even after the failover
-			// took it; or a FailoverClient still finding the new master).
-			if !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
-				t.Fatalf("%s: want the lock held or no quorum, got %v", tc.who, err)
-			}
-		}
-	}
+	// Refused by the promoted replicas, which have X's key, or for want
+	// of a quorum (durable votes: a client that saw a replica behind the
+	// node counts it even after the failover took it; or a
+	// FailoverClient still finding the new master).
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second,
+		is:   func(err error) bool { return errors.Is(err, redlock.ErrLocked) || errors.Is(err, redlock.ErrNoQuorum) },
+		want: "the lock held or no quorum",
+	}, contender{"the holder's client", x}, contender{"a fresh client", y})
 }
 
 // On Cluster nodes a vote waits for the replicas of the master that serves

@@ -501,33 +501,13 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 	}
 }
 
-// noSecondHolder tries the lock that held holds, three times from each of a
-// client that used the nodes before and a fresh one (the first try may be
-// the one that finds a new connection, the next must not slip through
-// either), while more than margin of its validity is left: each must be
-// refused for want of a quorum, with the nodes that lost its keys (whose)
-// sitting out.
+// noSecondHolder has a client that used the nodes before and a fresh one
+// try the lock that held holds, three times each, while more than margin of
+// its validity is left: each must be refused for want of a quorum, with the
+// nodes that lost its keys (whose) sitting out.
 func noSecondHolder(t *testing.T, ctx context.Context, held *redlock.Lock, name string, margin time.Duration, whose string, before, fresh *redlock.Client) {
 	t.Helper()
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < margin {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-				t.Fatalf("%s: want no quorum, %s nodes sitting out, got %v", tc.who, whose, err)
-			}
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: margin, is: sittingOut(true, ""), want: "no quorum, " + whose + " nodes sitting out"}, beforeAndFresh(before, fresh)...)
 }
 
 // failOverEach fails over, in parallel, the master serving slot in each of
@@ -697,7 +677,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
-	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, before, fresh)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, before, fresh)
 	info, err := fresh.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -762,7 +742,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	// on any machine, and this wait only makes sure of it.
 	time.Sleep(time.Until(yMet.Add(1100 * time.Millisecond)))
 	fresh := en.client(t, opts)
-	refusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, y, fresh)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, y, fresh)
 	info, err := y.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -772,34 +752,20 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	}
 }
 
-// refusedWhileHeld tries the lock that held holds, three times from each of
-// a client that used the nodes before and a fresh one, while X's validity
-// lasts: each must be refused, with C sitting out. Each attempt's key on
-// P1 (which X does not hold) is awaited gone before the next: left there,
-// it would make the next attempt stop at ErrLocked on P0 and P1 before C
-// answered, which happened on a loaded machine.
-func refusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, before, fresh *redlock.Client) {
+// epochRefusedWhileHeld tries the lock that held holds, three times from
+// each of a client that used the nodes before and a fresh one, while X's
+// validity lasts: each must be refused, with C sitting out. Each attempt's
+// key on P1 (which X does not hold) is awaited gone before the next: left
+// there, it would make the next attempt stop at ErrLocked on P0 and P1
+// before C answered, which happened on a loaded machine.
+func epochRefusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, before, fresh *redlock.Client) {
 	t.Helper()
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < 500*time.Millisecond {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
-				t.Fatalf("%s: want a refusal with C sitting out, got %v", tc.who, err)
-			}
-			awaitNoKey(t, ctx, p1, tc.c.Keys(name).Lock)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{
+		tries: 3, margin: 500 * time.Millisecond,
+		is:   sittingOut(false, "ClusterClient#3: redlock: node is sitting out"),
+		want: "a refusal with C sitting out",
+		then: func(c *redlock.Client) { awaitNoKey(t, ctx, p1, c.Keys(name).Lock) },
+	}, beforeAndFresh(before, fresh)...)
 }
 
 // awaitNoKey waits until s holds no key at key: a refused attempt's release

@@ -186,23 +186,7 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 			// sure of it.
 			time.Sleep(time.Until(beforeMet.Add(1100 * time.Millisecond)))
 			fresh := newClient()
-			for _, tc := range []struct {
-				who string
-				c   *redlock.Client
-			}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-				left := time.Until(held.Deadline())
-				if left < time.Second {
-					t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-				}
-				l, err := tc.c.TryAcquire(ctx, name)
-				if err == nil {
-					_ = l.Release(ctx)
-					t.Fatalf("%s took lock %q, evicted from every node, while X holds it for %.1fs more", tc.who, name, left.Seconds())
-				}
-				if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "evicted") {
-					t.Fatalf("%s: want no quorum, the nodes sitting out for their evictions, got %v", tc.who, err)
-				}
-			}
+			refusedWhileHeld(t, ctx, held, name, refusal{after: ", evicted from every node,", margin: time.Second, is: sittingOut(true, "evicted"), want: "no quorum, the nodes sitting out for their evictions"}, beforeAndFresh(before, fresh)...)
 			if info := fresh.Nodes(ctx)[0]; info.EvictedKeys == 0 || info.Voting || info.MaxMemoryPolicy != policy {
 				t.Fatalf("Nodes: want the evictions counted and the node sitting out, got %+v", info)
 			}

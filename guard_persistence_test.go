@@ -222,20 +222,7 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		}
 	}
 	before.Nodes(ctx)
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
-		left := time.Until(held.Deadline())
-		l, err := tc.c.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("%s took lock %q after 2 of 3 everysec nodes crashed, while X holds it for %.1fs more", tc.who, name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
-			t.Fatalf("%s: want the crashed nodes sitting out as started without persistence, got %v", tc.who, err)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 everysec nodes crashed,", is: sittingOut(false, "without persistence"), want: "the crashed nodes sitting out as started without persistence"}, beforeAndFresh(before, newClient())...)
 }
 
 // A Cluster master's clock jumps forward alone, in 2 of 3 Cluster nodes,
@@ -301,23 +288,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 					t.Fatalf("%s kept X's key after its clock jumped 30s (%d, %v)", m.Addr, n, err)
 				}
 			}
-			for _, tc := range []struct {
-				who string
-				c   *redlock.Client
-			}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
-				left := time.Until(held.Deadline())
-				if left < time.Second {
-					t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-				}
-				l, err := tc.c.TryAcquire(ctx, name)
-				if err == nil {
-					_ = l.Release(ctx)
-					t.Fatalf("%s took lock %q after its master's clock jumped 30s in 2 of 3 Cluster nodes, while X holds it for %.1fs more", tc.who, name, left.Seconds())
-				}
-				if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "clock") {
-					t.Fatalf("%s: want the jumped nodes sitting out for their clocks, got %v", tc.who, err)
-				}
-			}
+			refusedWhileHeld(t, ctx, held, name, refusal{after: " after its master's clock jumped 30s in 2 of 3 Cluster nodes,", margin: time.Second, is: sittingOut(false, "clock"), want: "the jumped nodes sitting out for their clocks"}, beforeAndFresh(before, newClient())...)
 		})
 	}
 }

@@ -2,7 +2,9 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -98,5 +100,62 @@ func acquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, nam
 	}
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// contender is a client that tries a lock another client holds, named for
+// the messages.
+type contender struct {
+	who string
+	c   *redlock.Client
+}
+
+// beforeAndFresh are the two clients a loss test asks: one that used the
+// nodes before the loss, and one that met them only after it.
+func beforeAndFresh(before, fresh *redlock.Client) []contender {
+	return []contender{{"a client that used the nodes before", before}, {"a fresh client", fresh}}
+}
+
+// refusal is what refusedWhileHeld expects of each try of a held lock.
+type refusal struct {
+	after  string                  // what befell the nodes, for the messages
+	tries  int                     // tries per client (1 if 0): the first may be the one that finds a new connection, the next must not slip through either
+	margin time.Duration           // validity of the hold left at each try, or the test is too slow to tell (unchecked if 0)
+	is     func(err error) bool    // whether err is the refusal wanted
+	want   string                  // the refusal wanted, for the messages
+	then   func(c *redlock.Client) // runs after each refused try, if set
+}
+
+// sittingOut is the refusal of nodes that sit out: ErrNodeSittingOut (and
+// ErrNoQuorum if noQuorum), the error saying says.
+func sittingOut(noQuorum bool, says string) func(error) bool {
+	return func(err error) bool {
+		return errors.Is(err, redlock.ErrNodeSittingOut) && (!noQuorum || errors.Is(err, redlock.ErrNoQuorum)) && strings.Contains(err.Error(), says)
+	}
+}
+
+// refusedWhileHeld has each contender try the lock name that held holds:
+// every try must be refused as r says. Where a try takes the lock, a
+// second holder had it while the first was valid.
+func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, name string, r refusal, contenders ...contender) {
+	t.Helper()
+	for _, tc := range contenders {
+		for range max(r.tries, 1) {
+			left := time.Until(held.Deadline())
+			if r.margin > 0 && left < r.margin {
+				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
+			}
+			l, err := tc.c.TryAcquire(ctx, name)
+			if err == nil {
+				_ = l.Release(ctx)
+				t.Fatalf("%s took lock %q%s while X holds it for %.1fs more", tc.who, name, r.after, left.Seconds())
+			}
+			if !r.is(err) {
+				t.Fatalf("%s: want %s, got %v", tc.who, r.want, err)
+			}
+			if r.then != nil {
+				r.then(tc.c)
+			}
+		}
 	}
 }
