@@ -285,12 +285,7 @@ func failoverNodes(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Clu
 
 func newFailoverClient(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Cluster, opts redlock.Options) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(failoverNodes(t, ss, plain), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOn(t, failoverNodes(t, ss, plain), opts)
 }
 
 // The failing case of a failover is a vote counted on a write its replica

@@ -141,12 +141,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 	newClient := func() *redlock.Client {
 		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
 		t.Cleanup(func() { _ = fc.Close() })
-		c, err := redlock.New(append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
 	}
 	known := newClient()
 	if name := known.Nodes(ctx)[2].Node; name != "FailoverClient#3" {
@@ -216,12 +211,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	plain := redistest.StartT(t, 2, redistest.Options{})
 	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
 	newClient := func(opts redlock.Options) *redlock.Client {
-		c, err := redlock.New(append(plain.Clients(), redistest.ClusterClientsT(t, []*redistest.RedisCluster{rc})...), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, append(plain.Clients(), redistest.ClusterClientsT(t, []*redistest.RedisCluster{rc})...), opts)
 	}
 	// Replicas whose links are down count too: they may still be promoted.
 	for _, sh := range rc.Shards {
@@ -611,12 +601,7 @@ func (en epochNodes) client(t *testing.T, opts redlock.Options) *redlock.Client 
 	t.Helper()
 	cc := en.rc.ClusterClient()
 	t.Cleanup(func() { _ = cc.Close() })
-	c, err := redlock.New([]redis.UniversalClient{en.plain.Servers[0].Client(), en.plain.Servers[1].Client(), cc}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOn(t, []redis.UniversalClient{en.plain.Servers[0].Client(), en.plain.Servers[1].Client(), cc}, opts)
 }
 
 // takeOnP0AndC has x take name while P1 is down, so that its key is on P0

@@ -137,12 +137,7 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 					t.Cleanup(func() { _ = rdb.Close() })
 					clients = append(clients, rdb)
 				}
-				c, err := redlock.New(clients, opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
+				return newClientOn(t, clients, opts)
 			}
 			x, before := newClient(), newClient()
 			for _, c := range []*redlock.Client{x, before} {
@@ -205,12 +200,7 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	opts := redlock.Options{TTL: 20 * time.Second}
 	guarded := func() *redlock.Client { // newClient turns the guard off
-		c, err := redlock.New(cl.Clients(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), opts)
 	}
 	x, before, other := guarded(), guarded(), guarded()
 	for _, c := range []*redlock.Client{before, other} {
@@ -409,12 +399,7 @@ func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
 	opts := redlock.Options{TTL: 30 * time.Second}
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), opts)
 	}
 	x, y := newClient(), newClient()
 	for _, info := range y.Nodes(ctx) { // Y meets the nodes and their markers
@@ -521,12 +506,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second})
 	}
 	x, y := newClient(), newClient()
 	const name = "job"
@@ -593,12 +573,7 @@ func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 		t.Fatalf("AllowEvictingNodes with a TTL above RestartGrace: want ErrInvalidConfig naming the TTL, got %v", err)
 	}
 	newClient := func(ttl time.Duration) *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl, AllowEvictingNodes: true, RestartGrace: grace})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: ttl, AllowEvictingNodes: true, RestartGrace: grace})
 	}
 	x := newClient(30 * time.Second)
 	const name = "job"

@@ -35,12 +35,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
 	}
 	x, y := newClient(), newClient()
 	for _, c := range []*redlock.Client{x, y} { // both meet persistent nodes
@@ -93,12 +88,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
 	}
 	x, y := newClient(), newClient()
 	y.Nodes(ctx) // Y meets the nodes and their markers
@@ -193,12 +183,7 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		}
 	}
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	}
 	x, before := newClient(), newClient()
 	before.Nodes(ctx)
@@ -241,12 +226,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 			rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
 			opts := redlock.Options{TTL: 20 * time.Second}
 			newClient := func() *redlock.Client {
-				c, err := redlock.New(redistest.ClusterClientsT(t, rcs), opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
+				return newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 			}
 			x, before := newClient(), newClient()
 			for i, info := range before.Nodes(ctx) {
@@ -308,12 +288,7 @@ func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true})
 	const short = 900 * time.Millisecond
 	newClient := func(opts redlock.Options) *redlock.Client {
-		c, err := redlock.New(cl.Clients(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), opts)
 	}
 	z := newClient(redlock.Options{TTL: short})
 	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
@@ -471,12 +446,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 		}
 	}
 	newClient := func(ttl time.Duration) *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: ttl})
 	}
 	w := newClient(100 * time.Millisecond)
 	const name = "job"
@@ -588,12 +558,7 @@ func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
 		}
 	})
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	}
 	// Y meets the nodes while they persist: its data-kept markers are in
 	// the AOF that a restart loads.
@@ -618,11 +583,7 @@ func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
 	// would count them not persistent and keep them out for their first
 	// 20s, so X turns the grace off to reach the schedule. Y's refusal
 	// rests on Y's own view only.
-	x, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second, RestartGrace: redlock.NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
+	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second, RestartGrace: redlock.NoRestartGrace})
 	const name = "job"
 	held, err := x.TryAcquire(ctx, name)
 	if err != nil {

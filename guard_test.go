@@ -322,11 +322,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	t.Cleanup(func() { _ = cl.Servers[2].Resume() })
-	x, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = x.Close() })
+	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	const name = "job"
 	held, err := x.TryAcquire(ctx, name)
 	if err != nil {
@@ -348,11 +344,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		clients = append(clients, rdb)
 	}
-	y, err := redlock.New(clients, redlock.Options{TTL: 20 * time.Second, NodeTimeout: 5 * time.Second})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = y.Close() })
+	y := newClientOn(t, clients, redlock.Options{TTL: 20 * time.Second, NodeTimeout: 5 * time.Second})
 	// Y's connections to every node are open (a new one would mark the
 	// node stale and make its next vote probe it).
 	for range 3 {

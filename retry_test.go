@@ -66,11 +66,7 @@ func TestFairTakeRetriedAfterALostReplyDrawsATokenAboveTheLastHolders(t *testing
 	var loss replyLoss
 	rdb := loss.client(cl.Servers[0].Addr)
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClientOn(t, []redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
 	if err := c.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
