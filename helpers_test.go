@@ -159,3 +159,29 @@ func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, nam
 		}
 	}
 }
+
+// acquireAsync runs c.Acquire(ctx, name, opts...) in the background; the
+// lock comes on the channel, nil if the acquire failed (reported with
+// t.Error).
+func acquireAsync(t *testing.T, ctx context.Context, c *redlock.Client, name string, opts ...redlock.LockOption) <-chan *redlock.Lock {
+	got := make(chan *redlock.Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
+// awaitGot waits for the lock of an acquireAsync, and stops the test if the
+// acquire failed.
+func awaitGot(t *testing.T, got <-chan *redlock.Lock) *redlock.Lock {
+	t.Helper()
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	return l
+}
