@@ -155,13 +155,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 		return info
 	}
 	eventually(t, 20*time.Second, "the failover node votes after its start's grace", func() bool { return votes(known).Voting })
-	l, err := known.TryAcquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tryAcquireAndRelease(t, ctx, known, "job")
 
 	promoted, err := ss.Failover(ctx)
 	if err != nil {
@@ -246,13 +240,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	if info := node(); info.Replicas != 2 || info.Node != "ClusterClient#3" {
 		t.Fatalf("Nodes: want ClusterClient#3 with 2 replicas, got %+v", info)
 	}
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tryAcquireAndRelease(t, ctx, c, name)
 
 	promoted, err := rc.Failover(ctx, c.Keys(name).Slot, false)
 	if err != nil {
@@ -268,7 +256,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 		t.Fatalf("the promoted replica votes at once: %+v", info)
 	}
 	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return node().Voting })
-	l, err = c.TryAcquire(ctx, name)
+	l, err := c.TryAcquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -52,13 +52,7 @@ func TestScriptsRunByEVALSHAOnceANodeToldTheirSHA(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{})
 	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "evalsha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tryAcquireAndRelease(t, ctx, c, "evalsha")
 	for _, s := range cl.Servers {
 		if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)

@@ -204,13 +204,7 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	}
 	x, before, other := guarded(), guarded(), guarded()
 	for _, c := range []*redlock.Client{before, other} {
-		warm, err := c.TryAcquire(ctx, "warm-up")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := warm.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		tryAcquireAndRelease(t, ctx, c, "warm-up")
 	}
 	met := time.Now()
 	const name = "job"

@@ -292,13 +292,7 @@ func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
 	}
 	z := newClient(redlock.Options{TTL: short})
 	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
-	l, err := w.TryAcquire(ctx, "warm-up") // W meets the nodes
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	tryAcquireAndRelease(t, ctx, w, "warm-up") // W meets the nodes
 	const name = "job"
 	held, err := z.TryAcquire(ctx, name)
 	if err != nil {

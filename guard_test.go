@@ -348,13 +348,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 	// Y's connections to every node are open (a new one would mark the
 	// node stale and make its next vote probe it).
 	for range 3 {
-		l, err := y.TryAcquire(ctx, "warm")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		tryAcquireAndRelease(t, ctx, y, "warm")
 	}
 	for i, info := range y.Nodes(ctx) {
 		if info.Err != nil || !info.Voting {

@@ -185,3 +185,16 @@ func awaitGot(t *testing.T, got <-chan *redlock.Lock) *redlock.Lock {
 	}
 	return l
 }
+
+// tryAcquireAndRelease takes the lock name without waiting and gives it
+// back: a round that must win, or that makes the client meet its nodes.
+func tryAcquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, name string) {
+	t.Helper()
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

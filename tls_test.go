@@ -318,13 +318,7 @@ func TestTLSServerNameOverride(t *testing.T) {
 	}
 	byConfig := fromURLs(t, cl.URLs(), redlock.Options{NodeTimeout: time.Second, TLSConfig: cfg})
 	for _, c := range []*redlock.Client{byURL, byConfig} {
-		l, err := c.TryAcquire(ctx, "tls-sni")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		tryAcquireAndRelease(t, ctx, c, "tls-sni")
 	}
 	if cfg.ServerName != "redis.example.com" || cfg.MinVersion != tls.VersionTLS12 {
 		t.Errorf("LoadTLSConfig: server name %q, min version %x", cfg.ServerName, cfg.MinVersion)

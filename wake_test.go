@@ -140,13 +140,7 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 		return slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
 	})
 	for range 10 {
-		l, err := holder.TryAcquire(ctx, "other")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		tryAcquireAndRelease(t, ctx, holder, "other")
 	}
 
 	// The release of a wakes its waiter at once, long before a retry.
