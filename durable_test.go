@@ -31,20 +31,7 @@ const waitRoom = 2 * time.Second
 // startReplicated starts n masters with one replica each, in sync.
 func startReplicated(t *testing.T, n int) (*redistest.Cluster, []*redistest.Server) {
 	t.Helper()
-	masters := redistest.StartT(t, n, redistest.Options{})
-	var replicas []*redistest.Server
-	for _, m := range masters.Servers {
-		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
-		replicas = append(replicas, r.Servers[0])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for _, r := range replicas {
-		if err := redistest.RestoreReplication(ctx, r); err != nil { // awaits the sync
-			t.Fatal(err)
-		}
-	}
-	return masters, replicas
+	return redistest.StartReplicatedT(t, n, redistest.Options{})
 }
 
 // A master with a replica fails over as soon as someone promotes the

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,6 +102,27 @@ func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *Red
 	tb.Helper()
 	rc, err := StartRedisCluster(masters, replicas, opts)
 	return stoppedAtEnd(tb, "redis cluster", rc, err)
+}
+
+// StartReplicatedT starts n masters with one replica each (a standalone
+// server started with --replicaof, no Sentinel, no Cluster), waits for each
+// replica's initial sync, and stops them all at cleanup.
+func StartReplicatedT(tb testing.TB, n int, opts Options) (masters *Cluster, replicas []*Server) {
+	tb.Helper()
+	masters = StartT(tb, n, opts)
+	for _, m := range masters.Servers {
+		ropts := opts
+		ropts.Args = append(slices.Clip(opts.Args), "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))
+		replicas = append(replicas, StartT(tb, 1, ropts).Servers[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range replicas {
+		if err := RestoreReplication(ctx, r); err != nil { // awaits the sync
+			tb.Fatal(err)
+		}
+	}
+	return masters, replicas
 }
 
 // StartRedisClustersT starts n Redis Clusters of masters masters with
