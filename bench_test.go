@@ -84,16 +84,7 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 // (AllowFailoverNodes). It reports the acquire's median latency beside
 // ns/op. Compare the two in one session, interleaved (docs/BENCHMARKS.md).
 func BenchmarkDurableVotes(b *testing.B) {
-	masters := redistest.StartT(b, 3, redistest.Options{})
-	for _, m := range masters.Servers {
-		r := redistest.StartT(b, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(m.Port)}})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := redistest.RestoreReplication(ctx, r.Servers[0]) // awaits the sync
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	masters, _ := redistest.StartReplicatedT(b, 3, redistest.Options{})
 	for _, durable := range []bool{false, true} {
 		b.Run(fmt.Sprintf("durable=%v", durable), func(b *testing.B) {
 			c, err := redlock.New(masters.Clients(), redlock.Options{
