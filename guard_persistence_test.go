@@ -53,12 +53,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	}
 	y.Nodes(ctx) // Y sees them without persistence
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	for _, s := range off {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
@@ -93,12 +88,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	x, y := newClient(), newClient()
 	y.Nodes(ctx) // Y meets the nodes and their markers
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	flushed := cl.Servers[:2]
 	for _, s := range flushed {
 		if err := s.Client().FlushAll(ctx).Err(); err != nil {
@@ -188,12 +178,7 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 	x, before := newClient(), newClient()
 	before.Nodes(ctx)
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Kill(); err != nil {
 			t.Fatal(err)
@@ -491,20 +476,6 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 	}
 }
 
-// awaitKeyOnEvery waits until key is on every one of servers: the holder's
-// slowest node has its key before a fault is aimed at it.
-func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
-	t.Helper()
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range servers {
-			if n, err := s.Client().Exists(ctx, key).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
-}
-
 // aofWaitingForRewrite turns s's AOF off and on again at run time, the way
 // an operator switches a running Redis to AOF (CONFIG SET appendonly yes),
 // with a first rewrite that lasts (rdb-key-save-delay on a few padding
@@ -579,12 +550,7 @@ func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
 	// rests on Y's own view only.
 	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second, RestartGrace: redlock.NoRestartGrace})
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)

@@ -324,12 +324,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 	t.Cleanup(func() { _ = cl.Servers[2].Resume() })
 	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 
 	hook := &registerReadSeen{seen: make(chan struct{}, 4)}
 	probes := &probeSeen{seen: make(chan struct{}, 4)}

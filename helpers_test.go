@@ -198,3 +198,31 @@ func tryAcquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, 
 		t.Fatal(err)
 	}
 }
+
+// awaitKeyOnEvery waits until key is on every one of servers: the holder's
+// slowest node has its key before a fault is aimed at it.
+func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "X's key on every node", func() bool {
+		for _, s := range servers {
+			if n, err := s.Client().Exists(ctx, key).Result(); err != nil || n != 1 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// holdOnEvery takes the lock name with c, without waiting, releases it at
+// cleanup, and waits until its key is on every one of servers: a fault
+// aimed at the holder's nodes then meets the key on each.
+func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers []*redistest.Server, name string) *redlock.Lock {
+	t.Helper()
+	held, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	awaitKeyOnEvery(t, ctx, servers, c.Keys(name).Lock)
+	return held
+}
