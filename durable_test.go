@@ -386,7 +386,7 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 	defer cancel()
 	opts := redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
 	c := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
-	acquireAndRelease(t, ctx, c, "warm-up") // the first contact probes every master
+	takeAndRelease(t, ctx, c.Acquire, "warm-up") // the first contact probes every master
 	// Many acquisitions at once, on both masters' slots: their calls share
 	// the pipes' writes, each master's with its own WAIT.
 	burst := func(what string, want func(i int, err error) error) {

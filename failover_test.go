@@ -48,7 +48,7 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 
 	// The fresh masters sit out the grace first: wait for it.
 	warm := nameInSlots(x, "warm", 8192, 16383)
-	acquireAndRelease(t, ctx, before, warm)
+	takeAndRelease(t, ctx, before.Acquire, warm)
 	held, err := x.Acquire(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +155,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 		return info
 	}
 	eventually(t, 20*time.Second, "the failover node votes after its start's grace", func() bool { return votes(known).Voting })
-	tryAcquireAndRelease(t, ctx, known, "job")
+	takeAndRelease(t, ctx, known.TryAcquire, "job")
 
 	promoted, err := ss.Failover(ctx)
 	if err != nil {
@@ -240,7 +240,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	if info := node(); info.Replicas != 2 || info.Node != "ClusterClient#3" {
 		t.Fatalf("Nodes: want ClusterClient#3 with 2 replicas, got %+v", info)
 	}
-	tryAcquireAndRelease(t, ctx, c, name)
+	takeAndRelease(t, ctx, c.TryAcquire, name)
 
 	promoted, err := rc.Failover(ctx, c.Keys(name).Slot, false)
 	if err != nil {
@@ -281,7 +281,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 	opts := redlock.Options{TTL: 5 * time.Second, AllowFailoverNodes: true}
 	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
-	acquireAndRelease(t, ctx, before, "warm-up") // waits out the fresh servers' grace
+	takeAndRelease(t, ctx, before.Acquire, "warm-up") // waits out the fresh servers' grace
 	lossy := rcs[:x.Quorum()]
 	for _, rc := range lossy {
 		if err := redistest.CutReplication(ctx, rc.Shards[0].Replicas[0]); err != nil {
@@ -321,7 +321,7 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 	kept := nameInSlots(known, "kept", 0, 8191)           // the first master's
 	moved := nameInSlots(known, "restarted", 8192, 16383) // the second master's
 	for _, name := range []string{kept, moved} {
-		acquireAndRelease(t, ctx, known, name) // waits out the fresh servers' grace
+		takeAndRelease(t, ctx, known.Acquire, name) // waits out the fresh servers' grace
 	}
 	if err := redistest.EachCluster(rcs, func(rc *redistest.RedisCluster) error {
 		_, err := rc.RestartMaster(ctx, known.Keys(moved).Slot)
@@ -432,7 +432,7 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 	// The fresh masters sit out the grace first: wait for it, the other
 	// client on both masters (its guard saw the layout before the move).
 	for _, warm := range []string{nameInSlots(x, "warm", 0, 8191), nameInSlots(x, "warm", 8192, 16383)} {
-		acquireAndRelease(t, ctx, before, warm)
+		takeAndRelease(t, ctx, before.Acquire, warm)
 	}
 	held, err := x.Acquire(ctx, name)
 	if err != nil {
@@ -527,8 +527,8 @@ func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	name := nameInSlots(c, "job", 0, 8191) // the first master's
-	acquireAndRelease(t, ctx, c, name)     // waits out the fresh servers' grace
+	name := nameInSlots(c, "job", 0, 8191)  // the first master's
+	takeAndRelease(t, ctx, c.Acquire, name) // waits out the fresh servers' grace
 	for _, rc := range rcs {
 		if err := rc.Shards[0].Master.SetClockOffset(10 * time.Second); err != nil {
 			t.Fatal(err)

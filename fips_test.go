@@ -52,7 +52,7 @@ func TestScriptsRunByEVALSHAOnceANodeToldTheirSHA(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{})
 	ctx := context.Background()
-	tryAcquireAndRelease(t, ctx, c, "evalsha")
+	takeAndRelease(t, ctx, c.TryAcquire, "evalsha")
 	for _, s := range cl.Servers {
 		if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)

@@ -277,7 +277,7 @@ func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
 	}
 	z := newClient(redlock.Options{TTL: short})
 	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
-	tryAcquireAndRelease(t, ctx, w, "warm-up") // W meets the nodes
+	takeAndRelease(t, ctx, w.TryAcquire, "warm-up") // W meets the nodes
 	const name = "job"
 	held, err := z.TryAcquire(ctx, name)
 	if err != nil {
@@ -431,7 +431,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 	const name = "job"
 	// Acquire, not TryAcquire: a 100ms TTL gives each node 10ms, which a
 	// loaded machine may miss; the schedule needs the holds, not a first try.
-	acquireAndRelease(t, ctx, w, name) // W meets the nodes, and uses the name
+	takeAndRelease(t, ctx, w.Acquire, name) // W meets the nodes, and uses the name
 	x := newClient(20 * time.Second)
 	held, err := x.Acquire(ctx, name)
 	if err != nil {

@@ -343,7 +343,7 @@ func TestNoVoteCountsWhileAProbeDatesALoss(t *testing.T) {
 	// Y's connections to every node are open (a new one would mark the
 	// node stale and make its next vote probe it).
 	for range 3 {
-		tryAcquireAndRelease(t, ctx, y, "warm")
+		takeAndRelease(t, ctx, y.TryAcquire, "warm")
 	}
 	for i, info := range y.Nodes(ctx) {
 		if info.Err != nil || !info.Voting {

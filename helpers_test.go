@@ -90,19 +90,6 @@ func newClientOn(t *testing.T, nodes []redis.UniversalClient, opts redlock.Optio
 	return c
 }
 
-// acquireAndRelease takes the lock name, waiting for it, and gives it back:
-// how a test waits out fresh servers' grace, or shows the lock is free.
-func acquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, name string) {
-	t.Helper()
-	l, err := c.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // contender is a client that tries a lock another client holds, named for
 // the messages.
 type contender struct {
@@ -186,19 +173,6 @@ func awaitGot(t *testing.T, got <-chan *redlock.Lock) *redlock.Lock {
 	return l
 }
 
-// tryAcquireAndRelease takes the lock name without waiting and gives it
-// back: a round that must win, or that makes the client meet its nodes.
-func tryAcquireAndRelease(t *testing.T, ctx context.Context, c *redlock.Client, name string) {
-	t.Helper()
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // awaitKeyOnEvery waits until key is on every one of servers: the holder's
 // slowest node has its key before a fault is aimed at it.
 func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
@@ -225,4 +199,19 @@ func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers [
 	t.Cleanup(func() { _ = held.Release(context.Background()) })
 	awaitKeyOnEvery(t, ctx, servers, c.Keys(name).Lock)
 	return held
+}
+
+// takeAndRelease takes the lock name with take (a client's Acquire, which
+// waits, or TryAcquire, which must win at once) and gives it back: how a
+// test waits out fresh servers' grace, makes a client meet its nodes, or
+// shows the lock is free.
+func takeAndRelease(t *testing.T, ctx context.Context, take func(context.Context, string, ...redlock.LockOption) (*redlock.Lock, error), name string) {
+	t.Helper()
+	l, err := take(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

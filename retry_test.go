@@ -212,7 +212,7 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	// Meets M with R connected, and runs the scripts once: the first
 	// EVALSHA of a node that was never asked to load them is a NOSCRIPT.
-	tryAcquireAndRelease(t, ctx, c, "warm-up")
+	takeAndRelease(t, ctx, c.TryAcquire, "warm-up")
 	if err := redistest.Await(ctx, "R acknowledged every write", 10*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := r.Client().Exists(ctx, c.Keys("warm-up").Lock).Result()
 		return err == nil && n == 0, err

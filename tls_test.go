@@ -318,7 +318,7 @@ func TestTLSServerNameOverride(t *testing.T) {
 	}
 	byConfig := fromURLs(t, cl.URLs(), redlock.Options{NodeTimeout: time.Second, TLSConfig: cfg})
 	for _, c := range []*redlock.Client{byURL, byConfig} {
-		tryAcquireAndRelease(t, ctx, c, "tls-sni")
+		takeAndRelease(t, ctx, c.TryAcquire, "tls-sni")
 	}
 	if cfg.ServerName != "redis.example.com" || cfg.MinVersion != tls.VersionTLS12 {
 		t.Errorf("LoadTLSConfig: server name %q, min version %x", cfg.ServerName, cfg.MinVersion)

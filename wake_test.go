@@ -140,7 +140,7 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 		return slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
 	})
 	for range 10 {
-		tryAcquireAndRelease(t, ctx, holder, "other")
+		takeAndRelease(t, ctx, holder.TryAcquire, "other")
 	}
 
 	// The release of a wakes its waiter at once, long before a retry.
