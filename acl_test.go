@@ -201,16 +201,7 @@ func TestACLUserWithoutScriptLoadStillLocks(t *testing.T) {
 	c := fromURLs(t, aclURLs(cl, "no-load"), redlock.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := c.TryAcquire(ctx, "acl-no-load")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Extend(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeExtendRelease(t, ctx, c, "acl-no-load")
 }
 
 // TestDocsShowTheACLRule: the rule in the operations guide is the one the

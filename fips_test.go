@@ -59,16 +59,7 @@ func TestScriptsRunByEVALSHAOnceANodeToldTheirSHA(t *testing.T) {
 		}
 	}
 	for range 5 {
-		l, err := c.TryAcquire(ctx, "evalsha")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Extend(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeExtendRelease(t, ctx, c, "evalsha")
 	}
 	for _, s := range cl.Servers {
 		stats, err := s.Client().Info(ctx, "commandstats").Result()

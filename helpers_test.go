@@ -215,3 +215,20 @@ func takeAndRelease(t *testing.T, ctx context.Context, take func(context.Context
 		t.Fatal(err)
 	}
 }
+
+// takeExtendRelease runs each of a lock's scripts once on c: it takes the
+// lock name without waiting, extends it and releases it, each of which must
+// succeed.
+func takeExtendRelease(t *testing.T, ctx context.Context, c *redlock.Client, name string) {
+	t.Helper()
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Extend(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
