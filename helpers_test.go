@@ -232,3 +232,19 @@ func takeExtendRelease(t *testing.T, ctx context.Context, c *redlock.Client, nam
 		t.Fatal(err)
 	}
 }
+
+// endedWith fails the test unless a lock (a permit, a multi-lock) has ended
+// already, as its Done and Err tell: done closed, then errOf() matching
+// want (asked in that order: Done alone must tell). after says after what,
+// for the messages.
+func endedWith(t *testing.T, after string, done <-chan struct{}, errOf func() error, want error) {
+	t.Helper()
+	select {
+	case <-done:
+	default:
+		t.Fatalf("Done still open after %s", after)
+	}
+	if err := errOf(); !errors.Is(err, want) {
+		t.Fatalf("Err after %s: %v, want %v", after, err, want)
+	}
+}

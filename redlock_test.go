@@ -320,14 +320,7 @@ func TestDoneFirstAskedAfterTheDeadlineIsClosed(t *testing.T) {
 	for !time.Now().After(l.Deadline()) {
 		time.Sleep(time.Until(l.Deadline()) + time.Millisecond) // the state past the deadline is the point
 	}
-	select {
-	case <-l.Done():
-	default:
-		t.Fatalf("Done, first asked %v after the deadline, is open", time.Since(l.Deadline()))
-	}
-	if !errors.Is(l.Err(), redlock.ErrLockLost) {
-		t.Fatalf("Err after the deadline: %v, want ErrLockLost", l.Err())
-	}
+	endedWith(t, "the deadline", l.Done(), l.Err, redlock.ErrLockLost)
 }
 
 func TestMaxExtensionsLetsTheLockExpire(t *testing.T) {
