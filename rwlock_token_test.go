@@ -44,6 +44,35 @@ func allVote(t *testing.T, c *redlock.Client, what string) {
 	})
 }
 
+// takenAndReleased takes a lock with take and releases it: an ended lock,
+// for its token.
+func takenAndReleased(t *testing.T, ctx context.Context, take func(context.Context, ...redlock.LockOption) (*redlock.Lock, error)) *redlock.Lock {
+	t.Helper()
+	l, err := take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// writerAfter has a writer take the lock with take after the reader r's
+// lock ended: its token must be above the reader's, the other side of the
+// reader token's promise.
+func writerAfter(t *testing.T, ctx context.Context, take func(context.Context, ...redlock.LockOption) (*redlock.Lock, error), r *redlock.Lock, opts ...redlock.LockOption) {
+	t.Helper()
+	w, err := take(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Token() <= r.Token() {
+		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
+	}
+	_ = w.Release(ctx)
+}
+
 // The schedule reproduced on main: the writer's register survives only on
 // a node whose answers come late, and the reader decides on two nodes that
 // never saw it (one was cut off, one restarted empty and sat out its grace).
@@ -64,14 +93,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	if err := cl.Servers[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := w.Token()
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writer := takenAndReleased(t, ctx, rw.TryLock).Token()
 	// 2. Node 0 is back; node 1 restarts empty.
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {
@@ -102,14 +124,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	}
 	// And the other side: a writer after the reader gets a higher token.
 	// It waits: node 2's late answers may have put it in its down hold-off.
-	w, err = rw.Lock(ctx, redlock.WithMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.Lock, r, redlock.WithMaxWait(10*time.Second))
 }
 
 // A name with only readers for longer than FenceLifetime: the register
@@ -122,14 +137,7 @@ func TestRWReaderTokenAcrossAnExpiredFenceRegister(t *testing.T) {
 	opts := redlock.Options{TTL: 10 * time.Second, FenceLifetime: time.Hour, ClockJumpThreshold: redlock.NoClockGuard}
 	ctx := context.Background()
 	before := newClient(t, cl, opts)
-	w, err := before.RWLock("readers-only").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := w.Token()
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writer := takenAndReleased(t, ctx, before.RWLock("readers-only").TryLock).Token()
 	r, err := before.RWLock("readers-only").TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -173,14 +181,7 @@ func TestRWReaderTokenAcrossAnExpiredFenceRegister(t *testing.T) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w, err = rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.TryLock, r)
 }
 
 // A register ahead of the reader's proposal on one node only (left by a
@@ -193,13 +194,7 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
 	rw := c.RWLock("ahead")
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, rw.TryLock)
 	ahead := w.Token() + 1_000_000_000_000
 	if err := cl.Servers[0].Client().Set(ctx, c.Keys("ahead").Fence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
@@ -233,14 +228,7 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It waits: node 2's late answers may have put it in its down hold-off.
-	w, err = rw.Lock(ctx, redlock.WithMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.Lock, r, redlock.WithMaxWait(10*time.Second))
 }
 
 // A reader's extension that repairs a node which lost its data puts the
@@ -251,13 +239,7 @@ func TestRWReaderRepairRaisesTheRegister(t *testing.T) {
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
 	rw := c.RWLock("repair")
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, rw.TryLock)
 	r, err := rw.TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -294,13 +276,7 @@ func TestRWReaderTokenIsItsProposalAndRaisesTheRegister(t *testing.T) {
 	writers := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	readers := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
-	w, err := writers.RWLock("doc").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, writers.RWLock("doc").TryLock)
 	before := time.Now().UnixMicro()
 	r, err := readers.RWLock("doc").TryRLock(ctx)
 	if err != nil {
@@ -352,13 +328,7 @@ func TestRWReaderWithoutFencingHasNoTokenAndLeavesTheRegister(t *testing.T) {
 	fenced := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second, DisableFencing: true})
 	ctx := context.Background()
-	w, err := fenced.RWLock("kept").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takenAndReleased(t, ctx, fenced.RWLock("kept").TryLock)
 	kept := make([]int64, len(cl.Servers))
 	for i, s := range cl.Servers {
 		kept[i] = fenceOn(t, c, s, "kept")
