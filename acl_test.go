@@ -68,14 +68,7 @@ func TestACLRuleAllowsEveryOperation(t *testing.T) {
 		}
 	}
 
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "acl")
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "acl")
 	awaitWaiting(t, ctx, failed, "acl")
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)

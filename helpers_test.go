@@ -248,3 +248,18 @@ func endedWith(t *testing.T, after string, done <-chan struct{}, errOf func() er
 		t.Fatalf("Err after %s: %v, want %v", after, err, want)
 	}
 }
+
+// acquireReleaseAsync runs c.Acquire(ctx, name) in the background and
+// releases the lock it got; the outcome comes on the channel, nil once the
+// lock was taken and released.
+func acquireReleaseAsync(ctx context.Context, c *redlock.Client, name string) <-chan error {
+	got := make(chan error, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name)
+		if err == nil {
+			err = l.Release(ctx)
+		}
+		got <- err
+	}()
+	return got
+}

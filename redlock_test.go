@@ -411,14 +411,7 @@ func TestWaiterIsWokenByTheRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan error, 1)
-			go func() {
-				l2, err := tc.waiter.Acquire(ctx, "handoff")
-				if err == nil {
-					err = l2.Release(ctx)
-				}
-				got <- err
-			}()
+			got := acquireReleaseAsync(ctx, tc.waiter, "handoff")
 			select { // the waiter's first attempt failed: it waits now
 			case <-failed:
 			case <-ctx.Done():

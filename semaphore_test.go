@@ -167,9 +167,7 @@ func TestSemaphoreNeverMoreThanKHoldersAndTokensIncreasePerSlot(t *testing.T) {
 
 func TestSemaphoreReleaseWakesAWaiterInAnotherClient(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 

@@ -71,14 +71,30 @@ func subscriptions(t *testing.T, cl *redistest.Cluster) [][]string {
 	return out
 }
 
-// noSubscriptions tells whether no node has a subscriber under the prefix.
-func noSubscriptions(t *testing.T, cl *redistest.Cluster) bool {
+// subscribedTo tells whether every node's channels under the prefix with
+// a subscriber are exactly chans, sorted.
+func subscribedTo(t *testing.T, cl *redistest.Cluster, chans ...string) bool {
+	t.Helper()
 	for _, chs := range subscriptions(t, cl) {
-		if len(chs) > 0 {
+		if !slices.Equal(chs, chans) {
 			return false
 		}
 	}
 	return true
+}
+
+// noSubscriptions tells whether no node has a subscriber under the prefix.
+func noSubscriptions(t *testing.T, cl *redistest.Cluster) bool {
+	t.Helper()
+	return subscribedTo(t, cl)
+}
+
+// holderAndWaiter are two clients of cl with slowRetries: a holder, and a
+// waiter whose failed attempts come on failed.
+func holderAndWaiter(t *testing.T, cl *redistest.Cluster) (holder, waiter *redlock.Client, failed <-chan string) {
+	t.Helper()
+	wopts, failed := failures(slowRetries())
+	return newClient(t, cl, slowRetries()), newClient(t, cl, wopts), failed
 }
 
 // pubsubConns counts each node's pub/sub connections.
@@ -103,9 +119,7 @@ func pubsubConns(t *testing.T, cl *redistest.Cluster) []int {
 
 func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -132,12 +146,7 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	// on once a quorum confirmed; the last node may still be on its way.)
 	want := []string{"redlock:{a}:released", "redlock:{b}:released"}
 	eventually(t, 5*time.Second, "every node subscribed to a and b, on one connection", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want) {
-				return false
-			}
-		}
-		return slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
+		return subscribedTo(t, cl, want...) && slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
 	})
 	for range 10 {
 		takeAndRelease(t, ctx, holder.TryAcquire, "other")
@@ -158,12 +167,7 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	// Nobody waits for a any more: its subscription ends after the linger;
 	// b's stays while its waiter waits.
 	eventually(t, 10*time.Second, "the subscription to a ends after the linger", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want[1:]) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, want[1:]...)
 	})
 	if err := held["b"].Release(ctx); err != nil {
 		t.Fatal(err)
@@ -211,22 +215,13 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 
 func TestForceUnlockWakesTheWaiter(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "stuck"); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, "stuck")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "stuck")
 	awaitWaiting(t, ctx, failed, "stuck")
 	start := time.Now()
 	if _, err := holder.ForceUnlock(ctx, "stuck"); err != nil {
@@ -242,9 +237,7 @@ func TestForceUnlockWakesTheWaiter(t *testing.T) {
 
 func TestCloseLeavesNoSubscription(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "c"); err != nil {
@@ -258,12 +251,7 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 	}()
 	awaitWaiting(t, ctx, failed, "c")
 	eventually(t, 5*time.Second, "every node subscribed to c", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, []string{"redlock:{c}:released"}) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, "redlock:{c}:released")
 	})
 	// The Acquire still waits, so only Close can end the subscription.
 	if err := waiter.Close(); err != nil {
@@ -283,32 +271,18 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 // again, and the release still wakes the waiter.
 func TestWaiterIsWokenAfterItsPubSubConnectionBroke(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := holder.TryAcquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "k")
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "k")
 	awaitWaiting(t, ctx, failed, "k")
 	want := []string{"redlock:{k}:released"}
 	subscribed := func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, want...)
 	}
 	eventually(t, 5*time.Second, "every node subscribed to k", subscribed)
 	for _, s := range cl.Servers {
@@ -423,14 +397,7 @@ func handOffBy(t *testing.T, ctx context.Context, holder, waiter *redlock.Client
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, name)
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, name)
 	awaitWaiting(t, ctx, failed, name)
 	if during != nil {
 		during()
