@@ -157,19 +157,7 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 			}
 			beforeMet := time.Now()
 			const name = "job"
-			held, err := x.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer held.Release(context.Background())
-			eventually(t, 5*time.Second, "X's key on every node", func() bool {
-				for _, s := range cl.Servers {
-					if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
-						return false
-					}
-				}
-				return true
-			})
+			held := holdOnEvery(t, ctx, x, cl.Servers, name)
 			for _, s := range cl.Servers {
 				if err := fillUntilEvicted(ctx, s, x.Keys(name).Lock); err != nil {
 					t.Fatal(err)
@@ -208,19 +196,7 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	}
 	met := time.Now()
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
-	eventually(t, 5*time.Second, "X's key on every node", func() bool {
-		for _, s := range cl.Servers {
-			if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
-				return false
-			}
-		}
-		return true
-	})
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	if err := cl.Servers[0].Client().FlushAll(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
