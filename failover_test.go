@@ -463,20 +463,7 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 			t.Fatalf("the lock's key moved with its slot (%d, %v): the move lost nothing", n, err)
 		}
 	}
-	for range 3 {
-		left := time.Until(held.Deadline())
-		if left < 500*time.Millisecond {
-			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-		}
-		l, err := before.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("a client that used the nodes before took lock %q while X holds it for %.1fs more", name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-			t.Fatalf("want no quorum, the masters new to the lock's slot sitting out, got %v", err)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: 500 * time.Millisecond, is: sittingOut(true, ""), want: "no quorum, the masters new to the lock's slot sitting out"}, contender{"a client that used the nodes before", before})
 }
 
 // noSecondHolder has a client that used the nodes before and a fresh one

@@ -211,15 +211,7 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	// The guard is read again before a vote once it is a second old (the
 	// window docs/PROTOCOL.md §11 states).
 	time.Sleep(time.Until(met.Add(1100 * time.Millisecond)))
-	left := time.Until(held.Deadline())
-	l, err := before.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("a client that knew the nodes took lock %q, flushed from a quorum, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "data-kept marker") {
-		t.Fatalf("want a refusal, the flushed nodes sitting out for their lost marker, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: ", flushed from a quorum,", is: sittingOut(false, "data-kept marker"), want: "a refusal, the flushed nodes sitting out for their lost marker"}, contender{"a client that knew the nodes", before})
 }
 
 // A node that evicted, and evicts no more, seen by a late client with a
@@ -508,15 +500,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	left := time.Until(held.Deadline())
-	l, err := y.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("Y took lock %q after its nodes evicted X's key and restarted, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "may evict keys") {
-		t.Fatalf("want the restarted nodes sitting out, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after its nodes evicted X's key and restarted,", is: sittingOut(false, "may evict keys"), want: "the restarted nodes sitting out"}, contender{"Y", y})
 }
 
 // With AllowEvictingNodes, an eviction makes a node sit out the restart

@@ -62,15 +62,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 			t.Fatalf("%s kept X's key across its restart (%d, %v): nothing was lost", s.Addr, n, err)
 		}
 	}
-	left := time.Until(held.Deadline())
-	l, err := y.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("Y took lock %q after 2 of 3 nodes restarted from an AOF turned off at run time, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "persist") {
-		t.Fatalf("want the restarted nodes sitting out, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 nodes restarted from an AOF turned off at run time,", is: sittingOut(false, "persist"), want: "the restarted nodes sitting out"}, contender{"Y", y})
 }
 
 // A client that saw a quorum of persistent nodes flushed during a hold
@@ -110,15 +102,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	for i, info := range y.Nodes(ctx)[:2] {
 		t.Logf("node %d after its restart: voting %v, %s", i, info.Voting, info.SitOutReason)
 	}
-	left := time.Until(held.Deadline())
-	l, err := y.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("Y took lock %q after 2 of 3 nodes were flushed and restarted, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "data-kept marker") {
-		t.Fatalf("want the flushed nodes still sitting out for the flush, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 nodes were flushed and restarted,", is: sittingOut(false, "data-kept marker"), want: "the flushed nodes still sitting out for the flush"}, contender{"Y", y})
 }
 
 // truncateAOFAt cuts s's AOF (the incremental file of a multi-part AOF,
