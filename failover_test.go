@@ -637,7 +637,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
-	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, before, fresh)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, beforeAndFresh(before, fresh)...)
 	info, err := fresh.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -702,7 +702,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	// on any machine, and this wait only makes sure of it.
 	time.Sleep(time.Until(yMet.Add(1100 * time.Millisecond)))
 	fresh := en.client(t, opts)
-	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, y, fresh)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, beforeAndFresh(y, fresh)...)
 	info, err := y.NodesFor(ctx, name)
 	if err != nil {
 		t.Fatal(err)
@@ -713,19 +713,19 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 }
 
 // epochRefusedWhileHeld tries the lock that held holds, three times from
-// each of a client that used the nodes before and a fresh one, while X's
-// validity lasts: each must be refused, with C sitting out. Each attempt's
+// each of contenders (a client that used the nodes before, a fresh one),
+// while X's validity lasts: each must be refused, with C sitting out. Each attempt's
 // key on P1 (which X does not hold) is awaited gone before the next: left
 // there, it would make the next attempt stop at ErrLocked on P0 and P1
 // before C answered, which happened on a loaded machine.
-func epochRefusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, before, fresh *redlock.Client) {
+func epochRefusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, contenders ...contender) {
 	t.Helper()
 	refusedWhileHeld(t, ctx, held, name, refusal{
 		tries: 3, margin: 500 * time.Millisecond,
 		is:   sittingOut(false, "ClusterClient#3: redlock: node is sitting out"),
 		want: "a refusal with C sitting out",
 		then: func(c *redlock.Client) { awaitNoKey(t, ctx, p1, c.Keys(name).Lock) },
-	}, beforeAndFresh(before, fresh)...)
+	}, contenders...)
 }
 
 // awaitNoKey waits until s holds no key at key: a refused attempt's release

@@ -391,20 +391,7 @@ func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 	for i, info := range y.Nodes(ctx)[:2] {
 		t.Logf("node %d after the flush: voting %v, %s", i, info.Voting, info.SitOutReason)
 	}
-	for range 3 {
-		left := time.Until(held.Deadline())
-		if left < time.Second {
-			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-		}
-		l, err := y.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("Y took lock %q after FLUSHALL on 2 of 3 nodes, while X holds it for %.1fs more", name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) {
-			t.Fatalf("want the flushed nodes sitting out, got %v", err)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second, after: " after FLUSHALL on 2 of 3 nodes,", is: sittingOut(false, ""), want: "the flushed nodes sitting out"}, contender{"Y", y})
 }
 
 // Issue 25's schedule 1 with one more step: the promoted replica (on
@@ -440,21 +427,7 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
 	fresh := en.client(t, opts)
-	for range 3 {
-		left := time.Until(held.Deadline())
-		if left < 500*time.Millisecond {
-			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-		}
-		l, err := fresh.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("a fresh client took lock %q while X holds it for %.1fs more", name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "ClusterClient#3: redlock: node is sitting out") {
-			t.Fatalf("want a refusal with C sitting out, got %v", err)
-		}
-		awaitNoKey(t, ctx, en.plain.Servers[1], fresh.Keys(name).Lock)
-	}
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, contender{"a fresh client", fresh})
 }
 
 // An operator lets persistent nodes evict at run time (CONFIG SET maxmemory
