@@ -40,6 +40,7 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 // lockOpts) and a Release of an uncontended lock, by a client of opts with
 // a 10s TTL.
 func benchAcquireRelease(b *testing.B, nodes int, opts redlock.Options, lockOpts ...redlock.LockOption) {
+	b.Helper()
 	cl := redistest.StartT(b, nodes, redistest.Options{})
 	opts.TTL = 10 * time.Second
 	opts.RestartGrace = redlock.NoRestartGrace // the nodes were started just now
