@@ -3,6 +3,7 @@ package redlock_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"strings"
 	"testing"
@@ -262,4 +263,19 @@ func acquireReleaseAsync(ctx context.Context, c *redlock.Client, name string) <-
 		got <- err
 	}()
 	return got
+}
+
+// holdAutoExtended takes n locks, named prefix-0 and on, with take (a
+// client's Acquire or TryAcquire), each auto-extended.
+func holdAutoExtended(t *testing.T, ctx context.Context, take func(context.Context, string, ...redlock.LockOption) (*redlock.Lock, error), prefix string, n int) []*redlock.Lock {
+	t.Helper()
+	held := make([]*redlock.Lock, 0, n)
+	for i := range n {
+		l, err := take(ctx, fmt.Sprintf("%s-%d", prefix, i), redlock.WithAutoExtend())
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, l)
+	}
+	return held
 }
