@@ -579,6 +579,35 @@ func (en epochNodes) client(t *testing.T, opts redlock.Options) *redlock.Client 
 	return newClientOn(t, []redis.UniversalClient{en.plain.Servers[0].Client(), en.plain.Servers[1].Client(), cc}, opts)
 }
 
+// awaitCVoting waits until each of clients counts C's vote, past its
+// master's start: persistence spares no start on a node that fails over (C's
+// master may have been promoted before it).
+func (en epochNodes) awaitCVoting(t *testing.T, ctx context.Context, clients ...*redlock.Client) {
+	t.Helper()
+	for _, c := range clients {
+		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
+			info := c.Nodes(ctx)[2]
+			return info.Err == nil && info.Voting
+		})
+	}
+}
+
+// takeThenPromoteCsReplica cuts C's replication, has x take name on P0 and C
+// (takeOnP0AndC), and promotes C's replica by force: a promoted replica
+// without X's key.
+func (en epochNodes) takeThenPromoteCsReplica(t *testing.T, ctx context.Context, x *redlock.Client, name string) (held *redlock.Lock, promoted *redistest.Server) {
+	t.Helper()
+	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	held = en.takeOnP0AndC(t, ctx, x, name)
+	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, promoted
+}
+
 // takeOnP0AndC has x take name while P1 is down, so that its key is on P0
 // and on C's master only; P1 then comes back with its data.
 func (en epochNodes) takeOnP0AndC(t *testing.T, ctx context.Context, x *redlock.Client, name string) *redlock.Lock {
@@ -616,23 +645,9 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
 	x := en.client(t, opts)
 	before := en.client(t, opts)
-	// Persistence spares no start on a node that fails over (C's master
-	// may have been promoted before it): both wait out its start's grace.
-	for _, c := range []*redlock.Client{x, before} {
-		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
-			info := c.Nodes(ctx)[2]
-			return info.Err == nil && info.Voting
-		})
-	}
-	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
-		t.Fatal(err)
-	}
+	en.awaitCVoting(t, ctx, x, before)
 	const name = "job"
-	held := en.takeOnP0AndC(t, ctx, x, name)
-	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, promoted := en.takeThenPromoteCsReplica(t, ctx, x, name)
 	if n, err := promoted.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
 	}
@@ -661,12 +676,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	opts := redlock.Options{TTL: 12 * time.Second, AllowFailoverNodes: true}
 	x := en.client(t, opts)
 	y := en.client(t, opts)
-	for _, c := range []*redlock.Client{x, y} {
-		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
-			info := c.Nodes(ctx)[2]
-			return info.Err == nil && info.Voting
-		})
-	}
+	en.awaitCVoting(t, ctx, x, y)
 	yMet := time.Now()
 	a, r := en.rc.Shards[0].Master, en.rc.Shards[0].Replicas[0]
 	runA := runID(t, a)

@@ -406,19 +406,9 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 	en := startEpochNodes(t, true)
 	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
 	x := en.client(t, opts)
-	eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
-		info := x.Nodes(ctx)[2]
-		return info.Err == nil && info.Voting
-	})
-	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
-		t.Fatal(err)
-	}
+	en.awaitCVoting(t, ctx, x)
 	const name = "job"
-	held := en.takeOnP0AndC(t, ctx, x, name)
-	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
-	if err != nil {
-		t.Fatal(err)
-	}
+	held, promoted := en.takeThenPromoteCsReplica(t, ctx, x, name)
 	restarted, err := en.rc.RestartMaster(ctx, x.Keys(name).Slot)
 	if err != nil || restarted != promoted {
 		t.Fatalf("restarting the promoted replica: %v, %v", restarted, err)
