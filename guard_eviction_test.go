@@ -187,10 +187,8 @@ func TestFlushedNodesSitOut(t *testing.T) {
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	opts := redlock.Options{TTL: 20 * time.Second}
-	guarded := func() *redlock.Client { // newClient turns the guard off
-		return newClientOn(t, cl.Clients(), opts)
-	}
-	x, before, other := guarded(), guarded(), guarded()
+	cs := guardedClients(t, cl, opts, 3)
+	x, before, other := cs[0], cs[1], cs[2]
 	for _, c := range []*redlock.Client{before, other} {
 		takeAndRelease(t, ctx, c.TryAcquire, "warm-up")
 	}
@@ -430,10 +428,8 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	newClient := func() *redlock.Client {
-		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second})
-	}
-	x, y := newClient(), newClient()
+	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second}, 2)
+	x, y := xy[0], xy[1]
 	const name = "job"
 	held, err := x.TryAcquire(ctx, name)
 	if err != nil {

@@ -34,10 +34,8 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	newClient := func() *redlock.Client {
-		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-	}
-	x, y := newClient(), newClient()
+	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	x, y := xy[0], xy[1]
 	for _, c := range []*redlock.Client{x, y} { // both meet persistent nodes
 		for i, info := range c.Nodes(ctx) {
 			if info.Err != nil || !info.Voting {
@@ -74,10 +72,8 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	newClient := func() *redlock.Client {
-		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-	}
-	x, y := newClient(), newClient()
+	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	x, y := xy[0], xy[1]
 	y.Nodes(ctx) // Y meets the nodes and their markers
 	const name = "job"
 	held := holdOnEvery(t, ctx, x, cl.Servers, name)

@@ -279,3 +279,14 @@ func holdAutoExtended(t *testing.T, ctx context.Context, take func(context.Conte
 	}
 	return held
 }
+
+// guardedClients are n clients of cl's nodes with opts as given: unlike
+// newClient's, their restart guard stays on.
+func guardedClients(t *testing.T, cl *redistest.Cluster, opts redlock.Options, n int) []*redlock.Client {
+	t.Helper()
+	cs := make([]*redlock.Client, n)
+	for i := range cs {
+		cs[i] = newClientOn(t, cl.Clients(), opts)
+	}
+	return cs
+}
