@@ -311,14 +311,7 @@ func TestRWReaderTokenIsItsProposalAndRaisesTheRegister(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err = writers.RWLock("doc").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r2.Token() {
-		t.Fatalf("writer token %d after the readers' %d", w.Token(), r2.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, writers.RWLock("doc").TryLock, r2) // the later reader's token is the higher
 }
 
 // With DisableFencing a reader has no token and neither its acquire nor
