@@ -193,16 +193,12 @@ func TestParseURLChecksThePortAndHidesAllUserInfo(t *testing.T) {
 	if _, err := redlock.ParseURL("redis://127.0.0.1:65535"); err != nil {
 		t.Errorf("port 65535: %v", err)
 	}
-	for raw, want := range map[string]string{
+	redacts(t, map[string]string{
 		"redis://s3cretpw@host:1":          "redis://xxxxx@host:1",
 		"redis://user:s3cretpw@host:1/2":   "redis://xxxxx@host:1/2",
 		"rediss://:s3cretpw@host:1":        "rediss://xxxxx@host:1",
 		"redis://host:1?password=s3cretpw": "redis://host:1?password=xxxxx",
-	} {
-		if got := redlock.RedactURL(raw); got != want {
-			t.Errorf("RedactURL: got %q, want %q", got, want)
-		}
-	}
+	})
 }
 
 // Node numbers in messages count from 1, as a person counts the URLs given.
@@ -230,6 +226,17 @@ func TestQuorumErrorWording(t *testing.T) {
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// redacts checks RedactURL on each URL of cases: the want beside it, its
+// passwords replaced.
+func redacts(t *testing.T, cases map[string]string) {
+	t.Helper()
+	for raw, want := range cases {
+		if got := redlock.RedactURL(raw); got != want {
+			t.Errorf("RedactURL: got %q, want %q", got, want)
 		}
 	}
 }
