@@ -231,39 +231,13 @@ func TestDurableVotesOfEveryPrimitive(t *testing.T) {
 	}
 }
 
-// startSentinels starts n Sentinel deployments of one master and one
-// replica each, in parallel.
-func startSentinels(t *testing.T, n int) []*redistest.Sentinels {
-	t.Helper()
-	ss := make([]*redistest.Sentinels, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { ss[i], errs[i] = redistest.StartSentinel(fmt.Sprintf("locks-%d", i), 1, redistest.Options{}) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, s := range ss {
-			if s != nil {
-				if err := s.Stop(); err != nil {
-					t.Errorf("stopping a sentinel deployment: %v", err)
-				}
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return ss
-}
-
 // failoverNodes are 3 nodes: the Sentinel deployments' masters (through
 // redis.NewFailoverClient, a client of its own each call) and plain.
 func failoverNodes(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Cluster) []redis.UniversalClient {
 	t.Helper()
 	var nodes []redis.UniversalClient
 	for _, s := range ss {
-		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: s.SentinelAddrs(), ContextTimeoutEnabled: true})
+		fc := s.FailoverClient()
 		t.Cleanup(func() { _ = fc.Close() })
 		nodes = append(nodes, fc)
 	}
@@ -284,7 +258,7 @@ func newFailoverClient(t *testing.T, ss []*redistest.Sentinels, plain *redistest
 // first holds it: unsafe by design, so the mechanism is what makes the
 // difference.
 func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) {
-	ss := startSentinels(t, 2)
+	ss := redistest.StartSentinelsT(t, 2, 1, redistest.Options{})
 	plain := redistest.StartT(t, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -346,7 +320,7 @@ func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) 
 // of the nodes during a hold gives no second holder: every promoted
 // replica acknowledged X's key before X's vote counted.
 func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
-	ss := startSentinels(t, 2)
+	ss := redistest.StartSentinelsT(t, 2, 1, redistest.Options{})
 	plain := redistest.StartT(t, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -139,7 +139,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 	plain := redistest.StartT(t, 2, redistest.Options{Persistence: persistent})
 	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{Persistence: persistent})
 	newClient := func() *redlock.Client {
-		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
+		fc := ss.FailoverClient()
 		t.Cleanup(func() { _ = fc.Close() })
 		return newClientOn(t, append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
 	}

@@ -130,18 +130,35 @@ func StartReplicatedT(tb testing.TB, n int, opts Options) (masters *Cluster, rep
 // stops them at cleanup: the nodes of a client whose every node is a Cluster.
 func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) []*RedisCluster {
 	tb.Helper()
-	rcs := make([]*RedisCluster, n)
+	return startEachT(tb, n, "redis cluster", func(int) (*RedisCluster, error) { return StartRedisCluster(masters, replicas, opts) })
+}
+
+// StartSentinelsT starts n Sentinel deployments, named locks-0 and on, of a
+// master with replicas replicas each, in parallel, and stops them at
+// cleanup: the nodes of a client whose every node fails over.
+func StartSentinelsT(tb testing.TB, n, replicas int, opts Options) []*Sentinels {
+	tb.Helper()
+	return startEachT(tb, n, "sentinel deployment", func(i int) (*Sentinels, error) {
+		return StartSentinel(fmt.Sprintf("locks-%d", i), replicas, opts)
+	})
+}
+
+// startEachT runs start(i) for each i below n in parallel, stops at cleanup
+// what started, and fails tb if any start failed.
+func startEachT[T interface{ Stop() error }](tb testing.TB, n int, what string, start func(i int) (T, error)) []T {
+	tb.Helper()
+	out := make([]T, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range n {
-		wg.Go(func() { rcs[i], errs[i] = StartRedisCluster(masters, replicas, opts) })
+		wg.Go(func() { out[i], errs[i] = start(i) })
 	}
 	wg.Wait()
 	tb.Cleanup(func() {
-		for _, rc := range rcs {
-			if rc != nil {
-				if err := rc.Stop(); err != nil {
-					tb.Errorf("stopping redis cluster: %v", err)
+		for i, x := range out {
+			if errs[i] == nil {
+				if err := x.Stop(); err != nil {
+					tb.Errorf("stopping %s: %v", what, err)
 				}
 			}
 		}
@@ -149,7 +166,7 @@ func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) 
 	if err := errors.Join(errs...); err != nil {
 		tb.Fatal(err)
 	}
-	return rcs
+	return out
 }
 
 // ClusterClientsT makes one ClusterClient per cluster, closed at cleanup:
@@ -692,6 +709,13 @@ func (ss *Sentinels) start(opts Options) error {
 // startSentinelLocked runs the server as a Sentinel. s.mu must be held.
 func (s *Server) startSentinelLocked() error {
 	return s.runLocked(append([]string{s.sentinel, "--sentinel"}, s.processArgs()...))
+}
+
+// FailoverClient is a go-redis client of the deployment's master, found
+// through its Sentinels (redis.NewFailoverClient), as an application
+// would have. The caller closes it.
+func (ss *Sentinels) FailoverClient() *redis.Client {
+	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
 }
 
 // SentinelAddrs are the Sentinels' addresses.
