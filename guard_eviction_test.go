@@ -216,6 +216,26 @@ func TestFlushedNodesSitOut(t *testing.T) {
 // short TTL. The test asserts the property: no second holder while the
 // first holder's validity runs.
 
+// evictByCache fills s with a cache (fillUntilOOM) until its policy has
+// evicted lockKey, then frees some memory, as a cache does: the first 1024
+// cache keys go.
+func evictByCache(ctx context.Context, t *testing.T, s *redistest.Server, lockKey string) {
+	t.Helper()
+	fillUntilOOM(ctx, t, s)
+	if n, err := s.Client().Exists(ctx, lockKey).Result(); err != nil || n != 0 {
+		t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
+	}
+	for i := range 4 {
+		keys := make([]string, 256)
+		for j := range keys {
+			keys[j] = fmt.Sprintf("cache:%d:%d", i, j)
+		}
+		if err := s.Client().Del(ctx, keys...).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // evictThenRevert plays an operator who lets every node evict at run time
 // (maxmemory-policy volatile-lru), a cache that fills the nodes (volatile-lru
 // evicts every key with a TTL: X's lock key and the TTL register), then
@@ -229,19 +249,7 @@ func evictThenRevert(ctx context.Context, t *testing.T, cl *redistest.Cluster, l
 		}
 	}
 	for _, s := range cl.Servers {
-		fillUntilOOM(ctx, t, s)
-		if n, err := s.Client().Exists(ctx, lockKey).Result(); err != nil || n != 0 {
-			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
-		}
-		for i := range 4 {
-			keys := make([]string, 256)
-			for j := range keys {
-				keys[j] = fmt.Sprintf("cache:%d:%d", i, j)
-			}
-			if err := s.Client().Del(ctx, keys...).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		evictByCache(ctx, t, s, lockKey)
 		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -507,19 +515,7 @@ func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 	// every key with a TTL before it refuses a write; then the cache frees
 	// some memory.
 	for _, s := range cl.Servers {
-		fillUntilOOM(ctx, t, s)
-		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
-			t.Fatalf("X's key on %s after the fill: %d, %v; want it evicted", s.Addr, n, err)
-		}
-		for i := range 4 {
-			keys := make([]string, 256)
-			for j := range keys {
-				keys[j] = fmt.Sprintf("cache:%d:%d", i, j)
-			}
-			if err := s.Client().Del(ctx, keys...).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		evictByCache(ctx, t, s, x.Keys(name).Lock)
 	}
 	y := newClient(time.Second)
 	wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
