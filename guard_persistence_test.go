@@ -145,13 +145,7 @@ func truncateAOFAt(t *testing.T, s *redistest.Server, key string) {
 func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that the hold needs no grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true, Args: []string{"--appendfsync", "everysec"}})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{Persistence: true, Args: []string{"--appendfsync", "everysec"}}) // the hold needs no grace first
 	newClient := func() *redlock.Client {
 		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	}
@@ -337,13 +331,7 @@ func (h *restartBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that the hold needs no grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{}) // the hold needs no grace first
 	// A node timeout of a second: Y's attempt must reach its scripts (and
 	// the hooks that restart the servers) on a loaded machine too.
 	opts := redlock.Options{TTL: 20 * time.Second, NodeTimeout: time.Second}
@@ -397,13 +385,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that no hold needs a grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{}) // no hold needs a grace first
 	newClient := func(ttl time.Duration) *redlock.Client {
 		return newClientOn(t, cl.Clients(), redlock.Options{TTL: ttl})
 	}
@@ -553,4 +535,19 @@ func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
 		t.Errorf("Y: %v, want the crashed nodes sitting out (ErrNodeSittingOut)", err)
 	}
 	t.Logf("Y refused: %v", err)
+}
+
+// startAnHourUp starts 3 servers of opts with fake time, their clocks an
+// hour on, as if up for an hour: a hold on them needs no restart grace
+// first.
+func startAnHourUp(t *testing.T, opts redistest.Options) *redistest.Cluster {
+	t.Helper()
+	opts.FakeTime = true
+	cl := redistest.StartT(t, 3, opts)
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cl
 }
