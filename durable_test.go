@@ -139,11 +139,7 @@ func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
 	defer cancel()
 	const ttl = 5 * time.Second // above twice waitRoom
 	c := newClient(t, masters, redlock.Options{TTL: ttl, NodeTimeout: waitRoom, DurableVotes: true})
-	l, err := c.TryAcquire(ctx, "renewed", redlock.WithAutoExtend())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
+	l := hold(t, ctx, c.TryAcquire, "renewed", redlock.WithAutoExtend())
 	for _, r := range replicas[:2] {
 		if err := redistest.CutReplication(ctx, r); err != nil {
 			t.Fatal(err)
@@ -406,11 +402,7 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		}
 	}
 	name := nameInSlots(c, "held", 8192, 16383)
-	held, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, c.TryAcquire, name)
 	failOverEach(t, ctx, lossy, c.Keys(name).Slot, func(p *redistest.Server) error {
 		if n, err := p.Client().Exists(ctx, c.Keys(name).Lock).Result(); err != nil || n != 1 {
 			return fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)

@@ -49,11 +49,7 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 	// The fresh masters sit out the grace first: wait for it.
 	warm := nameInSlots(x, "warm", 8192, 16383)
 	takeAndRelease(t, ctx, before.Acquire, warm)
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 
 	// The clusters that hold X's key restart its slot's master empty.
 	var holders []*redistest.RedisCluster
@@ -256,11 +252,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 		t.Fatalf("the promoted replica votes at once: %+v", info)
 	}
 	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return node().Voting })
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
+	hold(t, ctx, c.TryAcquire, name)
 	// The decision may come before the cluster node's answer: it sets the
 	// key all the same.
 	eventually(t, 5*time.Second, "the lock's key on the promoted master", func() bool {
@@ -289,11 +281,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		}
 	}
 	const name = "job"
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	failOverEach(t, ctx, lossy, x.Keys(name).Slot, func(p *redistest.Server) error {
 		if n, err := p.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			return fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
@@ -434,11 +422,7 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 	for _, warm := range []string{nameInSlots(x, "warm", 0, 8191), nameInSlots(x, "warm", 8192, 16383)} {
 		takeAndRelease(t, ctx, before.Acquire, warm)
 	}
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	// The slot moves in a quorum of the clusters that hold X's key. (The
 	// decision may come before a node's answer: a key still on its way
 	// would follow the slot to its new master.)
@@ -616,11 +600,7 @@ func (en epochNodes) takeOnP0AndC(t *testing.T, ctx context.Context, x *redlock.
 	if err := p1.Kill(); err != nil {
 		t.Fatal(err)
 	}
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	held := hold(t, ctx, x.TryAcquire, name)
 	if err := p1.Restart(true); err != nil {
 		t.Fatal(err)
 	}

@@ -376,11 +376,7 @@ func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 		}
 	}
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	held := hold(t, ctx, x.TryAcquire, name)
 	// The cache fills two nodes; Y probes them while they are full.
 	for _, s := range cl.Servers[:2] {
 		fillUntilOOM(ctx, t, s)
@@ -439,11 +435,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second}, 2)
 	x, y := xy[0], xy[1]
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	held := hold(t, ctx, x.TryAcquire, name)
 	y.Nodes(ctx) // Y meets the nodes before they may evict
 	for _, s := range cl.Servers {
 		if err := s.Client().ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
@@ -498,11 +490,7 @@ func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 	}
 	x := newClient(30 * time.Second)
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	held := hold(t, ctx, x.TryAcquire, name)
 	// The operator lets the nodes evict (a managed service's default), at
 	// run time: a persistent restart under an evicting policy would have
 	// made X wait out a grace first.

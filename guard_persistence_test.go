@@ -195,25 +195,16 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 			}
 			name := nameInSlots(x, "job", half[0], half[1])
 			slot := x.Keys(name).Slot
-			held, err := x.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = held.Release(context.Background()) })
+			held := hold(t, ctx, x.TryAcquire, name)
 			masters := make([]*redistest.Server, len(rcs))
 			for i, rc := range rcs {
-				if masters[i], err = rc.MasterFor(ctx, slot); err != nil {
+				m, err := rc.MasterFor(ctx, slot)
+				if err != nil {
 					t.Fatal(err)
 				}
+				masters[i] = m
 			}
-			eventually(t, 30*time.Second, "X's key on every node", func() bool {
-				for _, m := range masters {
-					if n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
-						return false
-					}
-				}
-				return true
-			})
+			awaitKeyOnEvery(t, ctx, masters, x.Keys(name).Lock)
 			for i, m := range masters[:2] {
 				first := true
 				for _, sh := range rcs[i].Shards {
@@ -253,11 +244,7 @@ func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
 	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
 	takeAndRelease(t, ctx, w.TryAcquire, "warm-up") // W meets the nodes
 	const name = "job"
-	held, err := z.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, z.TryAcquire, name)
 	for _, s := range cl.Servers[:2] {
 		if err := s.SetClockOffset(500 * time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -350,11 +337,7 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		clients = append(clients, rdb)
 	}
 	y := newClientOn(t, clients, opts)
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.TryAcquire, name)
 	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for i, info := range y.Nodes(ctx) { // Y's guards, fresh
 		if info.Err != nil || !info.Voting {
@@ -395,11 +378,7 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 	// loaded machine may miss; the schedule needs the holds, not a first try.
 	takeAndRelease(t, ctx, w.Acquire, name) // W meets the nodes, and uses the name
 	x := newClient(20 * time.Second)
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {

@@ -193,11 +193,7 @@ func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Ser
 // aimed at the holder's nodes then meets the key on each.
 func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers []*redistest.Server, name string) *redlock.Lock {
 	t.Helper()
-	held, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
+	held := hold(t, ctx, c.TryAcquire, name)
 	awaitKeyOnEvery(t, ctx, servers, c.Keys(name).Lock)
 	return held
 }
@@ -289,4 +285,17 @@ func guardedClients(t *testing.T, cl *redistest.Cluster, opts redlock.Options, n
 		cs[i] = newClientOn(t, cl.Clients(), opts)
 	}
 	return cs
+}
+
+// hold takes the lock name with take (a client's Acquire or TryAcquire,
+// with opts) and releases it at cleanup: a lock held for the rest of the
+// test.
+func hold(t *testing.T, ctx context.Context, take func(context.Context, string, ...redlock.LockOption) (*redlock.Lock, error), name string, opts ...redlock.LockOption) *redlock.Lock {
+	t.Helper()
+	l, err := take(ctx, name, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
 }
