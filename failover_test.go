@@ -20,16 +20,6 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// nameInSlots finds a lock name whose hash slot is in [first, last].
-func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("%s-%d", prefix, i)
-		if s := c.Keys(name).Slot; first <= s && s <= last {
-			return name
-		}
-	}
-}
-
 // Issue 18's schedule: five nodes, each a ClusterClient over a Redis
 // Cluster of two masters without persistence. X holds a lock whose slot is
 // on the second master; in the three clusters that hold X's keys that
@@ -173,22 +163,6 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 		}
 	}
 	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return votes(fresh).Voting })
-}
-
-// runID reads a server's run_id.
-func runID(t *testing.T, s *redistest.Server) string {
-	t.Helper()
-	info, err := s.Client().Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return v
-		}
-	}
-	t.Fatal("no run_id in INFO")
-	return ""
 }
 
 // A ClusterClient whose masters have replicas is a node that fails over:
@@ -716,14 +690,4 @@ func epochRefusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Serv
 		want: "a refusal with C sitting out",
 		then: func(c *redlock.Client) { awaitNoKey(t, ctx, p1, c.Keys(name).Lock) },
 	}, contenders...)
-}
-
-// awaitNoKey waits until s holds no key at key: a refused attempt's release
-// sweep is done there.
-func awaitNoKey(t *testing.T, ctx context.Context, s *redistest.Server, key string) {
-	t.Helper()
-	eventually(t, 10*time.Second, "the refused attempt's key released on "+s.Addr, func() bool {
-		n, err := s.Client().Exists(ctx, key).Result()
-		return err == nil && n == 0
-	})
 }

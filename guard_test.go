@@ -7,7 +7,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -19,26 +18,6 @@ import (
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
-
-// uptime reads INFO's uptime_in_seconds of a server.
-func uptime(t *testing.T, s *redistest.Server) int {
-	t.Helper()
-	info, err := s.Client().Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "uptime_in_seconds:"); ok {
-			n, err := strconv.Atoi(v)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return n
-		}
-	}
-	t.Fatal("no uptime_in_seconds in INFO")
-	return 0
-}
 
 // A node restarted empty just before a wall-clock second turns reports an
 // uptime of 1s a few milliseconds later. With a sub-second TTL the client

@@ -38,24 +38,6 @@ func withTLSQuery(urls []string, q url.Values) []string {
 	return out
 }
 
-func fromURLs(t *testing.T, urls []string, opts redlock.Options) *redlock.Client {
-	t.Helper()
-	if opts.RestartGrace == 0 {
-		opts.RestartGrace = redlock.NoRestartGrace
-	}
-	// Tests run on 1 or 2 nodes where the quorum arithmetic is not
-	// the point: they opt in, as a deployment would have to.
-	if len(urls) < 3 {
-		opts.AllowNoFaultTolerance = true
-	}
-	c, err := redlock.NewFromURLs(urls, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // TestTLSMutualExclusionAndFencingWithClientCertificates runs contending
 // clients over TLS with client certificates, one configured by URL
 // parameters and one by Options.TLSConfig: one holder at a time, tokens

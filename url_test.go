@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -103,19 +101,6 @@ func FuzzParseURL(f *testing.F) {
 	})
 }
 
-// refusedAddr is a local address that refuses connections: a port that was
-// just bound and released.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A refused connection is an answer: NewFromURLs' clients dial once, not five
 // times with backoff, and the node's error says "connection refused".
 // go-redis' lines about the client's own node go to Options.Logger, not
@@ -147,33 +132,6 @@ func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
 	if dials != 1 {
 		t.Fatalf("want the failed dial in Options.Logger once for 6 dials (New's probe, 5 Nodes), got %d: %q", dials, lines)
 	}
-}
-
-// recordingHandler is a slog.Handler that keeps every record as a line.
-type recordingHandler struct {
-	mu  sync.Mutex
-	out []string
-}
-
-func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordingHandler) WithGroup(string) slog.Handler            { return h }
-func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		line += " " + a.Key + "=" + a.Value.String()
-		return true
-	})
-	h.mu.Lock()
-	h.out = append(h.out, line)
-	h.mu.Unlock()
-	return nil
-}
-
-func (h *recordingHandler) lines() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.out...)
 }
 
 // A port outside 1..65535 is a configuration error naming it, not a dial

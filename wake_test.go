@@ -15,45 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
-
-// slowRetries makes retries so slow (2.5-5s) that only the release's
-// wake-up can explain an acquire within a second of the release. The TTL is
-// long enough that no refusal hints at an earlier retry.
-func slowRetries() redlock.Options {
-	return redlock.Options{TTL: time.Minute, RetryDelayMin: 5 * time.Second, RetryDelayMax: 5 * time.Second}
-}
-
-// failures reports the failed attempts of a client through its observer.
-func failures(opts redlock.Options) (redlock.Options, <-chan string) {
-	failed := make(chan string, 1000)
-	opts.Observer = observe.Func(func(e observe.Event) {
-		if e.Kind == observe.AcquireFailed {
-			failed <- e.Name
-		}
-	})
-	return opts, failed
-}
-
-// awaitWaiting returns once name's waiter failed twice: its first attempt,
-// and the one it makes right after its subscription was confirmed (or the
-// confirmation timed out: the callers make that timeout far too long to
-// explain what they see).
-func awaitWaiting(t *testing.T, ctx context.Context, failed <-chan string, name string) {
-	t.Helper()
-	for n := 0; n < 2; {
-		select {
-		case got := <-failed:
-			if got == name {
-				n++
-			}
-		case <-ctx.Done():
-			t.Fatalf("the waiter for %q never tried twice", name)
-		}
-	}
-}
 
 // subscriptions lists, per node, the channels under the default key prefix
 // that anyone is subscribed to, sorted.
