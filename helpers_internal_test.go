@@ -215,3 +215,14 @@ func fakes(n int) []*fakeNode {
 	}
 	return fs
 }
+
+// keysKept lists the nodes that still hold the lock key of name.
+func keysKept(fs []*fakeNode, c *Client, name string) []int {
+	var kept []int
+	for i, f := range fs {
+		if _, held := f.get(c.lockKey(name)); held {
+			kept = append(kept, i)
+		}
+	}
+	return kept
+}

@@ -69,10 +69,8 @@ func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("slow")); held {
-			t.Errorf("node %d still holds %q after release", i, v)
-		}
+	if kept := keysKept(fs, c, "slow"); len(kept) > 0 {
+		t.Errorf("nodes %v still hold the lock key after release", kept)
 	}
 }
 
@@ -290,10 +288,8 @@ func TestValidityTooShortFailsAndReleases(t *testing.T) {
 		t.Fatalf("got %v, want ErrValidityTooShort", err)
 	}
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("short")); held {
-			t.Errorf("node %d kept %q", i, v)
-		}
+	if kept := keysKept(fs, c, "short"); len(kept) > 0 {
+		t.Errorf("nodes %v kept the lock key", kept)
 	}
 }
 
@@ -370,10 +366,8 @@ func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	}
 	close(gate) // the nodes now answer, and win, after the caller left
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("cancel")); held {
-			t.Errorf("node %d kept %q after a cancelled acquire", i, v)
-		}
+	if kept := keysKept(fs, c, "cancel"); len(kept) > 0 {
+		t.Errorf("nodes %v kept the lock key after a cancelled acquire", kept)
 	}
 }
 

@@ -136,17 +136,6 @@ func extendsSent(fs []*fakeNode) []string {
 	return sent
 }
 
-// keysKept lists the nodes that still hold the lock key of name.
-func keysKept(fs []*fakeNode, c *Client, name string) []int {
-	var kept []int
-	for i, f := range fs {
-		if _, held := f.get(c.lockKey(name)); held {
-			kept = append(kept, i)
-		}
-	}
-	return kept
-}
-
 // A client paused past its lock's validity finds the renewal due when it
 // wakes: the scheduler must end the lock as lost instead of extending it.
 func TestRenewalDueAfterTheValidityPassedIsNotSent(t *testing.T) {
