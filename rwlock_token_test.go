@@ -73,6 +73,23 @@ func writerAfter(t *testing.T, ctx context.Context, take func(context.Context, .
 	_ = w.Release(ctx)
 }
 
+// readerBeside has a reader take rw while s is paused, so that it decides
+// on the other nodes (waiting up to 10s), and resumes s.
+func readerBeside(t *testing.T, ctx context.Context, rw *redlock.RWLock, s *redistest.Server) *redlock.Lock {
+	t.Helper()
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
+	if rerr := s.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // The schedule reproduced on main: the writer's register survives only on
 // a node whose answers come late, and the reader decides on two nodes that
 // never saw it (one was cut off, one restarted empty and sat out its grace).
@@ -106,16 +123,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	// 3. After their grace, the reader decides on nodes 0 and 1: node 2,
 	// the only one that kept the writer's register, answers late.
 	allVote(t, c, "the restarted nodes vote after the grace")
-	if err := cl.Servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
-	if rerr := cl.Servers[2].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readerBeside(t, ctx, rw, cl.Servers[2])
 	if r.Token() < writer {
 		t.Fatalf("reader token %d below the token %d of the writer whose lock ended before the reader's began", r.Token(), writer)
 	}
@@ -200,16 +208,7 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The reader decides on nodes 0 and 1.
-	if err := cl.Servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
-	if rerr := cl.Servers[2].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readerBeside(t, ctx, rw, cl.Servers[2])
 	// One attempt takes the register's value. Under load the first attempt
 	// can fail after it raised node 1's register (a call timed out): the
 	// next one then proposes above the value it saw, ahead+1, on the fast
