@@ -68,14 +68,7 @@ func TestACLRuleAllowsEveryOperation(t *testing.T) {
 		}
 	}
 
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "acl")
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "acl")
 	awaitWaiting(t, ctx, failed, "acl")
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -201,16 +194,7 @@ func TestACLUserWithoutScriptLoadStillLocks(t *testing.T) {
 	c := fromURLs(t, aclURLs(cl, "no-load"), redlock.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := c.TryAcquire(ctx, "acl-no-load")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Extend(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeExtendRelease(t, ctx, c, "acl-no-load")
 }
 
 // TestDocsShowTheACLRule: the rule in the operations guide is the one the

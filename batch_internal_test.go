@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -856,19 +855,9 @@ func TestQueuedCallsOfAScriptTheNodeForgotRunAgainByEval(t *testing.T) {
 // replicas stop acknowledging, every acquire of the run fails as not
 // durable.
 func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
-	masters := redistest.StartT(t, 3, redistest.Options{})
-	var replicas []*redistest.Server
-	for _, m := range masters.Servers {
-		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
-		replicas = append(replicas, r.Servers[0])
-	}
+	masters, replicas := redistest.StartReplicatedT(t, 3, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	for _, r := range replicas {
-		if err := redistest.RestoreReplication(ctx, r); err != nil {
-			t.Fatal(err)
-		}
-	}
 	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
 	names := []string{"durable-0", "durable-1", "durable-2", "durable-3", "durable-4"}
 	locks, errs := acquireBurst(t, c, names...)

@@ -18,29 +18,7 @@ func BenchmarkAcquireRelease(b *testing.B) {
 	for _, nodes := range []int{1, 3, 5} {
 		for _, fencing := range []bool{true, false} {
 			b.Run(fmt.Sprintf("nodes=%d/fencing=%v", nodes, fencing), func(b *testing.B) {
-				cl := redistest.StartT(b, nodes, redistest.Options{})
-				c, err := redlock.New(cl.Clients(), redlock.Options{
-					TTL:            10 * time.Second,
-					RestartGrace:   redlock.NoRestartGrace, // the nodes were started just now
-					DisableFencing: !fencing,
-					// One node is the single-server figure, not a deployment.
-					AllowNoFaultTolerance: nodes < 3,
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer c.Close()
-				ctx := context.Background()
-				b.ReportAllocs()
-				for b.Loop() {
-					l, err := c.Acquire(ctx, "bench")
-					if err != nil {
-						b.Fatal(err)
-					}
-					if err := l.Release(ctx); err != nil {
-						b.Fatal(err)
-					}
-				}
+				benchAcquireRelease(b, nodes, redlock.Options{DisableFencing: !fencing})
 			})
 		}
 	}
@@ -53,28 +31,36 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 	const md = "host=build-7.example.net pid=123456 started=2026-11-23T20:00:00Z cmd=./nightly-report.sh --since yesterday"
 	for _, nodes := range []int{1, 3, 5} {
 		b.Run(fmt.Sprintf("nodes=%d/fencing=true", nodes), func(b *testing.B) {
-			cl := redistest.StartT(b, nodes, redistest.Options{})
-			c, err := redlock.New(cl.Clients(), redlock.Options{
-				TTL:                   10 * time.Second,
-				RestartGrace:          redlock.NoRestartGrace, // the nodes were started just now
-				AllowNoFaultTolerance: nodes < 3,
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer c.Close()
-			ctx := context.Background()
-			b.ReportAllocs()
-			for b.Loop() {
-				l, err := c.Acquire(ctx, "bench", redlock.WithMetadata(md))
-				if err != nil {
-					b.Fatal(err)
-				}
-				if err := l.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
+			benchAcquireRelease(b, nodes, redlock.Options{}, redlock.WithMetadata(md))
 		})
+	}
+}
+
+// benchAcquireRelease starts nodes servers and times an Acquire (with
+// lockOpts) and a Release of an uncontended lock, by a client of opts with
+// a 10s TTL.
+func benchAcquireRelease(b *testing.B, nodes int, opts redlock.Options, lockOpts ...redlock.LockOption) {
+	b.Helper()
+	cl := redistest.StartT(b, nodes, redistest.Options{})
+	opts.TTL = 10 * time.Second
+	opts.RestartGrace = redlock.NoRestartGrace // the nodes were started just now
+	// One node is the single-server figure, not a deployment.
+	opts.AllowNoFaultTolerance = nodes < 3
+	c, err := redlock.New(cl.Clients(), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer c.Close()
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.Acquire(ctx, "bench", lockOpts...)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := l.Release(ctx); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
@@ -84,16 +70,7 @@ func BenchmarkAcquireReleaseWithMetadata(b *testing.B) {
 // (AllowFailoverNodes). It reports the acquire's median latency beside
 // ns/op. Compare the two in one session, interleaved (docs/BENCHMARKS.md).
 func BenchmarkDurableVotes(b *testing.B) {
-	masters := redistest.StartT(b, 3, redistest.Options{})
-	for _, m := range masters.Servers {
-		r := redistest.StartT(b, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", fmt.Sprint(m.Port)}})
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		err := redistest.RestoreReplication(ctx, r.Servers[0]) // awaits the sync
-		cancel()
-		if err != nil {
-			b.Fatal(err)
-		}
-	}
+	masters, _ := redistest.StartReplicatedT(b, 3, redistest.Options{})
 	for _, durable := range []bool{false, true} {
 		b.Run(fmt.Sprintf("durable=%v", durable), func(b *testing.B) {
 			c, err := redlock.New(masters.Clients(), redlock.Options{

@@ -23,11 +23,7 @@ func TestClusterNodeMustServeTheLocksSlot(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{ClusterMode: true})
 	node := cl.Servers[0]
 	clients := append(plain.Clients(), cl.Clients()...)
-	c, err := redlock.New(clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
 
 	// Serving no slot, it can take no lock at all: refused like a replica.
 	if err := c.Verify(ctx); !errors.Is(err, redlock.ErrSlotNotServed) || !strings.Contains(err.Error(), node.Addr) {
@@ -104,18 +100,14 @@ func TestClusterNodeMustServeTheRegistersSlot(t *testing.T) {
 	if err := node.ServeSlots(ctx, 8192, 16383); err != nil {
 		t.Fatal(err)
 	}
-	c, err := redlock.New(append(plain.Clients(), cl.Clients()...), redlock.Options{RestartGrace: redlock.NoRestartGrace})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, append(plain.Clients(), cl.Clients()...), redlock.Options{RestartGrace: redlock.NoRestartGrace})
 	name := ""
 	for i := 0; name == ""; i++ {
 		if n := fmt.Sprintf("job-%d", i); c.Keys(n).Slot >= 8192 {
 			name = n
 		}
 	}
-	_, err = c.TryAcquire(ctx, name)
+	_, err := c.TryAcquire(ctx, name)
 	if !errors.Is(err, redlock.ErrSlotNotServed) || !strings.Contains(err.Error(), "not slot 8189 of redlock:ttl-in-use") {
 		t.Fatalf("lock %q in a slot the node serves, but not the register's: want ErrSlotNotServed naming the register, got %v", name, err)
 	}

@@ -31,20 +31,7 @@ const waitRoom = 2 * time.Second
 // startReplicated starts n masters with one replica each, in sync.
 func startReplicated(t *testing.T, n int) (*redistest.Cluster, []*redistest.Server) {
 	t.Helper()
-	masters := redistest.StartT(t, n, redistest.Options{})
-	var replicas []*redistest.Server
-	for _, m := range masters.Servers {
-		r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}})
-		replicas = append(replicas, r.Servers[0])
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	for _, r := range replicas {
-		if err := redistest.RestoreReplication(ctx, r); err != nil { // awaits the sync
-			t.Fatal(err)
-		}
-	}
-	return masters, replicas
+	return redistest.StartReplicatedT(t, n, redistest.Options{})
 }
 
 // A master with a replica fails over as soon as someone promotes the
@@ -152,11 +139,7 @@ func TestDurableAutoExtendStopsAtTheLastDurableDeadline(t *testing.T) {
 	defer cancel()
 	const ttl = 5 * time.Second // above twice waitRoom
 	c := newClient(t, masters, redlock.Options{TTL: ttl, NodeTimeout: waitRoom, DurableVotes: true})
-	l, err := c.TryAcquire(ctx, "renewed", redlock.WithAutoExtend())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
+	l := hold(t, ctx, c.TryAcquire, "renewed", redlock.WithAutoExtend())
 	for _, r := range replicas[:2] {
 		if err := redistest.CutReplication(ctx, r); err != nil {
 			t.Fatal(err)
@@ -244,30 +227,20 @@ func TestDurableVotesOfEveryPrimitive(t *testing.T) {
 	}
 }
 
-// startSentinels starts n Sentinel deployments of one master and one
-// replica each, in parallel.
-func startSentinels(t *testing.T, n int) []*redistest.Sentinels {
+// heldIfDurable takes the lock name with c, released at cleanup. A refusal
+// must be ErrVoteNotDurable (why says why it must): then it returns nil,
+// and the test has shown what it wanted.
+func heldIfDurable(t *testing.T, ctx context.Context, c *redlock.Client, name, why string) *redlock.Lock {
 	t.Helper()
-	ss := make([]*redistest.Sentinels, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { ss[i], errs[i] = redistest.StartSentinel(fmt.Sprintf("locks-%d", i), 1, redistest.Options{}) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, s := range ss {
-			if s != nil {
-				if err := s.Stop(); err != nil {
-					t.Errorf("stopping a sentinel deployment: %v", err)
-				}
-			}
+	l, err := c.TryAcquire(ctx, name)
+	if err != nil {
+		if !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Fatalf("%s: want ErrVoteNotDurable, got %v", why, err)
 		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
+		return nil
 	}
-	return ss
+	t.Cleanup(func() { _ = l.Release(context.Background()) })
+	return l
 }
 
 // failoverNodes are 3 nodes: the Sentinel deployments' masters (through
@@ -276,7 +249,7 @@ func failoverNodes(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Clu
 	t.Helper()
 	var nodes []redis.UniversalClient
 	for _, s := range ss {
-		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: s.Name, SentinelAddrs: s.SentinelAddrs(), ContextTimeoutEnabled: true})
+		fc := s.FailoverClient()
 		t.Cleanup(func() { _ = fc.Close() })
 		nodes = append(nodes, fc)
 	}
@@ -285,12 +258,7 @@ func failoverNodes(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Clu
 
 func newFailoverClient(t *testing.T, ss []*redistest.Sentinels, plain *redistest.Cluster, opts redlock.Options) *redlock.Client {
 	t.Helper()
-	c, err := redlock.New(failoverNodes(t, ss, plain), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOn(t, failoverNodes(t, ss, plain), opts)
 }
 
 // The failing case of a failover is a vote counted on a write its replica
@@ -302,7 +270,7 @@ func newFailoverClient(t *testing.T, ss []*redistest.Sentinels, plain *redistest
 // first holds it: unsafe by design, so the mechanism is what makes the
 // difference.
 func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) {
-	ss := startSentinels(t, 2)
+	ss := redistest.StartSentinelsT(t, 2, 1, redistest.Options{})
 	plain := redistest.StartT(t, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -364,7 +332,7 @@ func TestDurableVotesAgainstAMajorityFailoverOfUnreplicatedWrites(t *testing.T) 
 // of the nodes during a hold gives no second holder: every promoted
 // replica acknowledged X's key before X's vote counted.
 func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
-	ss := startSentinels(t, 2)
+	ss := redistest.StartSentinelsT(t, 2, 1, redistest.Options{})
 	plain := redistest.StartT(t, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
@@ -381,29 +349,14 @@ func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
 		}
 	}
 	y := newFailoverClient(t, ss, plain, opts)
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"the holder's client", x}, {"a fresh client", y}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < time.Second {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			// Refused by the promoted replicas, which have X's key, or
-			// for want of a quorum (durable votes: a client that saw a
-			// replica behind the node counts it even after the failover
-			// took it; or a FailoverClient still finding the new master).
-			if !errors.Is(err, redlock.ErrLocked) && !errors.Is(err, redlock.ErrNoQuorum) {
-				t.Fatalf("%s: want the lock held or no quorum, got %v", tc.who, err)
-			}
-		}
-	}
+	// Refused by the promoted replicas, which have X's key, or for want
+	// of a quorum (durable votes: a client that saw a replica behind the
+	// node counts it even after the failover took it; or a
+	// FailoverClient still finding the new master).
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second,
+		is:   func(err error) bool { return errors.Is(err, redlock.ErrLocked) || errors.Is(err, redlock.ErrNoQuorum) },
+		want: "the lock held or no quorum",
+	}, contender{"the holder's client", x}, contender{"a fresh client", y})
 }
 
 // On Cluster nodes a vote waits for the replicas of the master that serves
@@ -414,22 +367,12 @@ func TestDurableVotesSurviveAMajorityFailover(t *testing.T) {
 // works again, a durable hold survives the failover of its master in that
 // majority.
 func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 1, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true}
-	c, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	l, err := c.Acquire(ctx, "warm-up") // the first contact probes every master
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	takeAndRelease(t, ctx, c.Acquire, "warm-up") // the first contact probes every master
 	// Many acquisitions at once, on both masters' slots: their calls share
 	// the pipes' writes, each master's with its own WAIT.
 	burst := func(what string, want func(i int, err error) error) {
@@ -475,22 +418,14 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 		}
 	}
 	name := nameInSlots(c, "held", 8192, 16383)
-	held, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, c.TryAcquire, name)
 	failOverEach(t, ctx, lossy, c.Keys(name).Slot, func(p *redistest.Server) error {
 		if n, err := p.Client().Exists(ctx, c.Keys(name).Lock).Result(); err != nil || n != 1 {
 			return fmt.Errorf("the promoted replica %s lacks X's durable key (%d, %v)", p.Addr, n, err)
 		}
 		return nil
 	})
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	for _, who := range []*redlock.Client{c, fresh} {
 		for range 3 {
 			left := time.Until(held.Deadline())
@@ -523,13 +458,13 @@ func TestDurableVotesOnClusterNodesFollowTheSlotsMaster(t *testing.T) {
 // count: the raise waits for M_a's replica as the lock's keys wait for
 // their master's.
 func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
-	rc := startClusters(t, 1, 3, 1, redistest.Options{})[0]
+	rc := redistest.StartRedisClusterT(t, 3, 1, redistest.Options{})
 	plain := redistest.StartT(t, 2, redistest.Options{})
 	p2, p3 := plain.Servers[0], plain.Servers[1]
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cc := rc.ClusterClient()
-	defer cc.Close()
+	t.Cleanup(func() { _ = cc.Close() }) // after the held lock's release at cleanup
 	regSlot, err := cc.ClusterKeySlot(ctx, redlock.DefaultKeyPrefix+"ttl-in-use").Result()
 	if err != nil {
 		t.Fatal(err)
@@ -556,11 +491,7 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	}
 	// B's grace is off: the servers were just started, and B is the
 	// holder; the grace that matters is A's.
-	b, err := redlock.New(nodes(), redlock.Options{TTL: 9 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := newClientOn(t, nodes(), redlock.Options{TTL: 9 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true})
 	name := ""
 	for i := 0; name == ""; i++ {
 		cand := nameInSlots(b, fmt.Sprintf("job1-%d", i), 0, 16383)
@@ -568,14 +499,10 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 			name = cand
 		}
 	}
-	held, err := b.TryAcquire(ctx, name)
-	if err != nil {
-		if !errors.Is(err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("B's vote on C relies on a register raise M_a's replica never got: want ErrVoteNotDurable, got %v", err)
-		}
-		return
+	held := heldIfDurable(t, ctx, b, name, "B's vote on C relies on a register raise M_a's replica never got")
+	if held == nil {
+		return // refused as not durable: what the test wants
 	}
-	defer held.Release(context.Background())
 
 	// B's vote counted: play the schedule on, to show what it costs.
 	if _, _, err := rc.KillMaster(ctx, int(regSlot)); err != nil {
@@ -587,11 +514,7 @@ func TestDurableVoteWaitsForTheRegisterRaiseOnItsOwnMaster(t *testing.T) {
 	if err := p3.Restart(false); err != nil {
 		t.Fatal(err)
 	}
-	a, err := redlock.New(nodes(), redlock.Options{TTL: time.Second, DurableVotes: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
+	a := newClientOn(t, nodes(), redlock.Options{TTL: time.Second, DurableVotes: true})
 	var last error
 	for time.Until(held.Deadline()) > 0 {
 		l, err := a.TryAcquire(ctx, name)
@@ -619,12 +542,8 @@ func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cc := rc.ClusterClient()
-	defer cc.Close()
-	c, err := redlock.New([]redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true, AllowNoFaultTolerance: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	t.Cleanup(func() { _ = cc.Close() }) // after the held lock's release at cleanup
+	c := newClientOn(t, []redis.UniversalClient{cc}, redlock.Options{TTL: 10 * time.Second, NodeTimeout: waitRoom, RestartGrace: redlock.NoRestartGrace, DurableVotes: true, AllowNoFaultTolerance: true})
 	if err := c.Verify(ctx); err != nil { // meets M without a replica
 		t.Fatal(err)
 	}
@@ -667,14 +586,10 @@ func TestDurableVoteWaitsForAReplicaThatJoinedAfterTheProbe(t *testing.T) {
 	}
 
 	const name = "job"
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		if !errors.Is(err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("M's replica R lags: want ErrVoteNotDurable, got %v", err)
-		}
-		return
+	l := heldIfDurable(t, ctx, c, name, "M's replica R lags")
+	if l == nil {
+		return // refused as not durable: what the test wants
 	}
-	defer l.Release(context.Background())
 	if err := r.Client().Do(ctx, "cluster", "failover", "takeover").Err(); err != nil {
 		t.Fatal(err)
 	}

@@ -64,16 +64,7 @@ func (f *fairFake) saw(op string) bool {
 
 func newFairFakeClient(t *testing.T, fs []*fairFake) *Client {
 	t.Helper()
-	nodes := make([]*node, len(fs))
-	for i, f := range fs {
-		nodes[i] = &node{index: i, name: "fake", run: f}
-	}
-	c, err := newClient(nodes, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOverRunners(t, fs, Options{})
 }
 
 var (

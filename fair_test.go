@@ -59,6 +59,15 @@ func fairKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name s
 	return left
 }
 
+// noFairKeysLeft fails the test if name's lock or queue keys are left on
+// any node.
+func noFairKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) {
+	t.Helper()
+	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
+		t.Fatalf("keys left behind: %v", left)
+	}
+}
+
 func TestFairLockServesWaitersInTicketOrder(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{TTL: 5 * time.Second})
@@ -120,9 +129,7 @@ func TestFairLockServesWaitersInTicketOrder(t *testing.T) {
 		}
 		last = tok
 	}
-	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, name)
 }
 
 func TestFairLockHandOffDatesValidityFromTheClaim(t *testing.T) {
@@ -134,23 +141,13 @@ func TestFairLockHandOffDatesValidityFromTheClaim(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *redlock.Lock)
-	go func() {
-		l, err := c.Acquire(ctx, name, redlock.WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, ctx, c, name, redlock.WithFairness())
 	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 1) })
 	released := time.Now()
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
+	l := awaitGot(t, got)
 	defer l.Release(ctx)
 	// The validity ends before the key expires on a quorum: it is dated
 	// from the claim round, which extended the keys, not from the grants.
@@ -192,14 +189,7 @@ func TestFairLockWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 		gaveUp <- err
 	}()
 	eventually(t, 5*time.Second, "first waiter queued", func() bool { return queuedEverywhere(t, c, name, 1) })
-	got := make(chan *redlock.Lock)
-	go func() {
-		l, err := c.Acquire(ctx, name, redlock.WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, ctx, c, name, redlock.WithFairness())
 	eventually(t, 5*time.Second, "second waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
 	cancel()
 	if err := <-gaveUp; !errors.Is(err, context.Canceled) {
@@ -209,17 +199,12 @@ func TestFairLockWaiterThatGivesUpLeavesTheQueue(t *testing.T) {
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
+	l := awaitGot(t, got)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for the releases still under way
-	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, name)
 }
 
 // ghost queues a waiter on every node with the fair-queue script itself, as
@@ -259,14 +244,7 @@ func TestFairLockGrantToADeadWaiterMovesOnWhenItsEntryExpires(t *testing.T) {
 	// The ghost's ticket is the earliest: the release grants it the key,
 	// for a 60s TTL, and it never claims it.
 	ghost(t, cl, c, name, strings.Repeat("G", 26), 1, 60*time.Second, 3*time.Second)
-	got := make(chan *redlock.Lock)
-	go func() {
-		l, err := c.Acquire(ctx, name, redlock.WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, ctx, c, name, redlock.WithFairness())
 	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
@@ -283,9 +261,7 @@ func TestFairLockGrantToADeadWaiterMovesOnWhenItsEntryExpires(t *testing.T) {
 	case <-time.After(20 * time.Second): // far below the ghost's 60s grant
 		t.Fatal("the grant to the dead waiter did not move on")
 	}
-	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, name)
 }
 
 func TestFairLockDeadWaiterLeavesWithinItsTimeout(t *testing.T) {
@@ -318,23 +294,13 @@ func TestFairLockDeadWaiterLeavesWithinItsTimeout(t *testing.T) {
 	for _, rdb := range conns {
 		_ = rdb.Close()
 	}
-	got := make(chan *redlock.Lock)
-	go func() {
-		l, err := c.Acquire(ctx, name, redlock.WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, ctx, c, name, redlock.WithFairness())
 	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
 	eventually(t, 5*time.Second, "the dead waiter left within its 1s timeout", func() bool { return queuedEverywhere(t, c, name, 1) })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
+	l := awaitGot(t, got)
 	if err := l.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -342,9 +308,7 @@ func TestFairLockDeadWaiterLeavesWithinItsTimeout(t *testing.T) {
 	<-dead
 	_ = dying.Close()
 	_ = c.Close() // waits for the releases still under way
-	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, name)
 }
 
 func TestFairLockTryAcquire(t *testing.T) {
@@ -367,9 +331,7 @@ func TestFairLockTryAcquire(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for the failed attempt's cleanup
-	if left := fairKeysLeft(t, cl, c, name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, name)
 }
 
 func TestFairLockBadInput(t *testing.T) {
@@ -400,9 +362,7 @@ func TestFairLockBadInput(t *testing.T) {
 			t.Errorf("%s: %v, want a *ConfigError", tc.what, err)
 		}
 	}
-	if left := fairKeysLeft(t, cl, c, "n"); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, c, "n")
 }
 
 // A fair waiter that queued before a plain holder took the lock must get a
@@ -427,14 +387,7 @@ func TestFairLockTokenAboveAnEarlierPlainHolderAfterARestart(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, name, redlock.WithFairness(), redlock.WithMaxWait(time.Minute))
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
+	got := acquireAsync(t, ctx, waiter, name, redlock.WithFairness(), redlock.WithMaxWait(time.Minute))
 	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, waiter, name, 1) })
 	// The other owner lets go of k and l; a plain Acquire, begun after the
 	// waiter's, takes them before the waiter's next round.
@@ -603,9 +556,7 @@ func TestFairWaitersThatStartTogetherAreAllServed(t *testing.T) {
 	for _, c := range clients {
 		_ = c.Close() // waits for the releases still under way
 	}
-	if left := fairKeysLeft(t, cl, clients[0], name); len(left) > 0 {
-		t.Fatalf("keys left behind: %v", left)
-	}
+	noFairKeysLeft(t, cl, clients[0], name)
 }
 
 // A grant message and the reply of a call that ran before the grant come on

@@ -52,29 +52,14 @@ func TestScriptsRunByEVALSHAOnceANodeToldTheirSHA(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{})
 	ctx := context.Background()
-	l, err := c.TryAcquire(ctx, "evalsha")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, c.TryAcquire, "evalsha")
 	for _, s := range cl.Servers {
 		if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	for range 5 {
-		l, err := c.TryAcquire(ctx, "evalsha")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Extend(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeExtendRelease(t, ctx, c, "evalsha")
 	}
 	for _, s := range cl.Servers {
 		stats, err := s.Client().Info(ctx, "commandstats").Result()

@@ -38,14 +38,7 @@ func TestBurstFarAboveCapacityLosesNoHeldLock(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	var held []*redlock.Lock
-	for i := range 50 {
-		l, err := c.Acquire(ctx, fmt.Sprintf("held-%d", i), redlock.WithAutoExtend())
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdAutoExtended(t, ctx, c.Acquire, "held", 50)
 
 	const workers, burst = 256, 3 * time.Second
 	bctx, cancel := context.WithTimeout(ctx, burst)

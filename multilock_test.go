@@ -46,14 +46,7 @@ func TestMultiLockHoldsEveryNameWithItsOwnToken(t *testing.T) {
 	if err := m.Release(bg); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	select {
-	case <-m.Done():
-	default:
-		t.Fatal("Done open after release")
-	}
-	if !errors.Is(m.Err(), redlock.ErrNotHeld) {
-		t.Fatalf("Err after release: %v", m.Err())
-	}
+	endedWith(t, "release", m.Done(), m.Err, redlock.ErrNotHeld)
 	for _, name := range lockNames(m) {
 		keysGone(t, cl, c, name)
 	}

@@ -8,211 +8,13 @@ package redlock
 import (
 	"context"
 	"errors"
-	"fmt"
 	"net"
 	"runtime"
 	"strconv"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 )
-
-// fakeNode runs the scripts' logic on a map, in order, like one Redis.
-type fakeNode struct {
-	mu        sync.Mutex
-	keys      map[string]string
-	gate      chan struct{} // if set, acquire and extend answer only once it is closed
-	arrived   chan struct{} // if set, told when a call waits at the gate
-	deaf      bool          // the gate ignores the context, as go-redis does without ContextTimeoutEnabled
-	late      chan error    // if set, a call that gave up at the gate still runs once it opens, as a request stuck in the network does, and reports here
-	gaveUp    chan struct{} // with late: told when a call gives up at the gate
-	onAcquire func()        // if set, runs inside every acquire
-	fail      error         // if set, every call fails with it
-	calls     []string      // "acquire:<value>", "extend:<value>", "release:<value>", in the order they ran
-	tries     int           // acquire calls, failed ones included
-}
-
-func newFakeNode() *fakeNode { return &fakeNode{keys: map[string]string{}} }
-
-func (f *fakeNode) run(ctx context.Context, s *script, args []any) ([]int64, error) {
-	f.mu.Lock()
-	gate, deaf, arrived, late, gaveUp := f.gate, f.deaf, f.arrived, f.late, f.gaveUp
-	f.mu.Unlock()
-	if (s == acquireScript || s == semaphoreAcquireScript || s == extendScript) && gate != nil {
-		select {
-		case arrived <- struct{}{}:
-		default: // already told that a call waits
-		}
-		done := ctx.Done()
-		if deaf {
-			done = nil
-		}
-		select {
-		case <-gate:
-		case <-done:
-			if late != nil {
-				gaveUp <- struct{}{}
-				go func() {
-					<-gate
-					_, err := f.exec(s, args)
-					late <- err
-				}()
-			}
-			return nil, ctx.Err()
-		}
-	}
-	return f.exec(s, args)
-}
-
-// exec runs one script, as the server does once the call reaches it.
-func (f *fakeNode) exec(s *script, args []any) ([]int64, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if s == acquireScript {
-		f.tries++
-	}
-	if f.fail != nil {
-		return nil, f.fail
-	}
-	nkeys := args[2].(int)
-	keys := make([]string, nkeys)
-	for i := range keys {
-		keys[i] = args[3+i].(string)
-	}
-	argv := args[3+nkeys:]
-	str := func(i int) string { return fmt.Sprint(argv[i]) }
-	num := func(i int) int64 { n, _ := strconv.ParseInt(fmt.Sprint(argv[i]), 10, 64); return n }
-	fence := func() int64 { n, _ := strconv.ParseInt(f.keys[keys[1]], 10, 64); return n }
-	if s == semaphoreAcquireScript || s == semaphoreReleaseScript {
-		return f.execSemaphore(s, keys, argv)
-	}
-	switch s {
-	case acquireScript:
-		if f.onAcquire != nil {
-			f.onAcquire()
-		}
-		f.calls = append(f.calls, "acquire:"+str(0))
-		if cur, held := f.keys[keys[0]]; held && cur != str(0) {
-			return []int64{0, 5000, 0, 0}, nil
-		}
-		f.keys[keys[0]] = str(0)
-		before := fence()
-		if p := num(2); p > before {
-			f.keys[keys[1]] = str(2)
-		}
-		return []int64{1, before, 0, 0}, nil
-	case raiseScript:
-		if f.keys[keys[0]] != str(0) || fence() > num(1) {
-			return []int64{0}, nil
-		}
-		f.keys[keys[1]] = str(1)
-		return []int64{1}, nil
-	case releaseScript:
-		f.calls = append(f.calls, "release:"+str(0))
-		if f.keys[keys[0]] == str(0) {
-			delete(f.keys, keys[0])
-			return []int64{1}, nil
-		}
-		return []int64{0}, nil
-	case extendScript, semaphoreExtendScript:
-		f.calls = append(f.calls, "extend:"+str(0))
-		if s == semaphoreExtendScript {
-			if recorded, ok := f.keys[keys[2]]; ok && recorded != str(4) {
-				return []int64{0, 0, 0}, nil // another number of permits recorded
-			}
-			defer func() { f.keys[keys[2]] = str(4) }() // the record lives with the slot
-		}
-		switch cur, held := f.keys[keys[0]]; {
-		case cur == str(0):
-			return []int64{1, 0, 0}, nil
-		case held:
-			return []int64{0, 0, 0}, nil
-		case num(2) > 0 && fence() > num(2):
-			return []int64{-1, 0, 0}, nil
-		}
-		f.keys[keys[0]] = str(0) // the repair of a node that lost our key
-		return []int64{2, 0, 0}, nil
-	}
-	return nil, errors.New("fake: unknown script")
-}
-
-func (f *fakeNode) get(key string) (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	v, ok := f.keys[key]
-	return v, ok
-}
-
-func (f *fakeNode) set(key, value string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.keys[key] = value
-}
-
-func (f *fakeNode) del(key string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	delete(f.keys, key)
-}
-
-// hold makes the node's acquire and extend calls wait until the returned
-// gate is closed; arrived hears when a call waits there.
-func (f *fakeNode) hold() (gate chan struct{}, arrived <-chan struct{}) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	ch := make(chan struct{}, 1)
-	f.gate, f.arrived = make(chan struct{}), ch
-	return f.gate, ch
-}
-
-func (f *fakeNode) history() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return append([]string(nil), f.calls...)
-}
-
-// manualClock moves only when told to, and by step on every reading.
-type manualClock struct {
-	mu   sync.Mutex
-	t    time.Time
-	step time.Duration
-}
-
-func (m *manualClock) Now() time.Time {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.t = m.t.Add(m.step)
-	return m.t
-}
-
-func (m *manualClock) advance(d time.Duration) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.t = m.t.Add(d)
-}
-
-func newFakeClient(t *testing.T, fakes []*fakeNode, opts Options) *Client {
-	t.Helper()
-	nodes := make([]*node, len(fakes))
-	for i, f := range fakes {
-		nodes[i] = &node{index: i, name: fmt.Sprintf("fake-%d", i), run: f}
-	}
-	c, err := newClient(nodes, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func fakes(n int) []*fakeNode {
-	fs := make([]*fakeNode, n)
-	for i := range fs {
-		fs[i] = newFakeNode()
-	}
-	return fs
-}
 
 func TestTallyDecidesAsSoonAsTheOutcomeIsKnown(t *testing.T) {
 	cases := []struct {
@@ -267,10 +69,8 @@ func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 		t.Fatalf("release: %v", err)
 	}
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("slow")); held {
-			t.Errorf("node %d still holds %q after release", i, v)
-		}
+	if kept := keysKept(fs, c, "slow"); len(kept) > 0 {
+		t.Errorf("nodes %v still hold the lock key after release", kept)
 	}
 }
 
@@ -488,10 +288,8 @@ func TestValidityTooShortFailsAndReleases(t *testing.T) {
 		t.Fatalf("got %v, want ErrValidityTooShort", err)
 	}
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("short")); held {
-			t.Errorf("node %d kept %q", i, v)
-		}
+	if kept := keysKept(fs, c, "short"); len(kept) > 0 {
+		t.Errorf("nodes %v kept the lock key", kept)
 	}
 }
 
@@ -568,10 +366,8 @@ func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 	}
 	close(gate) // the nodes now answer, and win, after the caller left
 	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(c.lockKey("cancel")); held {
-			t.Errorf("node %d kept %q after a cancelled acquire", i, v)
-		}
+	if kept := keysKept(fs, c, "cancel"); len(kept) > 0 {
+		t.Errorf("nodes %v kept the lock key after a cancelled acquire", kept)
 	}
 }
 
@@ -682,5 +478,63 @@ func TestReleaseSkippingADownNodeIsNoQuorumNotALoss(t *testing.T) {
 	err := l.Release(context.Background())
 	if errors.Is(err, ErrLockLost) || !errors.Is(err, ErrNoQuorum) || !errors.Is(err, ErrNodeDown) {
 		t.Fatalf("got %v, want no quorum with node 2 down, not a lost lock", err)
+	}
+}
+
+// A lock that another owner holds on enough nodes to make a quorum impossible
+// is busy, whatever the other nodes did: one node failing first must not turn
+// "held" into "no quorum" (the CLI would say the lock service is down).
+func TestRefusalsThatAloneLoseAreLockedEvenWithAFailedNode(t *testing.T) {
+	fs := fakes(5)
+	boom := errors.New("connection refused")
+	fs[0].fail = boom
+	for _, f := range fs[1:] {
+		f.set("redlock:{busy}", "someone-else")
+	}
+	// Two of the refusals come after the decision (a failure and two
+	// refusals lose the round at once).
+	gate := make(chan struct{})
+	arrived := make(chan struct{}, 2)
+	for _, f := range fs[3:] {
+		f.gate, f.arrived = gate, arrived
+	}
+	go func() {
+		<-arrived
+		<-arrived
+		close(gate)
+	}()
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+
+	_, err := c.TryAcquire(context.Background(), "busy")
+	var locked *LockedError
+	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || errors.Is(err, ErrNoQuorum) {
+		t.Fatalf("held on 4 of 5 nodes, 1 failed: got %v, want a *LockedError that is not ErrNoQuorum", err)
+	}
+	if locked.Refused < 3 || locked.Nodes != 5 || locked.Errors.Len() != 1 || !errors.Is(err, boom) {
+		t.Fatalf("got %+v, want at least 3 of 5 refusals and the failed node's error kept", locked)
+	}
+}
+
+// When the failures were needed to lose, the answer is no quorum, and it
+// names every node that failed, also those that answered after the decision,
+// and how many nodes the other owner holds.
+func TestNoQuorumNamesEveryFailedNodeAndCountsTheRefusals(t *testing.T) {
+	fs := fakes(5)
+	boom := errors.New("connection refused")
+	for _, f := range fs[:3] {
+		f.fail = boom
+	}
+	for _, f := range fs[3:] {
+		f.set("redlock:{busy}", "someone-else")
+	}
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 20 * time.Second})
+
+	_, err := c.TryAcquire(context.Background(), "busy")
+	var qe *QuorumError
+	if !errors.As(err, &qe) || errors.Is(err, ErrLocked) {
+		t.Fatalf("3 of 5 failed, 2 held: got %v, want a *QuorumError that is not ErrLocked", err)
+	}
+	if qe.Errors.Len() != 3 || qe.Refused != 2 {
+		t.Fatalf("got %v (%d node errors, %d refusals), want all 3 failed nodes named and 2 refusals", err, qe.Errors.Len(), qe.Refused)
 	}
 }

@@ -20,59 +20,6 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// newClient builds a client over the cluster's nodes. Unless the test sets
-// a grace, the restart guard is off: the nodes were just started, and the
-// guard would (rightly) keep them from voting for one TTL.
-func newClient(t *testing.T, cl *redistest.Cluster, opts redlock.Options) *redlock.Client {
-	t.Helper()
-	if opts.RestartGrace == 0 {
-		opts.RestartGrace = redlock.NoRestartGrace
-	}
-	// Tests run on 1 or 2 nodes where the quorum arithmetic is not
-	// the point: they opt in, as a deployment would have to.
-	if len(cl.Servers) < 3 {
-		opts.AllowNoFaultTolerance = true
-	}
-	c, err := redlock.New(cl.Clients(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-// keysLeft lists the nodes that still hold the lock key of name.
-func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
-	t.Helper()
-	var left []string
-	for _, s := range cl.Servers {
-		if !s.Running() {
-			continue
-		}
-		n, err := s.Client().Exists(context.Background(), c.Keys(name).Lock).Result()
-		if err != nil {
-			t.Fatalf("%s: %v", s.Addr, err)
-		}
-		if n > 0 {
-			left = append(left, s.Addr)
-		}
-	}
-	return left
-}
-
-// eventually polls cond until it holds or the deadline passes: for awaiting
-// a state of a real server that sends no event.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestMutualExclusionAndMonotonicTokensAcrossClients(t *testing.T) {
 	cl := redistest.StartT(t, 5, redistest.Options{})
 	clients := []*redlock.Client{
@@ -373,14 +320,7 @@ func TestDoneFirstAskedAfterTheDeadlineIsClosed(t *testing.T) {
 	for !time.Now().After(l.Deadline()) {
 		time.Sleep(time.Until(l.Deadline()) + time.Millisecond) // the state past the deadline is the point
 	}
-	select {
-	case <-l.Done():
-	default:
-		t.Fatalf("Done, first asked %v after the deadline, is open", time.Since(l.Deadline()))
-	}
-	if !errors.Is(l.Err(), redlock.ErrLockLost) {
-		t.Fatalf("Err after the deadline: %v, want ErrLockLost", l.Err())
-	}
+	endedWith(t, "the deadline", l.Done(), l.Err, redlock.ErrLockLost)
 }
 
 func TestMaxExtensionsLetsTheLockExpire(t *testing.T) {
@@ -471,14 +411,7 @@ func TestWaiterIsWokenByTheRelease(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			got := make(chan error, 1)
-			go func() {
-				l2, err := tc.waiter.Acquire(ctx, "handoff")
-				if err == nil {
-					err = l2.Release(ctx)
-				}
-				got <- err
-			}()
+			got := acquireReleaseAsync(ctx, tc.waiter, "handoff")
 			select { // the waiter's first attempt failed: it waits now
 			case <-failed:
 			case <-ctx.Done():
@@ -606,11 +539,7 @@ func TestLockErrors(t *testing.T) {
 
 	t.Run("unreachable node", func(t *testing.T) {
 		clients := append(cl.Clients()[:2:2], redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
-		c2, err := redlock.New(clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c2.Close()
+		c2 := newClientOn(t, clients, redlock.Options{RestartGrace: redlock.NoRestartGrace})
 		l, err := c2.TryAcquire(ctx, "unreachable")
 		if err != nil {
 			t.Fatalf("one of three unreachable: %v", err)

@@ -225,11 +225,3 @@ func TestReentrancyNeedsTheSameClientAndName(t *testing.T) {
 	}
 	keysGone(t, cl, c1, "other")
 }
-
-// keysGone waits until no node holds name's lock key: a release returns
-// once a quorum deleted it, and the node that answered the acquire last
-// deletes it just after.
-func keysGone(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) {
-	t.Helper()
-	eventually(t, 5*time.Second, name+" released on every node", func() bool { return len(keysLeft(t, cl, c, name)) == 0 })
-}

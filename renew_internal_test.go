@@ -136,24 +136,20 @@ func extendsSent(fs []*fakeNode) []string {
 	return sent
 }
 
-// keysKept lists the nodes that still hold the lock key of name.
-func keysKept(fs []*fakeNode, c *Client, name string) []int {
-	var kept []int
-	for i, f := range fs {
-		if _, held := f.get(c.lockKey(name)); held {
-			kept = append(kept, i)
-		}
-	}
-	return kept
+// clockedFakes are three fake nodes and a client of them with one-minute
+// locks, whose clock the test moves and whose events it reads.
+func clockedFakes(t *testing.T) ([]*fakeNode, *manualClock, *eventLog, *Client) {
+	t.Helper()
+	fs := fakes(3)
+	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
+	log := newEventLog()
+	return fs, clock, log, newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
 }
 
 // A client paused past its lock's validity finds the renewal due when it
 // wakes: the scheduler must end the lock as lost instead of extending it.
 func TestRenewalDueAfterTheValidityPassedIsNotSent(t *testing.T) {
-	fs := fakes(3)
-	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	log := newEventLog()
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	fs, clock, log, c := clockedFakes(t)
 	l, err := c.TryAcquire(context.Background(), "paused", WithAutoExtend())
 	if err != nil {
 		t.Fatal(err)
@@ -175,10 +171,7 @@ func TestRenewalDueAfterTheValidityPassedIsNotSent(t *testing.T) {
 // not set a new deadline: the lock is lost, and the keys the late renewal
 // extended are deleted.
 func TestRenewalAnsweredAfterTheValidityPassedDoesNotRevive(t *testing.T) {
-	fs := fakes(3)
-	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	log := newEventLog()
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	fs, clock, log, c := clockedFakes(t)
 	l, err := c.TryAcquire(context.Background(), "late", WithAutoExtend())
 	if err != nil {
 		t.Fatal(err)
@@ -208,10 +201,7 @@ func TestRenewalAnsweredAfterTheValidityPassedDoesNotRevive(t *testing.T) {
 // Extend called in time whose quorum answers after the validity ended
 // returns ErrLockLost and ends the lock.
 func TestExtendAnsweredAfterTheValidityPassedIsLost(t *testing.T) {
-	fs := fakes(3)
-	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	log := newEventLog()
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	fs, clock, log, c := clockedFakes(t)
 	l, err := c.TryAcquire(context.Background(), "extend-late")
 	if err != nil {
 		t.Fatal(err)
@@ -241,10 +231,7 @@ func TestExtendAnsweredAfterTheValidityPassedIsLost(t *testing.T) {
 // A multi-lock's member whose renewal falls due after its validity is lost,
 // and with it the multi-lock: Err says so and Done is closed.
 func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
-	fs := fakes(3)
-	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	log := newEventLog()
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	fs, clock, log, c := clockedFakes(t)
 	m, err := c.AcquireMulti(context.Background(), []string{"m-a", "m-b"}, WithAutoExtend())
 	if err != nil {
 		t.Fatal(err)
@@ -381,10 +368,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 // renewal, and the ones nearest their deadline must reach the nodes first.
 // B fell due after A but its validity ends first (a shorter TTL).
 func TestOverdueRenewalsGoOutByDeadline(t *testing.T) {
-	fs := fakes(3)
-	clock := &manualClock{t: time.Unix(1_700_000_000, 0)}
-	log := newEventLog()
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Clock: clock, Observer: log})
+	fs, clock, log, c := clockedFakes(t)
 	ctx := context.Background()
 	a, err := c.TryAcquire(ctx, "a", WithAutoExtend()) // due at about +20s, valid until about +59s
 	if err != nil {

@@ -3,7 +3,6 @@ package redlock_test
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -105,14 +104,7 @@ func TestAutoExtendedLocksAreRenewedInBatches(t *testing.T) {
 		}
 	})})
 	ctx := context.Background()
-	var held []*redlock.Lock
-	for i := range 200 {
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("batch-%d", i), redlock.WithAutoExtend())
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdAutoExtended(t, ctx, c.TryAcquire, "batch", 200)
 	for _, w := range counters {
 		w.mu.Lock()
 		w.writes, w.calls = 0, 0
@@ -149,14 +141,7 @@ func TestRenewalTellsOnlyTheLockThatWasLost(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c := newClient(t, cl, redlock.Options{TTL: time.Second})
 	ctx := context.Background()
-	var held []*redlock.Lock
-	for i := range 20 {
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("lost-%d", i), redlock.WithAutoExtend())
-		if err != nil {
-			t.Fatal(err)
-		}
-		held = append(held, l)
-	}
+	held := holdAutoExtended(t, ctx, c.TryAcquire, "lost", 20)
 	// Another owner takes lock 7 on every node behind our back.
 	for _, s := range cl.Servers {
 		if err := s.Client().Set(ctx, c.Keys("lost-7").Lock, "someone else", time.Minute).Err(); err != nil {

@@ -18,13 +18,10 @@ import (
 // run must move it. (A replication PING may move it too, every 10s: that
 // can only hide a failure in the rare run it falls into.)
 func TestEveryVoteScriptWritesWhenItAnswersYesAgain(t *testing.T) {
-	m := redistest.StartT(t, 1, redistest.Options{}).Servers[0]
-	r := redistest.StartT(t, 1, redistest.Options{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(m.Port)}}).Servers[0]
+	masters, _ := redistest.StartReplicatedT(t, 1, redistest.Options{}) // in sync: the offset counts from here
+	m := masters.Servers[0]
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := redistest.RestoreReplication(ctx, r); err != nil { // awaits the sync: the offset counts from here
-		t.Fatal(err)
-	}
 	rdb := m.Client()
 	offset := func() int64 {
 		t.Helper()

@@ -6,6 +6,7 @@ package redlock_test
 // run's effects. The second run's answer must be as good as the first's.
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -65,11 +66,7 @@ func TestFairTakeRetriedAfterALostReplyDrawsATokenAboveTheLastHolders(t *testing
 	var loss replyLoss
 	rdb := loss.client(cl.Servers[0].Addr)
 	t.Cleanup(func() { _ = rdb.Close() })
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := newClientOn(t, []redis.UniversalClient{rdb}, redlock.Options{TTL: 5 * time.Second, RestartGrace: redlock.NoRestartGrace, AllowNoFaultTolerance: true})
 	if err := c.Verify(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -215,13 +212,7 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	// Meets M with R connected, and runs the scripts once: the first
 	// EVALSHA of a node that was never asked to load them is a NOSCRIPT.
-	warm, err := c.TryAcquire(ctx, "warm-up")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := warm.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, c.TryAcquire, "warm-up")
 	if err := redistest.Await(ctx, "R acknowledged every write", 10*time.Second, func(ctx context.Context) (bool, error) {
 		n, err := r.Client().Exists(ctx, c.Keys("warm-up").Lock).Result()
 		return err == nil && n == 0, err
@@ -247,4 +238,79 @@ func TestRetriedDurableAcquireWaitsForItsOwnWrite(t *testing.T) {
 	defer l.Release(context.Background())
 	n, err := r.Client().Exists(ctx, c.Keys(name).Lock).Result()
 	t.Fatalf("the retried acquire's vote counted although R, which stalled, holds %d copies of its key (%v): a promotion of R gives the lock to a second client", n, err)
+}
+
+// replyLoss loses the reply to one command of a go-redis client: the
+// server runs it, then the client's connection breaks before the reply is
+// read, and go-redis sends the command again on a new connection (its
+// default retries, which a client handed to redlock.New keeps), as after a
+// network fault between the two.
+type replyLoss struct {
+	mu     sync.Mutex
+	marker []byte // a write that holds it loses its reply; nil: disarmed
+	before func() // awaits the command's effect on the server, before the loss
+	lost   chan struct{}
+}
+
+// arm makes the next write that holds the RESP argument arg (a command's
+// name or one of its arguments, framed as go-redis writes it: a script's
+// source that mentions the word does not match) lose its reply, once
+// before returns. lost is closed then.
+func (l *replyLoss) arm(arg string, before func()) (lost <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.marker = []byte("$" + strconv.Itoa(len(arg)) + "\r\n" + arg + "\r\n")
+	l.before = before
+	l.lost = make(chan struct{})
+	return l.lost
+}
+
+// take disarms l and returns its before and lost if b holds the marker.
+func (l *replyLoss) take(b []byte) (func(), chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.marker == nil || !bytes.Contains(b, l.marker) {
+		return nil, nil
+	}
+	l.marker = nil
+	return l.before, l.lost
+}
+
+// dial is a redis.Options.Dialer.
+func (l *replyLoss) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	conn, err := (&net.Dialer{Timeout: 5 * time.Second}).DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return &lossyConn{Conn: conn, l: l}, nil
+}
+
+// client is a go-redis client of addr whose replies l can lose.
+func (l *replyLoss) client(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{Addr: addr, Dialer: l.dial, ContextTimeoutEnabled: true, DisableIdentity: true})
+}
+
+type lossyConn struct {
+	net.Conn
+	l      *replyLoss
+	before func()
+	lost   chan struct{}
+}
+
+func (c *lossyConn) Write(b []byte) (int, error) {
+	if before, lost := c.l.take(b); before != nil {
+		c.before, c.lost = before, lost
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *lossyConn) Read(b []byte) (int, error) {
+	if c.before != nil {
+		c.before()
+		c.before = nil
+		_ = c.Conn.Close()
+		close(c.lost)
+		return 0, io.EOF
+	}
+	return c.Conn.Read(b)
 }

@@ -167,16 +167,7 @@ func (f *rwFake) history() []string {
 
 func newRWFakeClient(t *testing.T, fs []*rwFake, opts Options) *Client {
 	t.Helper()
-	nodes := make([]*node, len(fs))
-	for i, f := range fs {
-		nodes[i] = &node{index: i, name: fmt.Sprintf("fake-%d", i), run: f}
-	}
-	c, err := newClient(nodes, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
+	return newClientOverRunners(t, fs, opts)
 }
 
 func rwFakes(n int) []*rwFake {

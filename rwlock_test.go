@@ -50,6 +50,15 @@ func rwKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, rw *redl
 	return left
 }
 
+// noRWKeysLeft fails the test, with which as the message, if a key of
+// rw is still on a running node.
+func noRWKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, rw *redlock.RWLock, which string) {
+	t.Helper()
+	if left := rwKeysLeft(t, cl, c, rw); len(left) > 0 {
+		t.Fatalf("%s: %v", which, left)
+	}
+}
+
 // nodesWith counts the running nodes that hold key.
 func nodesWith(cl *redistest.Cluster, key string) int {
 	n := 0
@@ -99,9 +108,7 @@ func TestRWManyReadersHoldTogetherAndKeepWritersOut(t *testing.T) {
 	}
 	_ = c1.Close()
 	_ = c2.Close()
-	if left := rwKeysLeft(t, cl, c1, rw1); len(left) > 0 {
-		t.Fatalf("keys left after every release: %v", left)
-	}
+	noRWKeysLeft(t, cl, c1, rw1, "keys left after every release")
 }
 
 func TestRWWriterExcludesReadersAndWriters(t *testing.T) {
@@ -219,9 +226,7 @@ func TestRWWaitingWriterStopsNewReadersAndGetsInWhileReadersKeepArriving(t *test
 	}
 	_ = writerClient.Close()
 	_ = readersClient.Close()
-	if left := rwKeysLeft(t, cl, readersClient, rw); len(left) > 0 {
-		t.Fatalf("keys left: %v", left)
-	}
+	noRWKeysLeft(t, cl, readersClient, rw, "keys left")
 }
 
 func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
@@ -266,9 +271,7 @@ func TestRWWriterIntentKeepsReadersOutAndIsWithdrawnOnGivingUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = c.Close() // waits for the withdrawal
-	if left := rwKeysLeft(t, cl, c, rw); len(left) > 0 {
-		t.Fatalf("keys left after the writer gave up: %v", left)
-	}
+	noRWKeysLeft(t, cl, c, rw, "keys left after the writer gave up")
 }
 
 func TestRWReleaseWakesEveryWaitingReader(t *testing.T) {
@@ -440,9 +443,7 @@ func TestRWBadInput(t *testing.T) {
 			t.Errorf("%s: got %v, want a *ConfigError", name, err)
 		}
 	}
-	if left := rwKeysLeft(t, cl, c, c.RWLock("x")); len(left) > 0 {
-		t.Fatalf("bad input left keys: %v", left)
-	}
+	noRWKeysLeft(t, cl, c, c.RWLock("x"), "bad input left keys")
 }
 
 func TestRWRestartedNodeSitsOutForBothSides(t *testing.T) {

@@ -167,9 +167,7 @@ func TestSemaphoreNeverMoreThanKHoldersAndTokensIncreasePerSlot(t *testing.T) {
 
 func TestSemaphoreReleaseWakesAWaiterInAnotherClient(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -257,14 +255,7 @@ func TestSemaphoreLossClosesDoneAndExtendReportsIt(t *testing.T) {
 	if err := p.Extend(ctx); !errors.Is(err, redlock.ErrLockLost) {
 		t.Fatalf("extend of a taken slot: %v, want ErrLockLost", err)
 	}
-	select {
-	case <-p.Done():
-	default:
-		t.Fatal("Done not closed after the loss")
-	}
-	if !errors.Is(p.Err(), redlock.ErrLockLost) {
-		t.Fatalf("Err after the loss: %v", p.Err())
-	}
+	endedWith(t, "the loss", p.Done(), p.Err, redlock.ErrLockLost)
 
 	// A permit that is not extended ends with its validity. Acquire, not
 	// TryAcquire: a 300ms TTL gives each node 30ms, which a loaded machine

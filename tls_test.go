@@ -38,24 +38,6 @@ func withTLSQuery(urls []string, q url.Values) []string {
 	return out
 }
 
-func fromURLs(t *testing.T, urls []string, opts redlock.Options) *redlock.Client {
-	t.Helper()
-	if opts.RestartGrace == 0 {
-		opts.RestartGrace = redlock.NoRestartGrace
-	}
-	// Tests run on 1 or 2 nodes where the quorum arithmetic is not
-	// the point: they opt in, as a deployment would have to.
-	if len(urls) < 3 {
-		opts.AllowNoFaultTolerance = true
-	}
-	c, err := redlock.NewFromURLs(urls, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
 // TestTLSMutualExclusionAndFencingWithClientCertificates runs contending
 // clients over TLS with client certificates, one configured by URL
 // parameters and one by Options.TLSConfig: one holder at a time, tokens
@@ -318,13 +300,7 @@ func TestTLSServerNameOverride(t *testing.T) {
 	}
 	byConfig := fromURLs(t, cl.URLs(), redlock.Options{NodeTimeout: time.Second, TLSConfig: cfg})
 	for _, c := range []*redlock.Client{byURL, byConfig} {
-		l, err := c.TryAcquire(ctx, "tls-sni")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeAndRelease(t, ctx, c.TryAcquire, "tls-sni")
 	}
 	if cfg.ServerName != "redis.example.com" || cfg.MinVersion != tls.VersionTLS12 {
 		t.Errorf("LoadTLSConfig: server name %q, min version %x", cfg.ServerName, cfg.MinVersion)

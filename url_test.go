@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -103,19 +101,6 @@ func FuzzParseURL(f *testing.F) {
 	})
 }
 
-// refusedAddr is a local address that refuses connections: a port that was
-// just bound and released.
-func refusedAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
-}
-
 // A refused connection is an answer: NewFromURLs' clients dial once, not five
 // times with backoff, and the node's error says "connection refused".
 // go-redis' lines about the client's own node go to Options.Logger, not
@@ -149,33 +134,6 @@ func TestNewFromURLsReportsARefusedDialAtOnce(t *testing.T) {
 	}
 }
 
-// recordingHandler is a slog.Handler that keeps every record as a line.
-type recordingHandler struct {
-	mu  sync.Mutex
-	out []string
-}
-
-func (h *recordingHandler) Enabled(context.Context, slog.Level) bool { return true }
-func (h *recordingHandler) WithAttrs([]slog.Attr) slog.Handler       { return h }
-func (h *recordingHandler) WithGroup(string) slog.Handler            { return h }
-func (h *recordingHandler) Handle(_ context.Context, r slog.Record) error {
-	line := r.Level.String() + " " + r.Message
-	r.Attrs(func(a slog.Attr) bool {
-		line += " " + a.Key + "=" + a.Value.String()
-		return true
-	})
-	h.mu.Lock()
-	h.out = append(h.out, line)
-	h.mu.Unlock()
-	return nil
-}
-
-func (h *recordingHandler) lines() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return append([]string(nil), h.out...)
-}
-
 // A port outside 1..65535 is a configuration error naming it, not a dial
 // failure later; "redis://secret@host" puts a password in the user slot, so
 // the whole user info is hidden wherever a URL is shown.
@@ -193,16 +151,12 @@ func TestParseURLChecksThePortAndHidesAllUserInfo(t *testing.T) {
 	if _, err := redlock.ParseURL("redis://127.0.0.1:65535"); err != nil {
 		t.Errorf("port 65535: %v", err)
 	}
-	for raw, want := range map[string]string{
+	redacts(t, map[string]string{
 		"redis://s3cretpw@host:1":          "redis://xxxxx@host:1",
 		"redis://user:s3cretpw@host:1/2":   "redis://xxxxx@host:1/2",
 		"rediss://:s3cretpw@host:1":        "rediss://xxxxx@host:1",
 		"redis://host:1?password=s3cretpw": "redis://host:1?password=xxxxx",
-	} {
-		if got := redlock.RedactURL(raw); got != want {
-			t.Errorf("RedactURL: got %q, want %q", got, want)
-		}
-	}
+	})
 }
 
 // Node numbers in messages count from 1, as a person counts the URLs given.
@@ -230,6 +184,17 @@ func TestQuorumErrorWording(t *testing.T) {
 	} {
 		if got := tc.err.Error(); got != tc.want {
 			t.Errorf("got %q, want %q", got, tc.want)
+		}
+	}
+}
+
+// redacts checks RedactURL on each URL of cases: the want beside it, its
+// passwords replaced.
+func redacts(t *testing.T, cases map[string]string) {
+	t.Helper()
+	for raw, want := range cases {
+		if got := redlock.RedactURL(raw); got != want {
+			t.Errorf("RedactURL: got %q, want %q", got, want)
 		}
 	}
 }

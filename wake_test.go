@@ -7,50 +7,16 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
-
-// slowRetries makes retries so slow (2.5-5s) that only the release's
-// wake-up can explain an acquire within a second of the release. The TTL is
-// long enough that no refusal hints at an earlier retry.
-func slowRetries() redlock.Options {
-	return redlock.Options{TTL: time.Minute, RetryDelayMin: 5 * time.Second, RetryDelayMax: 5 * time.Second}
-}
-
-// failures reports the failed attempts of a client through its observer.
-func failures(opts redlock.Options) (redlock.Options, <-chan string) {
-	failed := make(chan string, 1000)
-	opts.Observer = observe.Func(func(e observe.Event) {
-		if e.Kind == observe.AcquireFailed {
-			failed <- e.Name
-		}
-	})
-	return opts, failed
-}
-
-// awaitWaiting returns once name's waiter failed twice: its first attempt,
-// and the one it makes right after its subscription was confirmed (or the
-// confirmation timed out: the callers make that timeout far too long to
-// explain what they see).
-func awaitWaiting(t *testing.T, ctx context.Context, failed <-chan string, name string) {
-	t.Helper()
-	for n := 0; n < 2; {
-		select {
-		case got := <-failed:
-			if got == name {
-				n++
-			}
-		case <-ctx.Done():
-			t.Fatalf("the waiter for %q never tried twice", name)
-		}
-	}
-}
 
 // subscriptions lists, per node, the channels under the default key prefix
 // that anyone is subscribed to, sorted.
@@ -68,14 +34,30 @@ func subscriptions(t *testing.T, cl *redistest.Cluster) [][]string {
 	return out
 }
 
-// noSubscriptions tells whether no node has a subscriber under the prefix.
-func noSubscriptions(t *testing.T, cl *redistest.Cluster) bool {
+// subscribedTo tells whether every node's channels under the prefix with
+// a subscriber are exactly chans, sorted.
+func subscribedTo(t *testing.T, cl *redistest.Cluster, chans ...string) bool {
+	t.Helper()
 	for _, chs := range subscriptions(t, cl) {
-		if len(chs) > 0 {
+		if !slices.Equal(chs, chans) {
 			return false
 		}
 	}
 	return true
+}
+
+// noSubscriptions tells whether no node has a subscriber under the prefix.
+func noSubscriptions(t *testing.T, cl *redistest.Cluster) bool {
+	t.Helper()
+	return subscribedTo(t, cl)
+}
+
+// holderAndWaiter are two clients of cl with slowRetries: a holder, and a
+// waiter whose failed attempts come on failed.
+func holderAndWaiter(t *testing.T, cl *redistest.Cluster) (holder, waiter *redlock.Client, failed <-chan string) {
+	t.Helper()
+	wopts, failed := failures(slowRetries())
+	return newClient(t, cl, slowRetries()), newClient(t, cl, wopts), failed
 }
 
 // pubsubConns counts each node's pub/sub connections.
@@ -100,9 +82,7 @@ func pubsubConns(t *testing.T, cl *redistest.Cluster) []int {
 
 func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -129,21 +109,10 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	// on once a quorum confirmed; the last node may still be on its way.)
 	want := []string{"redlock:{a}:released", "redlock:{b}:released"}
 	eventually(t, 5*time.Second, "every node subscribed to a and b, on one connection", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want) {
-				return false
-			}
-		}
-		return slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
+		return subscribedTo(t, cl, want...) && slices.Equal(pubsubConns(t, cl), []int{1, 1, 1})
 	})
 	for range 10 {
-		l, err := holder.TryAcquire(ctx, "other")
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeAndRelease(t, ctx, holder.TryAcquire, "other")
 	}
 
 	// The release of a wakes its waiter at once, long before a retry.
@@ -161,12 +130,7 @@ func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
 	// Nobody waits for a any more: its subscription ends after the linger;
 	// b's stays while its waiter waits.
 	eventually(t, 10*time.Second, "the subscription to a ends after the linger", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want[1:]) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, want[1:]...)
 	})
 	if err := held["b"].Release(ctx); err != nil {
 		t.Fatal(err)
@@ -214,22 +178,13 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 
 func TestForceUnlockWakesTheWaiter(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "stuck"); err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l, err := waiter.Acquire(ctx, "stuck")
-		if err == nil {
-			err = l.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "stuck")
 	awaitWaiting(t, ctx, failed, "stuck")
 	start := time.Now()
 	if _, err := holder.ForceUnlock(ctx, "stuck"); err != nil {
@@ -245,9 +200,7 @@ func TestForceUnlockWakesTheWaiter(t *testing.T) {
 
 func TestCloseLeavesNoSubscription(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "c"); err != nil {
@@ -261,12 +214,7 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 	}()
 	awaitWaiting(t, ctx, failed, "c")
 	eventually(t, 5*time.Second, "every node subscribed to c", func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, []string{"redlock:{c}:released"}) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, "redlock:{c}:released")
 	})
 	// The Acquire still waits, so only Close can end the subscription.
 	if err := waiter.Close(); err != nil {
@@ -286,32 +234,18 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 // again, and the release still wakes the waiter.
 func TestWaiterIsWokenAfterItsPubSubConnectionBroke(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder := newClient(t, cl, slowRetries())
-	wopts, failed := failures(slowRetries())
-	waiter := newClient(t, cl, wopts)
+	holder, waiter, failed := holderAndWaiter(t, cl)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := holder.TryAcquire(ctx, "k")
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan error, 1)
-	go func() {
-		l2, err := waiter.Acquire(ctx, "k")
-		if err == nil {
-			err = l2.Release(ctx)
-		}
-		got <- err
-	}()
+	got := acquireReleaseAsync(ctx, waiter, "k")
 	awaitWaiting(t, ctx, failed, "k")
 	want := []string{"redlock:{k}:released"}
 	subscribed := func() bool {
-		for _, chs := range subscriptions(t, cl) {
-			if !slices.Equal(chs, want) {
-				return false
-			}
-		}
-		return true
+		return subscribedTo(t, cl, want...)
 	}
 	eventually(t, 5*time.Second, "every node subscribed to k", subscribed)
 	for _, s := range cl.Servers {
@@ -330,4 +264,224 @@ func TestWaiterIsWokenAfterItsPubSubConnectionBroke(t *testing.T) {
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("the waiter took the lock %v after the release: not woken by it", took)
 	}
+}
+
+// Sharded wake-ups: on a Redis Cluster node whose masters have SPUBLISH, a
+// release is announced in the lock's shard only (SPUBLISH), and a waiter
+// listens on the master of its lock's slot (SSUBSCRIBE).
+
+// clusterNodeClient is a client whose one node is the whole cluster rc.
+func clusterNodeClient(t *testing.T, rc *redistest.RedisCluster, opts redlock.Options) *redlock.Client {
+	t.Helper()
+	cc := rc.ClusterClient()
+	opts.AllowNoFaultTolerance = true
+	opts.RestartGrace = redlock.NoRestartGrace // the servers just started
+	c, err := redlock.New([]redis.UniversalClient{cc}, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		_ = cc.Close()
+	})
+	return c
+}
+
+// commandCalls sums the calls of command cmd over the servers that are
+// masters now, as INFO commandstats counts them (a script's own calls
+// included).
+func commandCalls(t *testing.T, rc *redistest.RedisCluster, cmd string) int {
+	t.Helper()
+	total := 0
+	for _, s := range rc.Servers {
+		stats, err := s.Client().Info(context.Background(), "commandstats").Result()
+		if err != nil {
+			t.Fatalf("%s: INFO commandstats: %v", s.Addr, err)
+		}
+		for line := range strings.Lines(stats) {
+			rest, ok := strings.CutPrefix(strings.TrimSpace(line), "cmdstat_"+cmd+":calls=")
+			if !ok {
+				continue
+			}
+			n, _ := strconv.Atoi(rest[:strings.IndexByte(rest, ',')])
+			total += n
+		}
+	}
+	return total
+}
+
+// shardSubscribers counts, per server of rc, the SSUBSCRIBErs of channel.
+func shardSubscribers(t *testing.T, rc *redistest.RedisCluster, channel string) map[string]int64 {
+	t.Helper()
+	out := map[string]int64{}
+	for _, s := range rc.Servers {
+		m, err := s.Client().PubSubShardNumSub(context.Background(), channel).Result()
+		if err != nil {
+			t.Fatalf("%s: PUBSUB SHARDNUMSUB: %v", s.Addr, err)
+		}
+		out[s.Addr] = m[channel]
+	}
+	return out
+}
+
+// namesPerMaster gives, for each master of rc, a lock name whose slot it
+// serves.
+func namesPerMaster(t *testing.T, ctx context.Context, rc *redistest.RedisCluster, c *redlock.Client) []string {
+	t.Helper()
+	seen := map[string]bool{}
+	var names []string
+	for i := 0; len(names) < len(rc.Shards); i++ {
+		name := fmt.Sprintf("shard-%d", i)
+		m, err := rc.MasterFor(ctx, c.Keys(name).Slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !seen[m.Addr] {
+			seen[m.Addr] = true
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// handOff has waiter wait for name, held by holder, and releases it: the
+// waiter must get it within bound, far shorter than its retry delay, so
+// only the release's wake-up explains it. during runs while the waiter
+// waits, subscribed.
+func handOff(t *testing.T, ctx context.Context, holder, waiter *redlock.Client, failed <-chan string, name string, bound time.Duration, during func()) {
+	t.Helper()
+	handOffBy(t, ctx, holder, waiter, failed, name, bound, during, func(l *redlock.Lock) error { return l.Release(ctx) })
+}
+
+// handOffBy is handOff with the lock freed by release.
+func handOffBy(t *testing.T, ctx context.Context, holder, waiter *redlock.Client, failed <-chan string, name string, bound time.Duration, during func(), release func(*redlock.Lock) error) {
+	t.Helper()
+	l, err := holder.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := acquireReleaseAsync(ctx, waiter, name)
+	awaitWaiting(t, ctx, failed, name)
+	if during != nil {
+		during()
+	}
+	if err := release(l); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-got:
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	case <-time.After(bound):
+		t.Fatalf("%s: the waiter was not woken by the release within %v", name, bound)
+	}
+}
+
+// On a Cluster node of 2 and of 3 masters, a waiter listens with
+// SSUBSCRIBE on the master of its lock's slot, and nowhere else, and the
+// release wakes it by SPUBLISH: no PUBLISH reaches the cluster bus.
+func TestClusterWaiterIsWokenBySPublish(t *testing.T) {
+	for _, masters := range []int{2, 3} {
+		t.Run(fmt.Sprintf("%d masters", masters), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			rc := redistest.StartRedisClusterT(t, masters, 0, redistest.Options{})
+			opts := slowRetries()
+			// A missed release would leave the waiter asleep for a minute,
+			// and a confirmation that never comes would hold it as long.
+			opts.RetryDelayMin, opts.RetryDelayMax = time.Minute, time.Minute
+			opts.NodeTimeout = 20 * time.Second
+			holder := clusterNodeClient(t, rc, opts)
+			wopts, failed := failures(opts)
+			waiter := clusterNodeClient(t, rc, wopts)
+			for _, s := range rc.Servers {
+				if err := s.Client().ConfigResetStat(ctx).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			names := namesPerMaster(t, ctx, rc, holder)
+			for _, name := range names {
+				channel := holder.Keys(name).Released
+				master, err := rc.MasterFor(ctx, holder.Keys(name).Slot)
+				if err != nil {
+					t.Fatal(err)
+				}
+				handOff(t, ctx, holder, waiter, failed, name, 30*time.Second, func() {
+					for addr, n := range shardSubscribers(t, rc, channel) {
+						want := int64(0)
+						if addr == master.Addr {
+							want = 1
+						}
+						if n != want {
+							t.Errorf("%s: %s has %d shard subscribers of %s, want %d (its master is %s)", name, addr, n, channel, want, master.Addr)
+						}
+					}
+				})
+			}
+			if n := commandCalls(t, rc, "spublish"); n < len(names) {
+				t.Errorf("spublish calls over the masters: %d, want at least %d (one per release)", n, len(names))
+			}
+			if n := commandCalls(t, rc, "publish"); n != 0 {
+				t.Errorf("publish calls over the masters: %d, want none", n)
+			}
+			if n := commandCalls(t, rc, "subscribe"); n != 0 {
+				t.Errorf("subscribe calls over the masters: %d, want none", n)
+			}
+		})
+	}
+}
+
+// A failover of the master a waiter listens on leaves the waiter to its
+// retries at worst: it gets the lock within its retry delay of the
+// release. Later waits route to the new master and are woken by the
+// release again.
+func TestClusterWaiterOutlivesAFailover(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
+	opts := redlock.Options{TTL: time.Minute, RetryDelayMin: 3 * time.Second, RetryDelayMax: 3 * time.Second,
+		NodeTimeout: 20 * time.Second, AllowFailoverNodes: true}
+	holder := clusterNodeClient(t, rc, opts)
+	wopts, failed := failures(opts)
+	waiter := clusterNodeClient(t, rc, wopts)
+	name := "failover"
+	slot := holder.Keys(name).Slot
+	// The failover happens while the waiter waits, subscribed on the old
+	// master: the release may come before the waiter routed again, and
+	// then only a retry finds the lock free. A waiter stuck beyond its
+	// retry delay (plus the test machine's slack) fails the test.
+	// The holder's own release may count the lock as lost, the new master
+	// being a new server (DESIGN §6): it is freed by ForceUnlock, which
+	// deletes the key wherever it is and announces it.
+	handOffBy(t, ctx, holder, waiter, failed, name, opts.RetryDelayMax+20*time.Second, func() {
+		if _, err := rc.Failover(ctx, slot, false); err != nil {
+			t.Fatal(err)
+		}
+	}, func(*redlock.Lock) error {
+		_, err := holder.ForceUnlock(ctx, name)
+		return err
+	})
+	// After the failover the waiter's channel lives on the new master,
+	// and a release there wakes it, well within the retry delay... once
+	// the acquire sees the new master (its probe sits out no grace here).
+	opts.RetryDelayMin, opts.RetryDelayMax = time.Minute, time.Minute
+	holder2 := clusterNodeClient(t, rc, opts)
+	wopts2, failed2 := failures(opts)
+	waiter2 := clusterNodeClient(t, rc, wopts2)
+	handOff(t, ctx, holder2, waiter2, failed2, name, 30*time.Second, nil)
+	// And the first waiter, which listened on the old master, listens on
+	// the new one now, and on no other server.
+	channel := holder.Keys(name).Released
+	handOff(t, ctx, holder2, waiter, failed, name, 30*time.Second, func() {
+		master, err := rc.MasterFor(ctx, slot)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for addr, n := range shardSubscribers(t, rc, channel) {
+			if (addr == master.Addr) != (n > 0) {
+				t.Errorf("after the failover %s has %d shard subscribers of %s (the master is %s)", addr, n, channel, master.Addr)
+			}
+		}
+	})
 }

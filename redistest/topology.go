@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -100,6 +102,97 @@ func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *Red
 	tb.Helper()
 	rc, err := StartRedisCluster(masters, replicas, opts)
 	return stoppedAtEnd(tb, "redis cluster", rc, err)
+}
+
+// StartReplicatedT starts n masters with one replica each (a standalone
+// server started with --replicaof, no Sentinel, no Cluster), waits for each
+// replica's initial sync, and stops them all at cleanup.
+func StartReplicatedT(tb testing.TB, n int, opts Options) (masters *Cluster, replicas []*Server) {
+	tb.Helper()
+	masters = StartT(tb, n, opts)
+	for _, m := range masters.Servers {
+		ropts := opts
+		ropts.Args = append(slices.Clip(opts.Args), "--replicaof", "127.0.0.1", strconv.Itoa(m.Port))
+		replicas = append(replicas, StartT(tb, 1, ropts).Servers[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, r := range replicas {
+		if err := RestoreReplication(ctx, r); err != nil { // awaits the sync
+			tb.Fatal(err)
+		}
+	}
+	return masters, replicas
+}
+
+// StartRedisClustersT starts n Redis Clusters of masters masters with
+// replicas replicas each, in parallel (forming a cluster takes seconds), and
+// stops them at cleanup: the nodes of a client whose every node is a Cluster.
+func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) []*RedisCluster {
+	tb.Helper()
+	return startEachT(tb, n, "redis cluster", func(int) (*RedisCluster, error) { return StartRedisCluster(masters, replicas, opts) })
+}
+
+// StartSentinelsT starts n Sentinel deployments, named locks-0 and on, of a
+// master with replicas replicas each, in parallel, and stops them at
+// cleanup: the nodes of a client whose every node fails over.
+func StartSentinelsT(tb testing.TB, n, replicas int, opts Options) []*Sentinels {
+	tb.Helper()
+	return startEachT(tb, n, "sentinel deployment", func(i int) (*Sentinels, error) {
+		return StartSentinel(fmt.Sprintf("locks-%d", i), replicas, opts)
+	})
+}
+
+// startEachT runs start(i) for each i below n in parallel, stops at cleanup
+// what started, and fails tb if any start failed.
+func startEachT[T interface{ Stop() error }](tb testing.TB, n int, what string, start func(i int) (T, error)) []T {
+	tb.Helper()
+	out := make([]T, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { out[i], errs[i] = start(i) })
+	}
+	wg.Wait()
+	tb.Cleanup(func() {
+		for i, x := range out {
+			if errs[i] == nil {
+				if err := x.Stop(); err != nil {
+					tb.Errorf("stopping %s: %v", what, err)
+				}
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+// ClusterClientsT makes one ClusterClient per cluster, closed at cleanup:
+// the nodes of a lock client of its own, as another process would have.
+func ClusterClientsT(tb testing.TB, rcs []*RedisCluster) []redis.UniversalClient {
+	tb.Helper()
+	out := make([]redis.UniversalClient, len(rcs))
+	for i, rc := range rcs {
+		cc := rc.ClusterClient()
+		tb.Cleanup(func() { _ = cc.Close() })
+		out[i] = cc
+	}
+	return out
+}
+
+// EachCluster runs do on every cluster of rcs at once and joins their
+// errors: a fault meant for several nodes during one hold lands on all of
+// them within it, not one cluster's reconfiguration after another.
+func EachCluster(rcs []*RedisCluster, do func(rc *RedisCluster) error) error {
+	errs := make([]error, len(rcs))
+	var wg sync.WaitGroup
+	for i, rc := range rcs {
+		wg.Go(func() { errs[i] = do(rc) })
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (rc *RedisCluster) form(masters, replicas int) error {
@@ -616,6 +709,13 @@ func (ss *Sentinels) start(opts Options) error {
 // startSentinelLocked runs the server as a Sentinel. s.mu must be held.
 func (s *Server) startSentinelLocked() error {
 	return s.runLocked(append([]string{s.sentinel, "--sentinel"}, s.processArgs()...))
+}
+
+// FailoverClient is a go-redis client of the deployment's master, found
+// through its Sentinels (redis.NewFailoverClient), as an application
+// would have. The caller closes it.
+func (ss *Sentinels) FailoverClient() *redis.Client {
+	return redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
 }
 
 // SentinelAddrs are the Sentinels' addresses.

@@ -43,6 +43,15 @@ func (r *eventRecorder) got() []observe.Event {
 // the Logger and an event, with how long and why; not once per waiter or
 // per attempt.
 func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
+	graceWaitIsToldOnce(t, []string{"a", "b", "c"}, []string{"3 of 3 nodes sit out the 2s restart grace", "without persistence"})
+}
+
+// graceWaitIsToldOnce has a waiter for each of names acquire it at once
+// (with opts) on fresh nodes of a 2s restart grace: the wait must be told
+// once, by one observe.GraceWait with how long (at most the grace) and why
+// (its error saying each of says), and one log line.
+func graceWaitIsToldOnce(t *testing.T, names, says []string, opts ...redlock.LockOption) {
+	t.Helper()
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	rec := &eventRecorder{kinds: []observe.Kind{observe.GraceWait}}
 	log := &recordingHandler{}
@@ -50,56 +59,79 @@ func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
-	for _, name := range []string{"a", "b", "c"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := c.Acquire(ctx, name)
+	for _, name := range names {
+		wg.Go(func() {
+			l, err := c.Acquire(ctx, name, opts...)
 			if err != nil {
 				t.Errorf("acquire %s: %v", name, err)
 				return
 			}
 			_ = l.Release(ctx)
-		}()
+		})
 	}
 	wg.Wait()
 	events := rec.got()
 	if len(events) != 1 {
-		t.Fatalf("want one observe.GraceWait for three waiters, got %d: %+v", len(events), events)
+		t.Fatalf("want one observe.GraceWait for %d waiters, got %d: %+v", len(names), len(events), events)
 	}
 	e := events[0]
-	if e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
-		!strings.Contains(e.Err.Error(), "3 of 3 nodes sit out the 2s restart grace") || !strings.Contains(e.Err.Error(), "without persistence") {
+	if e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) {
 		t.Fatalf("event %+v (err %v): want the wait (at most 2s) and why", e, e.Err)
 	}
-	told := 0
-	for _, line := range log.lines() {
-		if strings.Contains(line, "waiting for the restart grace") {
-			told++
+	for _, why := range says {
+		if !strings.Contains(e.Err.Error(), why) {
+			t.Fatalf("event %+v (err %v): want why, %q", e, e.Err, why)
 		}
 	}
-	if told != 1 {
+	if told := linesSaying(log.lines(), "waiting for the restart grace"); told != 1 {
 		t.Fatalf("want one log line about the grace, got %d: %q", told, log.lines())
 	}
+}
+
+// linesSaying counts the lines that contain substr.
+func linesSaying(lines []string, substr string) int {
+	n := 0
+	for _, line := range lines {
+		if strings.Contains(line, substr) {
+			n++
+		}
+	}
+	return n
 }
 
 // An Acquire with no deadline while every node is down is reported after a
 // bounded time, then gives up with an error, rather than retry in silence.
 func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
+	c := doGivesUpOnUnreachableNodes(t, 30*time.Second, redlock.Options{})
+	// A call with a deadline of its own keeps it: no give-up before.
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
+	defer cancel()
+	if _, err := c.Acquire(ctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("with a deadline: %v, want the deadline", err)
+	}
+}
+
+// doGivesUpOnUnreachableNodes runs a Do with no deadline (with lockOpts) on
+// a client (opts, with an UnreachableTimeout of 3s) of three nodes that
+// refuse connections: within limit, it must give up with ErrNoQuorum saying
+// the nodes were unreachable, after one observe.Unreachable 2s or more into
+// the wait. It returns the client.
+func doGivesUpOnUnreachableNodes(t *testing.T, limit time.Duration, opts redlock.Options, lockOpts ...redlock.LockOption) *redlock.Client {
+	t.Helper()
 	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
 	rec := &eventRecorder{kinds: []observe.Kind{observe.Unreachable}}
-	c := fromURLs(t, urls, redlock.Options{UnreachableTimeout: 3 * time.Second, Observer: rec})
+	opts.UnreachableTimeout, opts.Observer = 3*time.Second, rec
+	c := fromURLs(t, urls, opts)
 	start := time.Now()
 	done := make(chan error, 1)
 	go func() {
-		err := c.Do(context.Background(), "job", func(context.Context, *redlock.Lock) error { return nil })
-		done <- err
+		done <- c.Do(context.Background(), "job", func(context.Context, *redlock.Lock) error { return nil }, lockOpts...)
 	}()
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("Do with every node down is still waiting after 30s")
+	case <-time.After(limit):
+		t.Fatalf("Do with every node down is still waiting after %v (UnreachableTimeout is 3s)", limit)
 	}
 	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes could vote") {
 		t.Fatalf("after %v: %v, want ErrNoQuorum saying the nodes were unreachable", time.Since(start), err)
@@ -107,12 +139,7 @@ func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
 		t.Fatalf("want one observe.Unreachable after 2s, got %+v", events)
 	}
-	// A call with a deadline of its own keeps it: no give-up before.
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
-	defer cancel()
-	if _, err := c.Acquire(ctx, "job"); !errors.Is(err, context.DeadlineExceeded) {
-		t.Fatalf("with a deadline: %v, want the deadline", err)
-	}
+	return c
 }
 
 // Nodes that answer, but only with an error, cannot vote any more than
@@ -173,13 +200,7 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 			if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second || !strings.Contains(events[0].Err.Error(), tc.answer) {
 				t.Fatalf("want one observe.Unreachable after 2s with the nodes' %s answer, got %+v", tc.answer, events)
 			}
-			told := 0
-			for _, line := range log.lines() {
-				if strings.Contains(line, "too few nodes can vote") {
-					told++
-				}
-			}
-			if told != 1 {
+			if told := linesSaying(log.lines(), "too few nodes can vote"); told != 1 {
 				t.Fatalf("want one log line saying too few nodes can vote, got %d: %q", told, log.lines())
 			}
 		})
@@ -190,66 +211,12 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 // waiting for fresh nodes' restart grace is told once, through the Logger
 // and an event, for fair waiters too.
 func TestFairWaitingForTheGraceIsTold(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	rec := &eventRecorder{kinds: []observe.Kind{observe.GraceWait}}
-	log := &recordingHandler{}
-	c := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: 2 * time.Second, Observer: rec, Logger: slog.New(log)})
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, name := range []string{"a", "b"} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			l, err := c.Acquire(ctx, name, redlock.WithFairness())
-			if err != nil {
-				t.Errorf("fair acquire %s: %v", name, err)
-				return
-			}
-			_ = l.Release(ctx)
-		}()
-	}
-	wg.Wait()
-	events := rec.got()
-	if len(events) != 1 {
-		t.Fatalf("want one observe.GraceWait for two fair waiters, got %d: %+v", len(events), events)
-	}
-	if e := events[0]; e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
-		!strings.Contains(e.Err.Error(), "3 of 3 nodes sit out the 2s restart grace") {
-		t.Fatalf("event %+v (err %v): want the wait (at most 2s) and why", e, e.Err)
-	}
-	told := 0
-	for _, line := range log.lines() {
-		if strings.Contains(line, "waiting for the restart grace") {
-			told++
-		}
-	}
-	if told != 1 {
-		t.Fatalf("want one log line about the grace, got %d: %q", told, log.lines())
-	}
+	graceWaitIsToldOnce(t, []string{"a", "b"}, []string{"3 of 3 nodes sit out the 2s restart grace"}, redlock.WithFairness())
 }
 
 // A fair Acquire with no deadline while every node is down is reported
 // after a bounded time, then gives up with an error matching ErrNoQuorum,
 // as a plain one does (Options.UnreachableTimeout).
 func TestFairAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
-	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
-	rec := &eventRecorder{kinds: []observe.Kind{observe.Unreachable}}
-	c := fromURLs(t, urls, redlock.Options{TTL: time.Second, UnreachableTimeout: 3 * time.Second, Observer: rec})
-	done := make(chan error, 1)
-	go func() {
-		done <- c.Do(context.Background(), "job", func(context.Context, *redlock.Lock) error { return nil }, redlock.WithFairness())
-	}()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(20 * time.Second):
-		t.Fatal("a fair Do with every node down is still waiting after 20s (UnreachableTimeout is 3s)")
-	}
-	if !errors.Is(err, redlock.ErrNoQuorum) || !strings.Contains(err.Error(), "fewer than a quorum of nodes could vote") {
-		t.Fatalf("%v, want ErrNoQuorum saying the nodes were unreachable", err)
-	}
-	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
-		t.Fatalf("want one observe.Unreachable after 2s, got %+v", events)
-	}
+	doGivesUpOnUnreachableNodes(t, 20*time.Second, redlock.Options{TTL: time.Second}, redlock.WithFairness())
 }

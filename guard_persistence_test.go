@@ -34,15 +34,8 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	x, y := newClient(), newClient()
+	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	x, y := xy[0], xy[1]
 	for _, c := range []*redlock.Client{x, y} { // both meet persistent nodes
 		for i, info := range c.Nodes(ctx) {
 			if info.Err != nil || !info.Voting {
@@ -58,12 +51,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	}
 	y.Nodes(ctx) // Y sees them without persistence
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	for _, s := range off {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
@@ -72,15 +60,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 			t.Fatalf("%s kept X's key across its restart (%d, %v): nothing was lost", s.Addr, n, err)
 		}
 	}
-	left := time.Until(held.Deadline())
-	l, err := y.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("Y took lock %q after 2 of 3 nodes restarted from an AOF turned off at run time, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "persist") {
-		t.Fatalf("want the restarted nodes sitting out, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 nodes restarted from an AOF turned off at run time,", is: sittingOut(false, "persist"), want: "the restarted nodes sitting out"}, contender{"Y", y})
 }
 
 // A client that saw a quorum of persistent nodes flushed during a hold
@@ -92,23 +72,11 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 30 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
-	}
-	x, y := newClient(), newClient()
+	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	x, y := xy[0], xy[1]
 	y.Nodes(ctx) // Y meets the nodes and their markers
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	flushed := cl.Servers[:2]
 	for _, s := range flushed {
 		if err := s.Client().FlushAll(ctx).Err(); err != nil {
@@ -130,15 +98,7 @@ func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	for i, info := range y.Nodes(ctx)[:2] {
 		t.Logf("node %d after its restart: voting %v, %s", i, info.Voting, info.SitOutReason)
 	}
-	left := time.Until(held.Deadline())
-	l, err := y.TryAcquire(ctx, name)
-	if err == nil {
-		_ = l.Release(ctx)
-		t.Fatalf("Y took lock %q after 2 of 3 nodes were flushed and restarted, while X holds it for %.1fs more", name, left.Seconds())
-	}
-	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "data-kept marker") {
-		t.Fatalf("want the flushed nodes still sitting out for the flush, got %v", err)
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 nodes were flushed and restarted,", is: sittingOut(false, "data-kept marker"), want: "the flushed nodes still sitting out for the flush"}, contender{"Y", y})
 }
 
 // truncateAOFAt cuts s's AOF (the incremental file of a multi-part AOF,
@@ -185,30 +145,14 @@ func truncateAOFAt(t *testing.T, s *redistest.Server, key string) {
 func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that the hold needs no grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true, Args: []string{"--appendfsync", "everysec"}})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{Persistence: true, Args: []string{"--appendfsync", "everysec"}}) // the hold needs no grace first
 	newClient := func() *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: 20 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
 	}
 	x, before := newClient(), newClient()
 	before.Nodes(ctx)
 	const name = "job"
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = held.Release(context.Background()) })
-	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Kill(); err != nil {
 			t.Fatal(err)
@@ -222,20 +166,7 @@ func TestAppendfsyncEverysecIsNotPersistence(t *testing.T) {
 		}
 	}
 	before.Nodes(ctx)
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
-		left := time.Until(held.Deadline())
-		l, err := tc.c.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("%s took lock %q after 2 of 3 everysec nodes crashed, while X holds it for %.1fs more", tc.who, name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "without persistence") {
-			t.Fatalf("%s: want the crashed nodes sitting out as started without persistence, got %v", tc.who, err)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after 2 of 3 everysec nodes crashed,", is: sittingOut(false, "without persistence"), want: "the crashed nodes sitting out as started without persistence"}, beforeAndFresh(before, newClient())...)
 }
 
 // A Cluster master's clock jumps forward alone, in 2 of 3 Cluster nodes,
@@ -251,15 +182,10 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 		t.Run(fmt.Sprintf("slots-%d-%d", half[0], half[1]), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 			defer cancel()
-			rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
+			rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{FakeTime: true, Persistence: true})
 			opts := redlock.Options{TTL: 20 * time.Second}
 			newClient := func() *redlock.Client {
-				c, err := redlock.New(clusterClients(t, rcs), opts)
-				if err != nil {
-					t.Fatal(err)
-				}
-				t.Cleanup(func() { _ = c.Close() })
-				return c
+				return newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 			}
 			x, before := newClient(), newClient()
 			for i, info := range before.Nodes(ctx) {
@@ -269,25 +195,16 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 			}
 			name := nameInSlots(x, "job", half[0], half[1])
 			slot := x.Keys(name).Slot
-			held, err := x.TryAcquire(ctx, name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = held.Release(context.Background()) })
+			held := hold(t, ctx, x.TryAcquire, name)
 			masters := make([]*redistest.Server, len(rcs))
 			for i, rc := range rcs {
-				if masters[i], err = rc.MasterFor(ctx, slot); err != nil {
+				m, err := rc.MasterFor(ctx, slot)
+				if err != nil {
 					t.Fatal(err)
 				}
+				masters[i] = m
 			}
-			eventually(t, 30*time.Second, "X's key on every node", func() bool {
-				for _, m := range masters {
-					if n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 1 {
-						return false
-					}
-				}
-				return true
-			})
+			awaitKeyOnEvery(t, ctx, masters, x.Keys(name).Lock)
 			for i, m := range masters[:2] {
 				first := true
 				for _, sh := range rcs[i].Shards {
@@ -301,23 +218,7 @@ func TestClusterMasterClockJumpedBeforeAClientMetIt(t *testing.T) {
 					t.Fatalf("%s kept X's key after its clock jumped 30s (%d, %v)", m.Addr, n, err)
 				}
 			}
-			for _, tc := range []struct {
-				who string
-				c   *redlock.Client
-			}{{"a client that knew the nodes", before}, {"a fresh client", newClient()}} {
-				left := time.Until(held.Deadline())
-				if left < time.Second {
-					t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-				}
-				l, err := tc.c.TryAcquire(ctx, name)
-				if err == nil {
-					_ = l.Release(ctx)
-					t.Fatalf("%s took lock %q after its master's clock jumped 30s in 2 of 3 Cluster nodes, while X holds it for %.1fs more", tc.who, name, left.Seconds())
-				}
-				if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), "clock") {
-					t.Fatalf("%s: want the jumped nodes sitting out for their clocks, got %v", tc.who, err)
-				}
-			}
+			refusedWhileHeld(t, ctx, held, name, refusal{after: " after its master's clock jumped 30s in 2 of 3 Cluster nodes,", margin: time.Second, is: sittingOut(false, "clock"), want: "the jumped nodes sitting out for their clocks"}, beforeAndFresh(before, newClient())...)
 		})
 	}
 }
@@ -337,28 +238,13 @@ func TestAShortLocksClockBudgetBindsEveryClient(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true, FakeTime: true})
 	const short = 900 * time.Millisecond
 	newClient := func(opts redlock.Options) *redlock.Client {
-		c, err := redlock.New(cl.Clients(), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), opts)
 	}
 	z := newClient(redlock.Options{TTL: short})
 	w := newClient(redlock.Options{TTL: time.Minute, ClockJumpThreshold: short/100 + 2*time.Millisecond})
-	l, err := w.TryAcquire(ctx, "warm-up") // W meets the nodes
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, w.TryAcquire, "warm-up") // W meets the nodes
 	const name = "job"
-	held, err := z.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, z.TryAcquire, name)
 	for _, s := range cl.Servers[:2] {
 		if err := s.SetClockOffset(500 * time.Millisecond); err != nil {
 			t.Fatal(err)
@@ -432,21 +318,11 @@ func (h *restartBefore) ProcessPipelineHook(next redis.ProcessPipelineHook) redi
 func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that the hold needs no grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{}) // the hold needs no grace first
 	// A node timeout of a second: Y's attempt must reach its scripts (and
 	// the hooks that restart the servers) on a loaded machine too.
 	opts := redlock.Options{TTL: 20 * time.Second, NodeTimeout: time.Second}
-	x, err := redlock.New(cl.Clients(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
+	x := newClientOn(t, cl.Clients(), opts)
 	const name = "job"
 	var hooks []*restartBefore
 	var clients []redis.UniversalClient
@@ -460,16 +336,8 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 		}
 		clients = append(clients, rdb)
 	}
-	y, err := redlock.New(clients, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer y.Close()
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	y := newClientOn(t, clients, opts)
+	held := hold(t, ctx, x.TryAcquire, name)
 	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for i, info := range y.Nodes(ctx) { // Y's guards, fresh
 		if info.Err != nil || !info.Voting {
@@ -500,38 +368,17 @@ func TestARestartBetweenTheGuardAndTheVote(t *testing.T) {
 func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	// Up an hour by their clocks, so that no hold needs a grace first.
-	cl := redistest.StartT(t, 3, redistest.Options{FakeTime: true})
-	for _, s := range cl.Servers {
-		if err := s.SetClockOffset(time.Hour); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cl := startAnHourUp(t, redistest.Options{}) // no hold needs a grace first
 	newClient := func(ttl time.Duration) *redlock.Client {
-		c, err := redlock.New(cl.Clients(), redlock.Options{TTL: ttl})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: ttl})
 	}
 	w := newClient(100 * time.Millisecond)
 	const name = "job"
 	// Acquire, not TryAcquire: a 100ms TTL gives each node 10ms, which a
 	// loaded machine may miss; the schedule needs the holds, not a first try.
-	l, err := w.Acquire(ctx, name) // W meets the nodes, and uses the name
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, w.Acquire, name) // W meets the nodes, and uses the name
 	x := newClient(20 * time.Second)
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	awaitKeyOnEvery(t, ctx, cl.Servers, x.Keys(name).Lock)
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {
@@ -570,16 +417,116 @@ func TestSubSecondClientsKeepOutAForgetfulQuorumForTheLongestLock(t *testing.T) 
 	}
 }
 
-// awaitKeyOnEvery waits until key is on every one of servers: the holder's
-// slowest node has its key before a fault is aimed at it.
-func awaitKeyOnEvery(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
+// aofWaitingForRewrite turns s's AOF off and on again at run time, the way
+// an operator switches a running Redis to AOF (CONFIG SET appendonly yes),
+// with a first rewrite that lasts (rdb-key-save-delay on a few padding
+// keys, as a large dataset would). Until that rewrite ends the server
+// reports aof_enabled:1 and appendfsync always, but the writes it logs go
+// to a temporary file that no manifest names: a crash loses them.
+func aofWaitingForRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 	t.Helper()
-	eventually(t, 30*time.Second, "X's key on every node", func() bool {
-		for _, s := range servers {
-			if n, err := s.Client().Exists(ctx, key).Result(); err != nil || n != 1 {
-				return false
-			}
+	rdb := s.Client()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s: %v", s.Addr, err)
 		}
-		return true
+	}
+	must(rdb.ConfigSet(ctx, "appendonly", "no").Err())
+	for i := range 60 {
+		must(rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err())
+	}
+	must(rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err()) // 0.5s a key: a 30s rewrite
+	must(rdb.ConfigSet(ctx, "appendonly", "yes").Err())
+	info, err := rdb.Info(ctx, "persistence").Result()
+	must(err)
+	if !strings.Contains(info, "aof_enabled:1") || !strings.Contains(info, "aof_rewrite_in_progress:1") {
+		t.Fatalf("%s: want the AOF on and its first rewrite running:\n%s", s.Addr, info)
+	}
+}
+
+// A server whose AOF was switched on at run time reports aof_enabled:1
+// while its first rewrite runs, but what it logs meanwhile goes to a file
+// that a restart does not load. It crashes before the rewrite ends and
+// restarts persistent, without the lock X took meanwhile: the AOF it loads
+// is the one from before the switch, data-kept marker included. A client
+// that probed it during the rewrite (Y) must be refused while X's 20s
+// validity runs: a probe that sees a rewrite does not count the node
+// persistent. (A client that never probed it between the switch and the
+// crash cannot tell: the limit docs/PROTOCOL.md §11 states.)
+func TestAnAOFRewriteIsNotPersistence(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
+	t.Cleanup(func() {
+		for _, s := range cl.Servers[:2] {
+			_ = s.Kill() // the rewrite's child sleeps between keys: do not wait for it at Stop
+		}
 	})
+	newClient := func() *redlock.Client {
+		return newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second})
+	}
+	// Y meets the nodes while they persist: its data-kept markers are in
+	// the AOF that a restart loads.
+	y := newClient()
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("node %d: %+v, want it voting", i, info)
+		}
+	}
+	for _, s := range cl.Servers[:2] {
+		aofWaitingForRewrite(ctx, t, s)
+	}
+	// Y probes the nodes while their first rewrite runs: INFO shows the
+	// AOF on and a rewrite in progress, which a probe does not count as
+	// persistent (a routine rewrite looks the same).
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil {
+			t.Fatalf("node %d during the rewrite: %v", i, info.Err)
+		}
+	}
+	// X, the holder, takes the nodes as they say they are: a probe now
+	// would count them not persistent and keep them out for their first
+	// 20s, so X turns the grace off to reach the schedule. Y's refusal
+	// rests on Y's own view only.
+	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 20 * time.Second, RestartGrace: redlock.NoRestartGrace})
+	const name = "job"
+	held := holdOnEvery(t, ctx, x, cl.Servers, name)
+	for _, s := range cl.Servers[:2] {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
+			t.Fatalf("%s after the crash: X's key %d, %v; the schedule wants it lost", s.Addr, n, err)
+		}
+	}
+	// Y probed the nodes during the rewrite.
+	l, err := y.TryAcquire(ctx, name)
+	if err == nil {
+		got := time.Now()
+		_ = l.Release(ctx)
+		if left := held.Deadline().Sub(got); left > 0 {
+			t.Errorf("BROKEN: Y took %q after a crash during the first rewrite of an AOF switched on at run time, with %.1fs of X's validity left", name, left.Seconds())
+		}
+		return
+	}
+	if !errors.Is(err, redlock.ErrNodeSittingOut) {
+		t.Errorf("Y: %v, want the crashed nodes sitting out (ErrNodeSittingOut)", err)
+	}
+	t.Logf("Y refused: %v", err)
+}
+
+// startAnHourUp starts 3 servers of opts with fake time, their clocks an
+// hour on, as if up for an hour: a hold on them needs no restart grace
+// first.
+func startAnHourUp(t *testing.T, opts redistest.Options) *redistest.Cluster {
+	t.Helper()
+	opts.FakeTime = true
+	cl := redistest.StartT(t, 3, opts)
+	for _, s := range cl.Servers {
+		if err := s.SetClockOffset(time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cl
 }

@@ -27,11 +27,7 @@ func TestProbeTimesTheClockSampleWithoutTheDial(t *testing.T) {
 		},
 	})
 	// A node timeout that leaves room for the slow dial (Nodes bounds each probe by it).
-	c, err := redlock.New([]redis.UniversalClient{rdb}, redlock.Options{AllowNoFaultTolerance: true, RestartGrace: redlock.NoRestartGrace, NodeTimeout: 2 * dialDelay})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := newClientOn(t, []redis.UniversalClient{rdb}, redlock.Options{AllowNoFaultTolerance: true, RestartGrace: redlock.NoRestartGrace, NodeTimeout: 2 * dialDelay})
 	info := c.Nodes(context.Background())[0]
 	if info.Err != nil {
 		t.Fatal(info.Err)

@@ -20,55 +20,6 @@ import (
 	"github.com/quorumlabs/redlock/redistest"
 )
 
-// startClusters starts n Redis Clusters of masters masters with replicas
-// replicas each, in parallel.
-func startClusters(t *testing.T, n, masters, replicas int, opts redistest.Options) []*redistest.RedisCluster {
-	t.Helper()
-	rcs := make([]*redistest.RedisCluster, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for i := range n {
-		wg.Go(func() { rcs[i], errs[i] = redistest.StartRedisCluster(masters, replicas, opts) })
-	}
-	wg.Wait()
-	t.Cleanup(func() {
-		for _, rc := range rcs {
-			if rc != nil {
-				if err := rc.Stop(); err != nil {
-					t.Errorf("stopping a cluster: %v", err)
-				}
-			}
-		}
-	})
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	return rcs
-}
-
-// clusterClients makes one ClusterClient per cluster, closed at cleanup: a
-// client of the lock library of its own, as another process would have.
-func clusterClients(t *testing.T, rcs []*redistest.RedisCluster) []redis.UniversalClient {
-	t.Helper()
-	out := make([]redis.UniversalClient, len(rcs))
-	for i, rc := range rcs {
-		cc := rc.ClusterClient()
-		t.Cleanup(func() { _ = cc.Close() })
-		out[i] = cc
-	}
-	return out
-}
-
-// nameInSlots finds a lock name whose hash slot is in [first, last].
-func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
-	for i := 0; ; i++ {
-		name := fmt.Sprintf("%s-%d", prefix, i)
-		if s := c.Keys(name).Slot; first <= s && s <= last {
-			return name
-		}
-	}
-}
-
 // Issue 18's schedule: five nodes, each a ClusterClient over a Redis
 // Cluster of two masters without persistence. X holds a lock whose slot is
 // on the second master; in the three clusters that hold X's keys that
@@ -77,36 +28,18 @@ func nameInSlots(c *redlock.Client, prefix string, first, last int) string {
 // restarted master lost X's key, and the guards must see that it is a new
 // server although the ClusterClient's INFO may reach the other master.
 func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
-	rcs := startClusters(t, 5, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 5, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 10 * time.Second}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 8192, 16383) // the second master's
 
 	// The fresh masters sit out the grace first: wait for it.
 	warm := nameInSlots(x, "warm", 8192, 16383)
-	l, err := before.Acquire(ctx, warm)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	takeAndRelease(t, ctx, before.Acquire, warm)
+	held := hold(t, ctx, x.Acquire, name)
 
 	// The clusters that hold X's key restart its slot's master empty.
 	var holders []*redistest.RedisCluster
@@ -120,13 +53,10 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 	if len(holders) < x.Quorum() {
 		t.Fatalf("X's key is on %d clusters' second master, want at least %d", len(holders), x.Quorum())
 	}
-	errs := make([]error, len(holders))
-	var wg sync.WaitGroup
-	for i, rc := range holders {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, x.Keys(name).Slot) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(holders, func(rc *redistest.RedisCluster) error {
+		_, err := rc.RestartMaster(ctx, x.Keys(name).Slot)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range holders {
@@ -135,11 +65,7 @@ func TestClusterNodesMasterRestartGivesNoSecondHolder(t *testing.T) {
 		}
 	}
 
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	// The restarted masters' nodes sit out the grace.
 	noSecondHolder(t, ctx, held, name, time.Second, "the restarted masters'", before, fresh)
 }
@@ -199,14 +125,9 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 	plain := redistest.StartT(t, 2, redistest.Options{Persistence: persistent})
 	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{Persistence: persistent})
 	newClient := func() *redlock.Client {
-		fc := redis.NewFailoverClient(&redis.FailoverOptions{MasterName: ss.Name, SentinelAddrs: ss.SentinelAddrs(), ContextTimeoutEnabled: true})
+		fc := ss.FailoverClient()
 		t.Cleanup(func() { _ = fc.Close() })
-		c, err := redlock.New(append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, append(plain.Clients(), fc), redlock.Options{TTL: time.Second, AllowFailoverNodes: true})
 	}
 	known := newClient()
 	if name := known.Nodes(ctx)[2].Node; name != "FailoverClient#3" {
@@ -220,13 +141,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 		return info
 	}
 	eventually(t, 20*time.Second, "the failover node votes after its start's grace", func() bool { return votes(known).Voting })
-	l, err := known.TryAcquire(ctx, "job")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, known.TryAcquire, "job")
 
 	promoted, err := ss.Failover(ctx)
 	if err != nil {
@@ -250,22 +165,6 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return votes(fresh).Voting })
 }
 
-// runID reads a server's run_id.
-func runID(t *testing.T, s *redistest.Server) string {
-	t.Helper()
-	info, err := s.Client().Info(context.Background(), "server").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(info, "\n") {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
-			return v
-		}
-	}
-	t.Fatal("no run_id in INFO")
-	return ""
-}
-
 // A ClusterClient whose masters have replicas is a node that fails over:
 // refused without the opt-in. With it, the node follows a failover of the
 // lock's master: the promoted replica is a new server that sits out the
@@ -276,12 +175,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	plain := redistest.StartT(t, 2, redistest.Options{})
 	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
 	newClient := func(opts redlock.Options) *redlock.Client {
-		c, err := redlock.New(append(plain.Clients(), clusterClients(t, []*redistest.RedisCluster{rc})...), opts)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		return c
+		return newClientOn(t, append(plain.Clients(), redistest.ClusterClientsT(t, []*redistest.RedisCluster{rc})...), opts)
 	}
 	// Replicas whose links are down count too: they may still be promoted.
 	for _, sh := range rc.Shards {
@@ -316,13 +210,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 	if info := node(); info.Replicas != 2 || info.Node != "ClusterClient#3" {
 		t.Fatalf("Nodes: want ClusterClient#3 with 2 replicas, got %+v", info)
 	}
-	l, err := c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takeAndRelease(t, ctx, c.TryAcquire, name)
 
 	promoted, err := rc.Failover(ctx, c.Keys(name).Slot, false)
 	if err != nil {
@@ -338,11 +226,7 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 		t.Fatalf("the promoted replica votes at once: %+v", info)
 	}
 	eventually(t, 10*time.Second, "the promoted replica votes after the grace", func() bool { return node().Voting })
-	l, err = c.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Release(context.Background())
+	hold(t, ctx, c.TryAcquire, name)
 	// The decision may come before the cluster node's answer: it sets the
 	// key all the same.
 	eventually(t, 5*time.Second, "the lock's key on the promoted master", func() bool {
@@ -357,27 +241,13 @@ func TestClusterNodeWithReplicasFailsOver(t *testing.T) {
 // used the nodes before nor a fresh one may take the lock while X holds it:
 // the promoted replicas are new servers, whose long uptime dates nothing.
 func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
-	rcs := startClusters(t, 3, 1, 1, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 1, 1, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second, AllowFailoverNodes: true}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
-	l, err := before.Acquire(ctx, "warm-up") // waits out the fresh servers' grace
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	takeAndRelease(t, ctx, before.Acquire, "warm-up") // waits out the fresh servers' grace
 	lossy := rcs[:x.Quorum()]
 	for _, rc := range lossy {
 		if err := redistest.CutReplication(ctx, rc.Shards[0].Replicas[0]); err != nil {
@@ -385,11 +255,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		}
 	}
 	const name = "job"
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	failOverEach(t, ctx, lossy, x.Keys(name).Slot, func(p *redistest.Server) error {
 		if n, err := p.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
 			return fmt.Errorf("the promoted replica %s has X's key (%d, %v): the failover lost nothing", p.Addr, n, err)
@@ -397,11 +263,7 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 		return nil
 	})
 
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	noSecondHolder(t, ctx, held, name, 500*time.Millisecond, "the promoted replicas'", before, fresh)
 }
 
@@ -410,43 +272,26 @@ func TestClusterNodeLossyFailoverGivesNoSecondHolder(t *testing.T) {
 // are on the other master are taken at once, by the client that saw the
 // restart and by a fresh one, while the restarted master's locks wait.
 func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	// The restarted master sits out for a TTL: long enough that both
 	// clients' checks land inside it on a loaded machine (with 2s, a
 	// fresh client under -race sometimes came after the grace).
 	opts := redlock.Options{TTL: 6 * time.Second}
-	known, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer known.Close()
+	known := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	kept := nameInSlots(known, "kept", 0, 8191)           // the first master's
 	moved := nameInSlots(known, "restarted", 8192, 16383) // the second master's
 	for _, name := range []string{kept, moved} {
-		l, err := known.Acquire(ctx, name) // waits out the fresh servers' grace
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeAndRelease(t, ctx, known.Acquire, name) // waits out the fresh servers' grace
 	}
-	errs := make([]error, len(rcs))
-	var wg sync.WaitGroup
-	for i, rc := range rcs {
-		wg.Go(func() { _, errs[i] = rc.RestartMaster(ctx, known.Keys(moved).Slot) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(rcs, func(rc *redistest.RedisCluster) error {
+		_, err := rc.RestartMaster(ctx, known.Keys(moved).Slot)
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
-	fresh, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fresh.Close()
+	fresh := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	for _, tc := range []struct {
 		who string
 		c   *redlock.Client
@@ -485,20 +330,12 @@ func TestClusterNodeGuardFollowsTheLocksMaster(t *testing.T) {
 // lock's slot in a quorum of the nodes during a hold therefore costs the
 // holder its extensions until the grace is over.
 func TestClusterNodeSlotMovedDuringAHold(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second} // room for a slot move within the validity
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	other, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer other.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	other := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 0, 8191)
 	held, err := x.Acquire(ctx, name) // waits out the fresh servers' grace
 	if err != nil {
@@ -547,37 +384,19 @@ func TestClusterNodeSlotMovedEmptyGivesNoSecondHolder(t *testing.T) {
 }
 
 func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{Persistence: persistent})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{Persistence: persistent})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	opts := redlock.Options{TTL: 5 * time.Second}
-	x, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer x.Close()
-	before, err := redlock.New(clusterClients(t, rcs), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer before.Close()
+	x := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
+	before := newClientOn(t, redistest.ClusterClientsT(t, rcs), opts)
 	name := nameInSlots(x, "job", 0, 8191) // the first master's
 	// The fresh masters sit out the grace first: wait for it, the other
 	// client on both masters (its guard saw the layout before the move).
 	for _, warm := range []string{nameInSlots(x, "warm", 0, 8191), nameInSlots(x, "warm", 8192, 16383)} {
-		l, err := before.Acquire(ctx, warm)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
+		takeAndRelease(t, ctx, before.Acquire, warm)
 	}
-	held, err := x.Acquire(ctx, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer held.Release(context.Background())
+	held := hold(t, ctx, x.Acquire, name)
 	// The slot moves in a quorum of the clusters that hold X's key. (The
 	// decision may come before a node's answer: a key still on its way
 	// would follow the slot to its new master.)
@@ -592,13 +411,9 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 		return len(lossy) >= x.Quorum()
 	})
 	lossy = lossy[:x.Quorum()]
-	errs := make([]error, len(lossy))
-	var wg sync.WaitGroup
-	for i, rc := range lossy {
-		wg.Go(func() { errs[i] = rc.MoveSlotEmpty(ctx, x.Keys(name).Slot, rc.Shards[1].Master) })
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(lossy, func(rc *redistest.RedisCluster) error {
+		return rc.MoveSlotEmpty(ctx, x.Keys(name).Slot, rc.Shards[1].Master)
+	}); err != nil {
 		t.Fatal(err)
 	}
 	for _, rc := range lossy {
@@ -606,68 +421,29 @@ func slotMovedEmptyGivesNoSecondHolder(t *testing.T, persistent bool) {
 			t.Fatalf("the lock's key moved with its slot (%d, %v): the move lost nothing", n, err)
 		}
 	}
-	for range 3 {
-		left := time.Until(held.Deadline())
-		if left < 500*time.Millisecond {
-			t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-		}
-		l, err := before.TryAcquire(ctx, name)
-		if err == nil {
-			_ = l.Release(ctx)
-			t.Fatalf("a client that used the nodes before took lock %q while X holds it for %.1fs more", name, left.Seconds())
-		}
-		if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-			t.Fatalf("want no quorum, the masters new to the lock's slot sitting out, got %v", err)
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: 500 * time.Millisecond, is: sittingOut(true, ""), want: "no quorum, the masters new to the lock's slot sitting out"}, contender{"a client that used the nodes before", before})
 }
 
-// noSecondHolder tries the lock that held holds, three times from each of a
-// client that used the nodes before and a fresh one (the first try may be
-// the one that finds a new connection, the next must not slip through
-// either), while more than margin of its validity is left: each must be
-// refused for want of a quorum, with the nodes that lost its keys (whose)
-// sitting out.
+// noSecondHolder has a client that used the nodes before and a fresh one
+// try the lock that held holds, three times each, while more than margin of
+// its validity is left: each must be refused for want of a quorum, with the
+// nodes that lost its keys (whose) sitting out.
 func noSecondHolder(t *testing.T, ctx context.Context, held *redlock.Lock, name string, margin time.Duration, whose string, before, fresh *redlock.Client) {
 	t.Helper()
-	for _, tc := range []struct {
-		who string
-		c   *redlock.Client
-	}{{"a client that used the nodes before", before}, {"a fresh client", fresh}} {
-		for range 3 {
-			left := time.Until(held.Deadline())
-			if left < margin {
-				t.Fatalf("X's validity ran out before the check (%v left): the test is too slow to tell", left)
-			}
-			l, err := tc.c.TryAcquire(ctx, name)
-			if err == nil {
-				_ = l.Release(ctx)
-				t.Fatalf("%s took lock %q while X holds it for %.1fs more", tc.who, name, left.Seconds())
-			}
-			if !errors.Is(err, redlock.ErrNoQuorum) || !errors.Is(err, redlock.ErrNodeSittingOut) {
-				t.Fatalf("%s: want no quorum, %s nodes sitting out, got %v", tc.who, whose, err)
-			}
-		}
-	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: margin, is: sittingOut(true, ""), want: "no quorum, " + whose + " nodes sitting out"}, beforeAndFresh(before, fresh)...)
 }
 
 // failOverEach fails over, in parallel, the master serving slot in each of
 // rcs, and checks each promoted replica with check.
 func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisCluster, slot int, check func(promoted *redistest.Server) error) {
 	t.Helper()
-	errs := make([]error, len(rcs))
-	var wg sync.WaitGroup
-	for i, rc := range rcs {
-		wg.Go(func() {
-			p, err := rc.Failover(ctx, slot, false)
-			if err == nil {
-				err = check(p)
-			}
-			errs[i] = err
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	if err := redistest.EachCluster(rcs, func(rc *redistest.RedisCluster) error {
+		p, err := rc.Failover(ctx, slot, false)
+		if err != nil {
+			return err
+		}
+		return check(p)
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -679,12 +455,12 @@ func failOverEach(t *testing.T, ctx context.Context, rcs []*redistest.RedisClust
 // like a jump against the other, and the nodes never voted again: the
 // chaos scenario cluster-clock-jump-shard-majority's f:liveness.)
 func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
-	rcs := startClusters(t, 3, 2, 0, redistest.Options{FakeTime: true})
+	rcs := redistest.StartRedisClustersT(t, 3, 2, 0, redistest.Options{FakeTime: true})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var mu sync.Mutex
 	jumps := map[string]bool{}
-	c, err := redlock.New(clusterClients(t, rcs), redlock.Options{TTL: time.Second,
+	c, err := redlock.New(redistest.ClusterClientsT(t, rcs), redlock.Options{TTL: time.Second,
 		Observer: observe.Func(func(e observe.Event) {
 			if e.Kind == observe.NodeSitOut && e.Reason == redlock.SitOutClockJump {
 				mu.Lock()
@@ -696,14 +472,8 @@ func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	name := nameInSlots(c, "job", 0, 8191) // the first master's
-	l, err := c.Acquire(ctx, name)         // waits out the fresh servers' grace
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := l.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	name := nameInSlots(c, "job", 0, 8191)  // the first master's
+	takeAndRelease(t, ctx, c.Acquire, name) // waits out the fresh servers' grace
 	for _, rc := range rcs {
 		if err := rc.Shards[0].Master.SetClockOffset(10 * time.Second); err != nil {
 			t.Fatal(err)
@@ -728,4 +498,196 @@ func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
 	if len(jumps) < c.Quorum() {
 		t.Fatalf("the clock jump sent only %d nodes to sit out (%v), want at least a quorum of %d", len(jumps), jumps, c.Quorum())
 	}
+}
+
+// Issue 25: every event that may lose a granted key starts a new epoch of
+// the server, which sits out the restart grace from it, and persistence
+// excuses none of them but the server's own restart.
+
+// epochNodes are issue 25's three nodes: two persistent standalone masters
+// P0 and P1, and a Redis Cluster C of one master with one replica
+// (persistent or not).
+type epochNodes struct {
+	plain *redistest.Cluster
+	rc    *redistest.RedisCluster
+}
+
+func startEpochNodes(t *testing.T, clusterPersistent bool) epochNodes {
+	t.Helper()
+	var en epochNodes
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		en.rc = redistest.StartRedisClusterT(t, 1, 1, redistest.Options{Persistence: clusterPersistent})
+	}()
+	en.plain = redistest.StartT(t, 2, redistest.Options{Persistence: true})
+	<-done
+	if en.rc == nil {
+		t.FailNow() // the cluster's start failed, and said why
+	}
+	return en
+}
+
+// client is a client of the library over the three nodes, with a
+// ClusterClient of its own, as another process would have.
+func (en epochNodes) client(t *testing.T, opts redlock.Options) *redlock.Client {
+	t.Helper()
+	cc := en.rc.ClusterClient()
+	t.Cleanup(func() { _ = cc.Close() })
+	return newClientOn(t, []redis.UniversalClient{en.plain.Servers[0].Client(), en.plain.Servers[1].Client(), cc}, opts)
+}
+
+// awaitCVoting waits until each of clients counts C's vote, past its
+// master's start: persistence spares no start on a node that fails over (C's
+// master may have been promoted before it).
+func (en epochNodes) awaitCVoting(t *testing.T, ctx context.Context, clients ...*redlock.Client) {
+	t.Helper()
+	for _, c := range clients {
+		eventually(t, 30*time.Second, "C votes, past its master's start", func() bool {
+			info := c.Nodes(ctx)[2]
+			return info.Err == nil && info.Voting
+		})
+	}
+}
+
+// takeThenPromoteCsReplica cuts C's replication, has x take name on P0 and C
+// (takeOnP0AndC), and promotes C's replica by force: a promoted replica
+// without X's key.
+func (en epochNodes) takeThenPromoteCsReplica(t *testing.T, ctx context.Context, x *redlock.Client, name string) (held *redlock.Lock, promoted *redistest.Server) {
+	t.Helper()
+	if err := redistest.CutReplication(ctx, en.rc.Shards[0].Replicas[0]); err != nil {
+		t.Fatal(err)
+	}
+	held = en.takeOnP0AndC(t, ctx, x, name)
+	promoted, err := en.rc.Failover(ctx, x.Keys(name).Slot, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return held, promoted
+}
+
+// takeOnP0AndC has x take name while P1 is down, so that its key is on P0
+// and on C's master only; P1 then comes back with its data.
+func (en epochNodes) takeOnP0AndC(t *testing.T, ctx context.Context, x *redlock.Client, name string) *redlock.Lock {
+	t.Helper()
+	p1 := en.plain.Servers[1]
+	if err := p1.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	held := hold(t, ctx, x.TryAcquire, name)
+	if err := p1.Restart(true); err != nil {
+		t.Fatal(err)
+	}
+	// The decision may come before C's answer: wait for the key there.
+	m := en.rc.Shards[0].Master
+	eventually(t, 5*time.Second, "X's key on C's master", func() bool {
+		n, err := m.Client().Exists(ctx, x.Keys(name).Lock).Result()
+		return err == nil && n == 1
+	})
+	return held
+}
+
+// Issue 25, schedule 1: on persistent servers, a replica promoted in place
+// of the master of a lock's slot lacks the lock's key. Persistence kept
+// the replica's own writes, not the master's: the promoted replica must
+// sit out the grace, for a fresh client and for one that knew the old
+// master, so that nobody takes the lock while X holds it.
+func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	en := startEpochNodes(t, true)
+	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
+	x := en.client(t, opts)
+	before := en.client(t, opts)
+	en.awaitCVoting(t, ctx, x, before)
+	const name = "job"
+	held, promoted := en.takeThenPromoteCsReplica(t, ctx, x, name)
+	if n, err := promoted.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
+		t.Fatalf("the promoted replica has X's key (%d, %v): the failover lost nothing", n, err)
+	}
+	fresh := en.client(t, opts)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, beforeAndFresh(before, fresh)...)
+	info, err := fresh.NodesFor(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info[2]; c.Voting || !strings.Contains(c.SitOutReason, "was promoted from replica since it started") || !strings.Contains(c.SitOutReason, promoted.Addr) {
+		t.Fatalf("the Cluster node to a fresh client: %+v, want its promoted master %s sitting out", c, promoted.Addr)
+	}
+}
+
+// Issue 25, schedule 2: a master fails over to its replica, loses a lock's
+// key in the resync, and is promoted back under the same address and
+// run_id, while nobody calls the node. A client that knew it before must
+// see the change of its replication id and make it sit out, as a fresh
+// client does.
+func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	en := startEpochNodes(t, false)
+	// The TTL leaves room for the two failovers within X's validity; C's
+	// master sits out its start's grace (one TTL) first.
+	opts := redlock.Options{TTL: 12 * time.Second, AllowFailoverNodes: true}
+	x := en.client(t, opts)
+	y := en.client(t, opts)
+	en.awaitCVoting(t, ctx, x, y)
+	yMet := time.Now()
+	a, r := en.rc.Shards[0].Master, en.rc.Shards[0].Replicas[0]
+	runA := runID(t, a)
+	if err := redistest.CutReplication(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	const name = "job"
+	held := en.takeOnP0AndC(t, ctx, x, name)
+	slot := x.Keys(name).Slot
+	if p, err := en.rc.Failover(ctx, slot, false); err != nil || p != r {
+		t.Fatalf("failover to the replica: %v, %v", p, err)
+	}
+	// A is now R's replica: it resyncs from R and loses X's keys.
+	eventually(t, 20*time.Second, "the old master resynced from the replica, without X's key", func() bool {
+		info, err := a.Client().Info(ctx, "replication").Result()
+		if err != nil || !strings.Contains(info, "role:slave") || !strings.Contains(info, "master_link_status:up") {
+			return false
+		}
+		// A replica in cluster mode answers reads of its slots with
+		// MOVED: count the slot's keys instead (X's are its only ones).
+		n, err := a.Client().ClusterCountKeysInSlot(ctx, slot).Result()
+		return err == nil && n == 0
+	})
+	if p, err := en.rc.Failover(ctx, slot, false); err != nil || p != a {
+		t.Fatalf("fail-back to the old master: %v, %v", p, err)
+	}
+	if got := runID(t, a); got != runA {
+		t.Fatalf("the old master's run_id changed (%s, was %s): not the schedule under test", got, runA)
+	}
+	// Y last probed the nodes at its warm-up. A probe is due before its
+	// next vote once the guard is a second old, the window the library
+	// states (docs/PROTOCOL.md §11); the failovers took longer than that
+	// on any machine, and this wait only makes sure of it.
+	time.Sleep(time.Until(yMet.Add(1100 * time.Millisecond)))
+	fresh := en.client(t, opts)
+	epochRefusedWhileHeld(t, ctx, en.plain.Servers[1], held, name, beforeAndFresh(y, fresh)...)
+	info, err := y.NodesFor(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := info[2]; c.Voting || !strings.Contains(c.SitOutReason, a.Addr) || !strings.Contains(c.SitOutReason, "replication id") {
+		t.Fatalf("the Cluster node to the client that knew it: %+v, want its master %s sitting out for its new replication id", c, a.Addr)
+	}
+}
+
+// epochRefusedWhileHeld tries the lock that held holds, three times from
+// each of contenders (a client that used the nodes before, a fresh one),
+// while X's validity lasts: each must be refused, with C sitting out. Each attempt's
+// key on P1 (which X does not hold) is awaited gone before the next: left
+// there, it would make the next attempt stop at ErrLocked on P0 and P1
+// before C answered, which happened on a loaded machine.
+func epochRefusedWhileHeld(t *testing.T, ctx context.Context, p1 *redistest.Server, held *redlock.Lock, name string, contenders ...contender) {
+	t.Helper()
+	refusedWhileHeld(t, ctx, held, name, refusal{
+		tries: 3, margin: 500 * time.Millisecond,
+		is:   sittingOut(false, "ClusterClient#3: redlock: node is sitting out"),
+		want: "a refusal with C sitting out",
+		then: func(c *redlock.Client) { awaitNoKey(t, ctx, p1, c.Keys(name).Lock) },
+	}, contenders...)
 }

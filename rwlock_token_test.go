@@ -44,6 +44,52 @@ func allVote(t *testing.T, c *redlock.Client, what string) {
 	})
 }
 
+// takenAndReleased takes a lock with take and releases it: an ended lock,
+// for its token.
+func takenAndReleased(t *testing.T, ctx context.Context, take func(context.Context, ...redlock.LockOption) (*redlock.Lock, error)) *redlock.Lock {
+	t.Helper()
+	l, err := take(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// writerAfter has a writer take the lock with take after the reader r's
+// lock ended: its token must be above the reader's, the other side of the
+// reader token's promise.
+func writerAfter(t *testing.T, ctx context.Context, take func(context.Context, ...redlock.LockOption) (*redlock.Lock, error), r *redlock.Lock, opts ...redlock.LockOption) {
+	t.Helper()
+	w, err := take(ctx, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Token() <= r.Token() {
+		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
+	}
+	_ = w.Release(ctx)
+}
+
+// readerBeside has a reader take rw while s is paused, so that it decides
+// on the other nodes (waiting up to 10s), and resumes s.
+func readerBeside(t *testing.T, ctx context.Context, rw *redlock.RWLock, s *redistest.Server) *redlock.Lock {
+	t.Helper()
+	if err := s.Pause(); err != nil {
+		t.Fatal(err)
+	}
+	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
+	if rerr := s.Resume(); rerr != nil {
+		t.Fatal(rerr)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
 // The schedule reproduced on main: the writer's register survives only on
 // a node whose answers come late, and the reader decides on two nodes that
 // never saw it (one was cut off, one restarted empty and sat out its grace).
@@ -64,14 +110,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	if err := cl.Servers[0].Kill(); err != nil {
 		t.Fatal(err)
 	}
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := w.Token()
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writer := takenAndReleased(t, ctx, rw.TryLock).Token()
 	// 2. Node 0 is back; node 1 restarts empty.
 	for _, s := range cl.Servers[:2] {
 		if err := s.Restart(false); err != nil {
@@ -84,16 +123,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	// 3. After their grace, the reader decides on nodes 0 and 1: node 2,
 	// the only one that kept the writer's register, answers late.
 	allVote(t, c, "the restarted nodes vote after the grace")
-	if err := cl.Servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
-	if rerr := cl.Servers[2].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readerBeside(t, ctx, rw, cl.Servers[2])
 	if r.Token() < writer {
 		t.Fatalf("reader token %d below the token %d of the writer whose lock ended before the reader's began", r.Token(), writer)
 	}
@@ -102,14 +132,7 @@ func TestRWReaderTokenAfterAWriterWhoseRegisterOnlyALateNodeKept(t *testing.T) {
 	}
 	// And the other side: a writer after the reader gets a higher token.
 	// It waits: node 2's late answers may have put it in its down hold-off.
-	w, err = rw.Lock(ctx, redlock.WithMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.Lock, r, redlock.WithMaxWait(10*time.Second))
 }
 
 // A name with only readers for longer than FenceLifetime: the register
@@ -122,14 +145,7 @@ func TestRWReaderTokenAcrossAnExpiredFenceRegister(t *testing.T) {
 	opts := redlock.Options{TTL: 10 * time.Second, FenceLifetime: time.Hour, ClockJumpThreshold: redlock.NoClockGuard}
 	ctx := context.Background()
 	before := newClient(t, cl, opts)
-	w, err := before.RWLock("readers-only").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writer := w.Token()
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writer := takenAndReleased(t, ctx, before.RWLock("readers-only").TryLock).Token()
 	r, err := before.RWLock("readers-only").TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -173,14 +189,7 @@ func TestRWReaderTokenAcrossAnExpiredFenceRegister(t *testing.T) {
 	if err := r.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	w, err = rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.TryLock, r)
 }
 
 // A register ahead of the reader's proposal on one node only (left by a
@@ -193,28 +202,13 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
 	rw := c.RWLock("ahead")
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, rw.TryLock)
 	ahead := w.Token() + 1_000_000_000_000
 	if err := cl.Servers[0].Client().Set(ctx, c.Keys("ahead").Fence, ahead, 0).Err(); err != nil {
 		t.Fatal(err)
 	}
 	// The reader decides on nodes 0 and 1.
-	if err := cl.Servers[2].Pause(); err != nil {
-		t.Fatal(err)
-	}
-	r, err := rw.RLock(ctx, redlock.WithMaxWait(10*time.Second))
-	if rerr := cl.Servers[2].Resume(); rerr != nil {
-		t.Fatal(rerr)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	r := readerBeside(t, ctx, rw, cl.Servers[2])
 	// One attempt takes the register's value. Under load the first attempt
 	// can fail after it raised node 1's register (a call timed out): the
 	// next one then proposes above the value it saw, ahead+1, on the fast
@@ -233,14 +227,7 @@ func TestRWReaderSlowPathRaisesTheRegisterAboveLaterWriters(t *testing.T) {
 		t.Fatal(err)
 	}
 	// It waits: node 2's late answers may have put it in its down hold-off.
-	w, err = rw.Lock(ctx, redlock.WithMaxWait(10*time.Second))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r.Token() {
-		t.Fatalf("writer token %d after the reader's %d", w.Token(), r.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, rw.Lock, r, redlock.WithMaxWait(10*time.Second))
 }
 
 // A reader's extension that repairs a node which lost its data puts the
@@ -251,13 +238,7 @@ func TestRWReaderRepairRaisesTheRegister(t *testing.T) {
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
 	rw := c.RWLock("repair")
-	w, err := rw.TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, rw.TryLock)
 	r, err := rw.TryRLock(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -294,13 +275,7 @@ func TestRWReaderTokenIsItsProposalAndRaisesTheRegister(t *testing.T) {
 	writers := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	readers := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	ctx := context.Background()
-	w, err := writers.RWLock("doc").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	w := takenAndReleased(t, ctx, writers.RWLock("doc").TryLock)
 	before := time.Now().UnixMicro()
 	r, err := readers.RWLock("doc").TryRLock(ctx)
 	if err != nil {
@@ -335,14 +310,7 @@ func TestRWReaderTokenIsItsProposalAndRaisesTheRegister(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	w, err = writers.RWLock("doc").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w.Token() <= r2.Token() {
-		t.Fatalf("writer token %d after the readers' %d", w.Token(), r2.Token())
-	}
-	_ = w.Release(ctx)
+	writerAfter(t, ctx, writers.RWLock("doc").TryLock, r2) // the later reader's token is the higher
 }
 
 // With DisableFencing a reader has no token and neither its acquire nor
@@ -352,13 +320,7 @@ func TestRWReaderWithoutFencingHasNoTokenAndLeavesTheRegister(t *testing.T) {
 	fenced := newClient(t, cl, redlock.Options{TTL: 10 * time.Second})
 	c := newClient(t, cl, redlock.Options{TTL: 10 * time.Second, DisableFencing: true})
 	ctx := context.Background()
-	w, err := fenced.RWLock("kept").TryLock(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
+	takenAndReleased(t, ctx, fenced.RWLock("kept").TryLock)
 	kept := make([]int64, len(cl.Servers))
 	for i, s := range cl.Servers {
 		kept[i] = fenceOn(t, c, s, "kept")

@@ -245,12 +245,7 @@ func TestEveryPrimitiveSurvivesNodesThatForget(t *testing.T) {
 					ev.opts(&opts)
 				}
 				newClient := func() *redlock.Client {
-					c, err := redlock.New(cl.Clients(), opts)
-					if err != nil {
-						t.Fatal(err)
-					}
-					t.Cleanup(func() { _ = c.Close() })
-					return c
+					return newClientOn(t, cl.Clients(), opts)
 				}
 				x, before := newClient(), newClient()
 				for _, c := range []*redlock.Client{x, before} {
