@@ -242,10 +242,12 @@ func TestFairLockGrantToADeadWaiterMovesOnWhenItsEntryExpires(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The ghost's ticket is the earliest: the release grants it the key,
-	// for a 60s TTL, and it never claims it.
-	ghost(t, cl, c, name, strings.Repeat("G", 26), 1, 60*time.Second, 3*time.Second)
+	// for a 60s TTL, and it never claims it. Its queue entry lasts 10s: the
+	// real waiter must queue behind it before that, which took over 3s on a
+	// machine at a load of 10.
+	ghost(t, cl, c, name, strings.Repeat("G", 26), 1, 60*time.Second, 10*time.Second)
 	got := acquireAsync(t, ctx, c, name, redlock.WithFairness())
-	eventually(t, 5*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
+	eventually(t, 10*time.Second, "waiter queued", func() bool { return queuedEverywhere(t, c, name, 2) })
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +260,7 @@ func TestFairLockGrantToADeadWaiterMovesOnWhenItsEntryExpires(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = c.Close() // waits for the releases still under way
-	case <-time.After(20 * time.Second): // far below the ghost's 60s grant
+	case <-time.After(40 * time.Second): // well below the ghost's 60s grant
 		t.Fatal("the grant to the dead waiter did not move on")
 	}
 	noFairKeysLeft(t, cl, c, name)
