@@ -83,6 +83,11 @@ type kindSpec struct {
 	// releaseVotes: the release's answer is a vote (it may give the key
 	// to a waiter), so the durable step waits for it as for an acquire.
 	releaseVotes bool
+	// bare: the release, when quiet (lockKind.quiet), only compares the
+	// lock key with the owner value and deletes it, so a server's own
+	// compare-and-delete may run in its place (native.go), for a lock
+	// without metadata. A kind whose release does more leaves it false.
+	bare bool
 	// unvoted are the kind's other scripts whose answer is no vote (they
 	// only remove what the kind wrote): no durable step waits for them.
 	unvoted []*script
