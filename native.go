@@ -2,6 +2,8 @@ package redlock
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/redis/go-redis/v9"
@@ -17,15 +19,21 @@ import (
 // PUBLISH as a command of its own costs the server more than the script
 // saves (docs/BENCHMARKS.md, BenchmarkNativeServerCPU), pipelined or not.
 //
-// The extend has no native form here: a compare-and-set (SET k v PX ttl
-// IFEQ v, Redis 8.4, Valkey 8.1) does not answer the node's clock, which
-// the extend script does for the clock guard (recheck), and the TIME that
-// would make up for it costs more than the script saves; on a Cluster node
-// a keyless TIME would even reach an arbitrary master (DESIGN §6). See
-// docs/BENCHMARKS.md for the figures.
+// The extend of such a lock (kindSpec.bare, no metadata) is SET k v PX
+// ttl IFEQ v (Redis 8.4, Valkey 8.1) where it renews the key, which is
+// the script's common answer. The script also answers the node's clock
+// for the clock guard (recheck): the native form sends a TIME on the same
+// pipe, inside the same bracket of send and answer, one TIME for all the
+// locks of a renewal round as the batched script reads one. That is why a
+// Cluster node keeps the script: a keyless TIME through a ClusterClient
+// reaches an arbitrary master, not the one that holds the key (DESIGN §6).
+// Where the SET finds the key gone or another owner's, the script runs
+// for that lock after all, and decides as it always does: a repair, a
+// refusal, a newer token. Durable votes keep the script too: their WAIT
+// is grouped by a script's keys (durable.go).
 //
-// What a node has is read from COMMAND INFO at every probe, never from a
-// version string, so a failover to a server without the command is seen at
+// What a node has is read from COMMAND INFO and COMMAND DOCS at every
+// probe, never from a version string, so a failover to a server without the command is seen at
 // the probe that follows it; a call that meets such a server before then
 // gets "unknown command", and the node falls back to the script at once
 // (the call still succeeds). An ACL user without the command gets NOPERM:
@@ -39,7 +47,52 @@ type nativeCaps uint32
 const (
 	nativeDelex   nativeCaps = 1 << iota // DELEX key IFEQ value (Redis 8.4+)
 	nativeDelifeq                        // DELIFEQ key value (Valkey 9.0+)
+	nativeSetIfEq                        // SET ... IFEQ value (Redis 8.4+, Valkey 8.1+)
 )
+
+// setDocs asks for SET's arguments: IFEQ is an argument of SET, which
+// COMMAND INFO does not list.
+var setDocs = []any{"command", "docs", "set"}
+
+// setIfEqOf reads the answer to setDocs: whether SET lists an IFEQ token.
+func setIfEqOf(cmd *redis.Cmd) nativeCaps {
+	if cmd == nil || cmd.Err() != nil || !mentions(cmd.Val(), "IFEQ") {
+		return 0
+	}
+	return nativeSetIfEq
+}
+
+// mentions tells whether the reply v holds the string word anywhere, in
+// any case (COMMAND DOCS is a nested map under RESP3, nested arrays under
+// RESP2).
+func mentions(v any, word string) bool {
+	switch v := v.(type) {
+	case string:
+		return strings.EqualFold(v, word)
+	case []any:
+		for _, e := range v {
+			if mentions(e, word) {
+				return true
+			}
+		}
+	case map[any]any:
+		for k, e := range v {
+			if mentions(k, word) || mentions(e, word) {
+				return true
+			}
+		}
+	case map[string]any:
+		for _, e := range v {
+			if mentions(e, word) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// nativeDeletes are the compare-and-delete commands.
+const nativeDeletes = nativeDelex | nativeDelifeq
 
 // nativeCommands are the commands the probe asks COMMAND INFO about, in
 // the order of the bits above.
@@ -88,8 +141,10 @@ func nativeRefusal(err error) (fallback, refused bool) {
 	if redis.HasErrorPrefix(err, "NOPERM") {
 		return true, true
 	}
+	// A server without IFEQ takes it for a syntax error of SET.
 	msg := err.Error()
-	return strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR Unknown command"), false
+	return strings.HasPrefix(msg, "ERR unknown command") || strings.HasPrefix(msg, "ERR Unknown command") ||
+		strings.HasPrefix(msg, "ERR syntax error"), false
 }
 
 // nativeDelete runs the compare-and-delete of the attempt's lock key on n
@@ -115,7 +170,7 @@ func (a *attempt) nativeDelete(ctx context.Context, n *node) (deleted, done bool
 		return false, true, err
 	}
 	if fallback, refused := nativeRefusal(cmd.Err()); fallback {
-		ps.dropNative(caps, refused)
+		ps.dropNative(caps&nativeDeletes, refused) // the extend's SET may still be allowed
 		return false, false, nil
 	}
 	if err := cmd.Err(); err != nil {
@@ -138,4 +193,114 @@ func (ps *nodePipes) dropNative(caps nativeCaps, refused bool) {
 		ps.nativeRefused.Or(uint32(caps))
 	}
 	ps.native.And(^uint32(caps))
+}
+
+// nativeExtendOK tells whether n may take the extends of a round natively:
+// it has SET IFEQ, its TIME is the keys' server's (not a ClusterClient),
+// and its votes are not durable.
+func nativeExtendOK(n *node) bool {
+	ps := n.pipes
+	if ps == nil || ps.renew.durable != nil || ps.nativeCaps()&nativeSetIfEq == 0 {
+		return false
+	}
+	_, cluster := n.rdb.(*redis.ClusterClient)
+	return !cluster
+}
+
+// bareExtend is the SET IFEQ PX of args, the extend command of a lock (its
+// kind's extendArgs) that has no native form unless its kind is bare and
+// it has no metadata: the command's keys are then the lock key and the
+// fence register, its arguments the owner value and the TTL first. ok is
+// false for any other.
+func bareExtend(spec *kindSpec, args []any) ([]any, bool) {
+	if !spec.bare || len(args) < 7 || args[2] != 2 {
+		return nil, false
+	}
+	key, value, ttl := args[3], args[5], args[6]
+	return []any{"set", key, value, "px", ttl, "ifeq", value}, true
+}
+
+// nativeExtend runs on n the extends args[i] of locks of specs[i], the
+// native way (see above), and answers each as the extend script would:
+// {status, sec, usec}, or the call's error. ok is false when n or a call
+// has no native form: nothing was sent, and the caller runs the scripts.
+func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args [][]any) (vals [][]int64, errs []error, ok bool) {
+	if len(args) == 0 || !nativeExtendOK(n) {
+		return nil, nil, false
+	}
+	cmds := make([]redis.Cmder, len(args)+1)
+	for i, a := range args {
+		set, ok := bareExtend(specs[i], a)
+		if !ok {
+			return nil, nil, false
+		}
+		cmds[i] = redis.NewStatusCmd(ctx, set...)
+	}
+	clock := redis.NewStringSliceCmd(ctx, "time")
+	cmds[len(args)] = clock
+	sendErrs := make([]error, len(cmds))
+	caps := n.pipes.nativeCaps()
+	n.pipes.renew.doMany(ctx, cmds, func(int) int { return 1 }, sendErrs)
+	vals, errs = make([][]int64, len(args)), make([]error, len(args))
+	sec, usec, clockErr := timeReply(clock, sendErrs[len(args)])
+	var again []int // the calls the script must judge
+	for i := range args {
+		cmd := cmds[i].(*redis.StatusCmd)
+		switch err := cmd.Err(); {
+		case sendErrs[i] != nil:
+			errs[i] = sendErrs[i]
+		case err == redis.Nil: // gone, or another owner's
+			again = append(again, i)
+		case err != nil:
+			if fallback, refused := nativeRefusal(err); fallback {
+				n.pipes.dropNative(caps&nativeSetIfEq, refused)
+				again = append(again, i)
+				continue
+			}
+			errs[i] = err
+		case clockErr != nil:
+			errs[i] = clockErr
+		default:
+			vals[i] = []int64{1, sec, usec}
+		}
+	}
+	if len(again) > 0 {
+		scripts, calls := make([]*script, len(again)), make([][]any, len(again))
+		for j, i := range again {
+			scripts[j], calls[j] = specs[i].extend, args[i]
+		}
+		v, e := runBatched(ctx, n, scripts, calls)
+		for j, i := range again {
+			vals[i], errs[i] = v[j], e[j]
+		}
+	}
+	return vals, errs, true
+}
+
+// extendOn runs the extend args of l on n: natively where n and l allow
+// it (nativeExtend), else by the script.
+func (l *Lock) extendOn(ctx context.Context, n *node, args []any) ([]int64, error) {
+	if vals, errs, ok := nativeExtend(ctx, n, []*kindSpec{l.a.spec}, [][]any{args}); ok {
+		return vals[0], errs[0]
+	}
+	return n.run.run(ctx, l.a.spec.extend, args)
+}
+
+// timeReply reads a TIME answer (seconds, microseconds); sendErr is the
+// call's own error if it got no answer.
+func timeReply(cmd *redis.StringSliceCmd, sendErr error) (sec, usec int64, err error) {
+	if sendErr != nil {
+		return 0, 0, sendErr
+	}
+	v, err := cmd.Result()
+	if err != nil {
+		return 0, 0, err
+	}
+	if len(v) != 2 {
+		return 0, 0, fmt.Errorf("redlock: unexpected TIME reply %v", v)
+	}
+	if sec, err = strconv.ParseInt(v[0], 10, 64); err == nil {
+		usec, err = strconv.ParseInt(v[1], 10, 64)
+	}
+	return sec, usec, err
 }

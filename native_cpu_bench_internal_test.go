@@ -2,6 +2,7 @@ package redlock
 
 import (
 	"context"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,7 +48,7 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 			rdb := s.Client()
 			caps := nativeCapsOf(rdb.Do(ctx, nativeCommands...))
 			shas := map[*script]string{}
-			for _, sc := range []*script{releaseScript, extendScript} {
+			for _, sc := range []*script{releaseScript, extendScript, extendScript.batched} {
 				sha, err := rdb.ScriptLoad(ctx, sc.src).Result()
 				if err != nil {
 					b.Fatal(err)
@@ -73,6 +74,18 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 				paths []path
 			}
 			setOurs := []any{"set", key, value, "px", 60000}
+			// A renewal round of batchLocks locks: one batched run of the
+			// extend script (renew.go), or a SET IFEQ PX per lock and one
+			// TIME. The row's lock keys share key's slot; each holds value.
+			const batchLocks = 16
+			var calls, sets [][]any
+			for i := range batchLocks {
+				k := key + strconv.Itoa(i)
+				calls = append(calls, extendScript.args([]string{k, k + ":fence"}, value, "30000", "0", "0"))
+				sets = append(sets, []any{"set", k, value, "px", 30000, "ifeq", value})
+			}
+			batched := extendScript.batchArgs(calls, false)
+			batched[0], batched[1] = "evalsha", shas[extendScript.batched]
 			rows := []row{
 				{"release-quiet", value, []path{
 					{"script", setOurs, [][]any{evalsha(releaseScript, []string{key}, value, "")}},
@@ -95,13 +108,22 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 					{"native+time", nil, [][]any{{"set", key, value, "px", 30000, "ifeq", value}, {"time"}}},
 					{"native", nil, [][]any{{"set", key, value, "px", 30000, "ifeq", value}}},
 				}},
+				{"renewal-16-locks", value, []path{
+					{"script", nil, [][]any{batched}},
+					{"native+time", nil, append(slices.Clone(sets), []any{"time"})},
+				}},
+			}
+			for i := range batchLocks {
+				if err := rdb.Set(ctx, key+strconv.Itoa(i), value, 0).Err(); err != nil {
+					b.Fatal(err)
+				}
 			}
 			for _, r := range rows {
 				for _, p := range r.paths {
 					if p.name != "script" && caps == 0 {
 						continue // the server has no native form: the script is its only path
 					}
-					if strings.HasPrefix(p.name, "native") && r.op == "extend" && !setIfEq(ctx, rdb) {
+					if strings.HasPrefix(p.name, "native") && !strings.HasPrefix(r.op, "release") && !setIfEq(ctx, rdb) {
 						continue
 					}
 					b.Run(r.op+"/"+p.name, func(b *testing.B) {
@@ -110,7 +132,9 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 						}
 						var counted []string
 						for _, c := range p.cmds {
-							counted = append(counted, c[0].(string))
+							if !slices.Contains(counted, c[0].(string)) {
+								counted = append(counted, c[0].(string))
+							}
 						}
 						if strings.HasSuffix(r.op, "-1-waiter") {
 							// A waiter subscribed to the channel: each
@@ -158,7 +182,7 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 						// What each row leaves: another owner's key untouched,
 						// ours deleted by a release, ours kept by an extend.
 						got, err := rdb.Get(ctx, key).Result()
-						want := map[string]string{"release-foreign": other, "extend": value}[r.op]
+						want := map[string]string{"release-foreign": other, "extend": value, "renewal-16-locks": value}[r.op]
 						if err != nil && err != redis.Nil || got != want {
 							b.Fatalf("%s left the key %q (%v), want %q", r.op, got, err, want)
 						}

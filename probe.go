@@ -130,6 +130,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	// Which native compare-and-act commands the server has (native.go),
 	// asked at every probe: a failover may have put an older server here.
 	nativeInfo := pipe.Do(ctx, nativeCommands...)
+	setInfo := pipe.Do(ctx, setDocs...)
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
@@ -200,7 +201,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if spublishInfo != nil {
 		res.spublish = hasCommand(spublishInfo.Val())
 	}
-	res.native = nativeCapsOf(nativeInfo)
+	res.native = nativeCapsOf(nativeInfo) | setIfEqOf(setInfo)
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}

@@ -275,6 +275,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 			sent := make([]int, 0, len(batch)) // indices of the locks sent to n
 			args := make([][]any, 0, len(batch))
 			kinds := make([]*script, 0, len(batch))
+			specs := make([]*kindSpec, 0, len(batch))
 			// The register is checked once per TTL in the round: the
 			// locks of a batch mostly share one.
 			var regTTL time.Duration
@@ -294,11 +295,15 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				sent = append(sent, k)
 				args = append(args, cmds[k])
 				kinds = append(kinds, l.a.spec.extend)
+				specs = append(specs, l.a.spec)
 			}
 			var vals [][]int64
 			var errs []error
 			at := c.clock.Now()
-			if len(sent) == len(batch) && n.pipes != nil {
+			if v, e, native := nativeExtend(ctx, n, specs, args); native {
+				// The server's own compare-and-set (native.go).
+				vals, errs = v, e
+			} else if len(sent) == len(batch) && n.pipes != nil {
 				// Sent every lock: the plan of every node sent every
 				// lock (of its kind, standalone or Cluster) is the same.
 				slotted := n.slotted()
