@@ -478,6 +478,67 @@ func TestNativeRenewalRound(t *testing.T) {
 	}
 }
 
+// scriptsOnly makes c's nodes take the scripts, as if their ACL refused
+// every native command: for the tests of the scripts' own behaviour on
+// servers that have native forms.
+func scriptsOnly(c *Client) {
+	for _, n := range c.nodes {
+		n.pipes.nativeRefused.Store(^uint32(0))
+	}
+}
+
+// TestNativeRenewalWrongTypeFailsAlone: in a native renewal round, a lock
+// whose key holds another type fails alone (WRONGTYPE), as in the batched
+// script: the other locks of the round keep their quorum.
+func TestNativeRenewalWrongTypeFailsAlone(t *testing.T) {
+	for _, server := range []string{redistest.Redis86, redistest.Valkey91} {
+		t.Run(server, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			cl := redistest.StartT(t, 3, redistest.Options{Server: server})
+			log := &sentLog{}
+			c := nativeClient(t, cl, log, "")
+			var locks []*Lock
+			for i := range 8 {
+				l, err := c.TryAcquire(ctx, fmt.Sprintf("wrongtype-%d", i))
+				if err != nil {
+					t.Fatal(err)
+				}
+				locks = append(locks, l)
+			}
+			bad := locks[3]
+			for _, s := range cl.Servers {
+				rdb := s.Client()
+				if err := rdb.Del(ctx, bad.a.keys[0]).Err(); err != nil {
+					t.Fatal(err)
+				}
+				if err := rdb.RPush(ctx, bad.a.keys[0], "x").Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			mark := log.mark()
+			for _, l := range locks {
+				l.extendMu.Lock()
+			}
+			_, _, errs := c.extendBatch(ctx, locks, nil, time.Second)
+			for _, l := range locks {
+				l.extendMu.Unlock()
+			}
+			if got := log.since(mark, "set ifeq"); got != 3*len(locks) {
+				t.Errorf("the round sent %d SET IFEQ, want %d: the native path", got, 3*len(locks))
+			}
+			for i, err := range errs {
+				switch {
+				case i == 3 && (err == nil || !strings.Contains(err.Error(), "WRONGTYPE")):
+					t.Errorf("the lock whose key is a list: %v, want WRONGTYPE from every node", err)
+				case i != 3 && err != nil:
+					t.Errorf("lock %d, renewed beside a key of the wrong type: %v", i, err)
+				}
+			}
+		})
+	}
+}
+
 // TestNativeFallsBackOnNOPERM: a user with ACLRule alone (which cannot
 // name DELEX or DELIFEQ) gets NOPERM for the native delete: the release
 // runs the script in the same call, deletes our key all the same, and the
