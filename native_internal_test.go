@@ -751,3 +751,66 @@ func TestNativeNamesNoPrimitive(t *testing.T) {
 		t.Error(hit)
 	}
 }
+
+// TestNativeOnAClusterNode: a Redis Cluster node of 2 masters, on each
+// build with native forms. A quiet release is the native compare-and-delete,
+// routed to the lock's master by its key, and still deletes only our key;
+// the extend stays the script, whose TIME is read on the lock's master (a
+// keyless TIME through the ClusterClient would reach an arbitrary master).
+func TestNativeOnAClusterNode(t *testing.T) {
+	for _, server := range []string{redistest.Redis86, redistest.Valkey91} {
+		t.Run(server, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			rc := redistest.StartRedisClusterT(t, 2, 0, redistest.Options{Server: server})
+			cc := rc.ClusterClient()
+			defer cc.Close()
+			log := &sentLog{}
+			cc.AddHook(log)
+			c, err := New([]redis.UniversalClient{cc}, Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, AllowNoFaultTolerance: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if err := c.Verify(ctx); err != nil {
+				t.Fatal(err)
+			}
+			n := c.nodes[0]
+			if got := n.pipes.nativeCaps(); got != nativeExpected[server] {
+				t.Fatalf("cluster node: native %b, want %b (every master has them)", got, nativeExpected[server])
+			}
+			del := deleteName(nativeExpected[server])
+			q := quietAttempt(c, "cluster-quiet")
+			for _, value := range []string{"another-owner", q.value} {
+				if err := cc.Set(ctx, q.keys[0], value, time.Minute).Err(); err != nil {
+					t.Fatal(err)
+				}
+				mark := log.mark()
+				deleted, err := q.deleteOn(ctx, n)
+				if err != nil || deleted != (value == q.value) {
+					t.Errorf("release of a key holding %q: deleted %v, %v", value, deleted, err)
+				}
+				if got, _ := cc.Get(ctx, q.keys[0]).Result(); value != q.value && got != value {
+					t.Errorf("the native release deleted another owner's key on a cluster")
+				}
+				if got := log.since(mark, del); got != 1 {
+					t.Errorf("the release sent %s %d times, want once", del, got)
+				}
+			}
+			l, err := c.TryAcquire(ctx, "cluster-extend")
+			if err != nil {
+				t.Fatal(err)
+			}
+			mark := log.mark()
+			if err := l.Extend(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if sets, scripted := log.since(mark, "set ifeq"), log.since(mark, "script extend.lua"); sets != 0 || scripted != 1 {
+				t.Errorf("Extend on a cluster node: %d SET IFEQ, %d scripts; want the script", sets, scripted)
+			}
+			if err := l.Release(ctx); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
