@@ -207,33 +207,44 @@ func nativeExtendOK(n *node) bool {
 	return !cluster
 }
 
-// bareExtend is the SET IFEQ PX of args, the extend command of a lock (its
-// kind's extendArgs) that has no native form unless its kind is bare and
-// it has no metadata: the command's keys are then the lock key and the
-// fence register, its arguments the owner value and the TTL first. ok is
-// false for any other.
-func bareExtend(spec *kindSpec, args []any) ([]any, bool) {
-	if !spec.bare || len(args) < 7 || args[2] != 2 {
-		return nil, false
+// bareExtends are the SET IFEQ PX commands of args[i], the extend commands
+// of locks of specs[i] (their kinds' extendArgs), in one allocation: a
+// round builds them once for every node that takes them. A lock has no
+// native form unless its kind is bare and it has no metadata: the
+// command's keys are then the lock key and the fence register, its
+// arguments the owner value and the TTL first. ok is false if one of
+// them has none.
+func bareExtends(specs []*kindSpec, args [][]any) (sets [][]any, ok bool) {
+	const setLen = 7
+	all := make([]any, 0, setLen*len(args))
+	sets = make([][]any, len(args))
+	for i, a := range args {
+		if !specs[i].bare || len(a) < 7 || a[2] != 2 {
+			return nil, false
+		}
+		key, value, ttl := a[3], a[5], a[6]
+		all = append(all, "set", key, value, "px", ttl, "ifeq", value)
+		sets[i] = all[len(all)-setLen : len(all) : len(all)]
 	}
-	key, value, ttl := args[3], args[5], args[6]
-	return []any{"set", key, value, "px", ttl, "ifeq", value}, true
+	return sets, true
 }
 
 // nativeExtend runs on n the extends args[i] of locks of specs[i], the
 // native way (see above), and answers each as the extend script would:
-// {status, sec, usec}, or the call's error. ok is false when n or a call
-// has no native form: nothing was sent, and the caller runs the scripts.
-func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args [][]any) (vals [][]int64, errs []error, ok bool) {
+// {status, sec, usec}, or the call's error. sets are the calls'
+// bareExtends, nil to build them. ok is false when n or a call has no
+// native form: nothing was sent, and the caller runs the scripts.
+func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args, sets [][]any) (vals [][]int64, errs []error, ok bool) {
 	if len(args) == 0 || !nativeExtendOK(n) {
 		return nil, nil, false
 	}
-	cmds := make([]redis.Cmder, len(args)+1)
-	for i, a := range args {
-		set, ok := bareExtend(specs[i], a)
-		if !ok {
+	if sets == nil {
+		if sets, ok = bareExtends(specs, args); !ok {
 			return nil, nil, false
 		}
+	}
+	cmds := make([]redis.Cmder, len(args)+1)
+	for i, set := range sets {
 		cmds[i] = redis.NewStatusCmd(ctx, set...)
 	}
 	clock := redis.NewStringSliceCmd(ctx, "time")
@@ -242,6 +253,7 @@ func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args [][]any)
 	caps := n.pipes.nativeCaps()
 	n.pipes.renew.doMany(ctx, cmds, func(int) int { return 1 }, sendErrs)
 	vals, errs = make([][]int64, len(args)), make([]error, len(args))
+	answers := make([]int64, 0, 3*len(args)) // every renewed lock's answer, in one allocation
 	sec, usec, clockErr := timeReply(clock, sendErrs[len(args)])
 	var again []int // the calls the script must judge
 	for i := range args {
@@ -261,7 +273,8 @@ func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args [][]any)
 		case clockErr != nil:
 			errs[i] = clockErr
 		default:
-			vals[i] = []int64{1, sec, usec}
+			answers = append(answers, 1, sec, usec)
+			vals[i] = answers[len(answers)-3 : len(answers) : len(answers)]
 		}
 	}
 	if len(again) > 0 {
@@ -280,7 +293,7 @@ func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args [][]any)
 // extendOn runs the extend args of l on n: natively where n and l allow
 // it (nativeExtend), else by the script.
 func (l *Lock) extendOn(ctx context.Context, n *node, args []any) ([]int64, error) {
-	if vals, errs, ok := nativeExtend(ctx, n, []*kindSpec{l.a.spec}, [][]any{args}); ok {
+	if vals, errs, ok := nativeExtend(ctx, n, []*kindSpec{l.a.spec}, [][]any{args}, nil); ok {
 		return vals[0], errs[0]
 	}
 	return n.run.run(ctx, l.a.spec.extend, args)

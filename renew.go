@@ -259,6 +259,11 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 		once sync.Once
 		cmds []batchCommand
 	}
+	// And their native forms (native.go), built once too.
+	var sets struct {
+		once sync.Once
+		cmds [][]any
+	}
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		answers[i] = make([]answer, len(batch))
@@ -300,7 +305,12 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 			var vals [][]int64
 			var errs []error
 			at := c.clock.Now()
-			if v, e, native := nativeExtend(ctx, n, specs, args); native {
+			var nativeSets [][]any // the round's, when n sent every lock
+			if len(sent) == len(batch) && nativeExtendOK(n) {
+				sets.once.Do(func() { sets.cmds, _ = bareExtends(specs, args) })
+				nativeSets = sets.cmds
+			}
+			if v, e, native := nativeExtend(ctx, n, specs, args, nativeSets); native {
 				// The server's own compare-and-set (native.go).
 				vals, errs = v, e
 			} else if len(sent) == len(batch) && n.pipes != nil {
