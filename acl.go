@@ -33,6 +33,14 @@ import "strings"
 //     the replicas after each vote (and read them with info after the
 //     wait), and the probe asks whether the server has WAITAOF. A 7.2+ server whose AOF is on is sent WAITAOF instead,
 //     which a 7.0 server's ACL cannot name: add +waitaof to the rule there.
+//   - command|info, command|docs: the probe asks whether the server has
+//     the native compare-and-act commands (native.go): DELEX and SET's
+//     IFEQ (Redis 8.4+), DELIFEQ (Valkey 9.0+). A plain mutex's quiet
+//     release and its extend use them. The rule cannot name DELEX or
+//     DELIFEQ: each server refuses a rule naming a command it does not
+//     have, and no server has both (aclNativeCommands). Add +delex on
+//     Redis 8.4+, +delifeq on Valkey 9.0+; without it the node answers
+//     NOPERM once and the client keeps the script there.
 var aclCommands = []string{
 	"evalsha", "eval", "script|load",
 	"get", "set", "pttl", "pexpire", "del", "publish", "time",
@@ -42,8 +50,13 @@ var aclCommands = []string{
 	"hello",
 	"exists", "zadd", "zcard", "zrange", "zrangebyscore", "zrem", "zremrangebyscore", "zscore",
 	"hset", "hget", "hmget", "hdel", "hexists",
-	"wait", "command|info",
+	"wait", "command|info", "command|docs",
 }
+
+// aclNativeCommands are the native commands a node may be sent where its
+// server has them and its ACL allows them (see aclCommands): not in
+// ACLRule, which every server must accept.
+var aclNativeCommands = []string{"delex", "delifeq"}
 
 // ACLRule is the least-privilege Redis ACL rule for the users of a client
 // with the given key prefix (Options.KeyPrefix; "" for the default), to put

@@ -309,6 +309,7 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
+	scriptsOnly(c) // the batched script's own behaviour (the native form's: TestNativeRenewalWrongTypeFailsAlone)
 	ctx := context.Background()
 	var locks []*Lock
 	for i := range 20 {

@@ -228,6 +228,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if n.pipes != nil && res.shards != nil {
 		n.pipes.sharded.Store(res.spublish && !classicWakeups.Load())
 	}
+	if n.pipes != nil {
+		n.pipes.native.Store(uint32(res.native))
+	}
 	if res.shards == nil {
 		// A node that is one server (a standalone master, or Sentinel's):
 		// the most replicas seen since we met it, so that a replica whose

@@ -83,6 +83,14 @@ type kindSpec struct {
 	// releaseVotes: the release's answer is a vote (it may give the key
 	// to a waiter), so the durable step waits for it as for an acquire.
 	releaseVotes bool
+	// bare: the release, when quiet (lockKind.quiet), only compares the
+	// lock key with the owner value and deletes it, and the extend, where
+	// it finds the key ours, only renews the key's TTL (its keys the lock
+	// key and the fence register, its arguments the owner value and the
+	// TTL first): a server's own compare-and-delete and compare-and-set
+	// may run in their place (native.go), for a lock without metadata. A
+	// kind whose release or extend does more leaves it false.
+	bare bool
 	// unvoted are the kind's other scripts whose answer is no vote (they
 	// only remove what the kind wrote): no durable step waits for them.
 	unvoted []*script

@@ -180,7 +180,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 			return false, ErrNotHeld
 		}
 		sent := c.clock.Now()
-		vals, err := n.run.run(ctx, l.a.spec.extend, args)
+		vals, err := l.extendOn(ctx, n, args)
 		return l.extendAnswer(ctx, n, scriptKey(args), vals, err, sent, c.clock.Now())
 	}, nodes)
 	return l.extended(ctx, start, c.clock.Now(), err, nodes) // the round returns as soon as it is decided

@@ -12,7 +12,7 @@ type mutex struct{ baseKind }
 
 var mutexSpec = kindSpec{
 	acquire: acquireScript, release: releaseScript, extend: extendScript, raise: raiseScript,
-	replyLen: 4, nameKey: true, wakes: wakeOne,
+	replyLen: 4, nameKey: true, wakes: wakeOne, bare: true,
 }
 
 func init() { registerKind(&mutexSpec, "") }

@@ -106,6 +106,10 @@ type nodePipes struct {
 	// forms) and waiters listen with SSUBSCRIBE (wait.go). Set by the
 	// probes.
 	sharded atomic.Bool
+	// native are the native compare-and-act commands the last probe found
+	// on the node's server (nativeCaps, native.go); nativeRefused those the
+	// node's ACL refused, which no probe sees.
+	native, nativeRefused atomic.Uint32
 }
 
 func newNodePipes(rdb redis.UniversalClient) *nodePipes {

@@ -42,6 +42,7 @@ type probeResult struct {
 	links        []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF      bool          // the server has WAITAOF (7.2+) and its AOF on
 	spublish     bool          // a Cluster node whose masters all have SPUBLISH (sharded wake-ups)
+	native       nativeCaps    // the native compare-and-act commands the server (every master of a Cluster node) has
 	servers      []string      // the run_ids behind the node (one, or a Cluster's masters)
 	master       string        // a replica's master, host:port as its INFO replication tells, for the refusal
 	replID       string        // master_replid: changes at every promotion, resync from another master and restart
@@ -126,6 +127,10 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if !register {
 		spublishInfo = pipe.Do(ctx, "command", "info", "spublish")
 	}
+	// Which native compare-and-act commands the server has (native.go),
+	// asked at every probe: a failover may have put an older server here.
+	nativeInfo := pipe.Do(ctx, nativeCommands...)
+	setInfo := pipe.Do(ctx, setDocs...)
 	res.sent = c.clock.Now()
 	_, execErr := pipe.Exec(ctx)
 	res.recv = c.clock.Now()
@@ -196,6 +201,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if spublishInfo != nil {
 		res.spublish = hasCommand(spublishInfo.Val())
 	}
+	res.native = nativeCapsOf(nativeInfo) | setIfEqOf(setInfo)
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
@@ -318,8 +324,10 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	res.role, res.uptime, res.appendOnly, res.appendFsync = "master", first.uptime, true, "always"
 	res.shards = shards
 	res.spublish = true
+	res.native = ^nativeCaps(0)
 	for i, r := range shards {
 		res.spublish = res.spublish && r.spublish
+		res.native &= r.native // a lock's slot may be on any master
 		ids[i] = r.addr + "=" + r.runID
 		res.servers = append(res.servers, r.runID)
 		if r.role != "master" {

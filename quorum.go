@@ -92,6 +92,10 @@ type attempt struct {
 	acquireArgs []any
 	releaseArgs []any
 	nodeTimeout time.Duration
+	// quieted: the release announces nothing (abandon), so it may be a
+	// server's native compare-and-delete (native.go). Set, as releaseArgs
+	// is changed, before any release call reads it.
+	quieted bool
 
 	replies chan nodeReply // acquire replies, then release results
 	// releaseMu lets one release at a time read replies: a background
@@ -445,6 +449,7 @@ func (a *attempt) abandon() {
 	// Safe to change: the release calls that read it all start after this,
 	// ordered by the state machine's atomics.
 	a.kind.quiet(a)
+	a.quieted = true
 	a.releaseInBackground()
 }
 
@@ -485,14 +490,21 @@ func (a *attempt) sweepLater(n *node) {
 	})
 }
 
-// deleteOn runs the release script on n: it deletes the key if it is ours.
+// deleteOn runs the release script on n, or the server's own
+// compare-and-delete where it does the whole job (native.go): it deletes
+// the key if it is ours.
 func (a *attempt) deleteOn(ctx context.Context, n *node) (bool, error) {
-	vals, err := n.run.run(ctx, a.spec.release, a.releaseArgs)
+	deleted, done, err := a.nativeDelete(ctx, n)
+	if !done {
+		var vals []int64
+		vals, err = n.run.run(ctx, a.spec.release, a.releaseArgs)
+		deleted = len(vals) == 1 && vals[0] == 1
+	}
 	if err != nil {
 		a.c.failed(n, err, a.nodeTimeout)
 		return false, &NodeError{Node: n.name, Err: err}
 	}
-	return len(vals) == 1 && vals[0] == 1, nil
+	return deleted, nil
 }
 
 // decision is what the caller learns from an attempt's replies.

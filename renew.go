@@ -259,6 +259,11 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 		once sync.Once
 		cmds []batchCommand
 	}
+	// And their native forms (native.go), built once too.
+	var sets struct {
+		once sync.Once
+		cmds [][]any
+	}
 	var wg sync.WaitGroup
 	for i, n := range c.nodes {
 		answers[i] = make([]answer, len(batch))
@@ -275,6 +280,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 			sent := make([]int, 0, len(batch)) // indices of the locks sent to n
 			args := make([][]any, 0, len(batch))
 			kinds := make([]*script, 0, len(batch))
+			specs := make([]*kindSpec, 0, len(batch))
 			// The register is checked once per TTL in the round: the
 			// locks of a batch mostly share one.
 			var regTTL time.Duration
@@ -294,11 +300,20 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				sent = append(sent, k)
 				args = append(args, cmds[k])
 				kinds = append(kinds, l.a.spec.extend)
+				specs = append(specs, l.a.spec)
 			}
 			var vals [][]int64
 			var errs []error
 			at := c.clock.Now()
-			if len(sent) == len(batch) && n.pipes != nil {
+			var nativeSets [][]any // the round's, when n sent every lock
+			if len(sent) == len(batch) && nativeExtendOK(n) {
+				sets.once.Do(func() { sets.cmds, _ = bareExtends(specs, args) })
+				nativeSets = sets.cmds
+			}
+			if v, e, native := nativeExtend(ctx, n, specs, args, nativeSets); native {
+				// The server's own compare-and-set (native.go).
+				vals, errs = v, e
+			} else if len(sent) == len(batch) && n.pipes != nil {
 				// Sent every lock: the plan of every node sent every
 				// lock (of its kind, standalone or Cluster) is the same.
 				slotted := n.slotted()

@@ -28,6 +28,9 @@ type extendWrites struct {
 // and the 4 arguments of each).
 func extends(cmd redis.Cmder) int {
 	args := cmd.Args()
+	if cmd.Name() == "set" && len(args) == 7 && args[5] == "ifeq" {
+		return 1 // a native extend (native.go), on a server that has IFEQ
+	}
 	if cmd.Name() != "evalsha" || len(args) < 4 {
 		return 0
 	}
