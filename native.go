@@ -263,6 +263,12 @@ func nativeExtend(ctx context.Context, n *node, specs []*kindSpec, args, sets []
 			errs[i] = sendErrs[i]
 		case err == redis.Nil: // gone, or another owner's
 			again = append(again, i)
+		case redis.HasErrorPrefix(err, "OOM"):
+			// A full noeviction server refuses SET (a write that may
+			// grow memory) but runs the script's GET and PEXPIRE: a
+			// memory spike must not cost the holders their locks. The
+			// node keeps its native form for the next extend.
+			again = append(again, i)
 		case err != nil:
 			if fallback, refused := nativeRefusal(err); fallback {
 				n.pipes.dropNative(caps&nativeSetIfEq, refused)
