@@ -311,33 +311,13 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 	t.Cleanup(func() { _ = c.Close() })
 	scriptsOnly(c) // the batched script's own behaviour (the native form's: TestNativeRenewalWrongTypeFailsAlone)
 	ctx := context.Background()
-	var locks []*Lock
-	for i := range 20 {
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("wrongtype-%d", i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		locks = append(locks, l)
-	}
+	locks := acquireEach(t, ctx, c, "wrongtype", 20)
 	bad := locks[7]
-	for _, rdb := range cl.Clients() {
-		if err := rdb.Del(ctx, bad.a.keys[0]).Err(); err != nil {
-			t.Fatal(err)
-		}
-		if err := rdb.RPush(ctx, bad.a.keys[0], "x").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	listOn(t, ctx, cl.Servers, bad.a.keys[0])
 	for _, r := range runs {
 		r.reset()
 	}
-	for _, l := range locks {
-		l.extendMu.Lock()
-	}
-	_, _, errs := c.extendBatch(ctx, locks, nil, time.Second)
-	for _, l := range locks {
-		l.extendMu.Unlock()
-	}
+	errs := renewalRound(ctx, c, locks)
 	for i, r := range runs {
 		if plain, batched := r.reset(); plain != 0 || batched != 1 {
 			t.Errorf("node %d: %d plain and %d batched script runs for a batch of 20 extends, want 1 batched", i, plain, batched)
@@ -493,13 +473,7 @@ func TestBatchedExtendsOnAClusterGoBySlot(t *testing.T) {
 	}
 	// A renewal round sends the same runs (the plan it builds once for
 	// the nodes sent every lock groups them by slot too).
-	for _, l := range locks {
-		l.extendMu.Lock()
-	}
-	_, _, roundErrs := c.extendBatch(ctx, locks, nil, time.Second)
-	for _, l := range locks {
-		l.extendMu.Unlock()
-	}
+	roundErrs := renewalRound(ctx, c, locks)
 	if plain, batched := runs.reset(); plain != 1 || batched != 2 {
 		t.Errorf("a round of %d extends in 3 slots: %d plain and %d batched script runs, want 2 batched and 1 plain", len(locks), plain, batched)
 	}

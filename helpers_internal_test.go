@@ -8,10 +8,14 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // The shared fixtures of the package's internal tests: fake nodes that run
-// the scripts in memory, a clock the test moves, and clients over them.
+// the scripts in memory, a clock the test moves, and clients over them;
+// for the tests on real servers, locks held and renewed in one round, and
+// keys set on the servers behind the client's back.
 
 // fakeNode runs the scripts' logic on a map, in order, like one Redis.
 type fakeNode struct {
@@ -225,4 +229,65 @@ func keysKept(fs []*fakeNode, c *Client, name string) []int {
 		}
 	}
 	return kept
+}
+
+// acquireEach acquires n locks of c with opts, named prefix-0 and on.
+func acquireEach(t *testing.T, ctx context.Context, c *Client, prefix string, n int, opts ...LockOption) []*Lock {
+	t.Helper()
+	locks := make([]*Lock, 0, n)
+	for i := range n {
+		l, err := c.TryAcquire(ctx, fmt.Sprintf("%s-%d", prefix, i), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		locks = append(locks, l)
+	}
+	return locks
+}
+
+// renewalRound renews locks in one round, as the auto-renewal sends it
+// (extendBatch, each lock's extendMu held): each lock's error.
+func renewalRound(ctx context.Context, c *Client, locks []*Lock) []error {
+	for _, l := range locks {
+		l.extendMu.Lock()
+	}
+	defer func() {
+		for _, l := range locks {
+			l.extendMu.Unlock()
+		}
+	}()
+	_, _, errs := c.extendBatch(ctx, locks, nil, time.Second)
+	return errs
+}
+
+// setOn sets key to value, for a minute, on each of servers.
+func setOn(t *testing.T, ctx context.Context, servers []*redistest.Server, key, value string) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Client().Set(ctx, key, value, time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// delOn deletes key on each of servers, as if it expired unseen.
+func delOn(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Client().Del(ctx, key).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// listOn makes key a list on each of servers: a key of the wrong type for
+// every script and native command of a lock.
+func listOn(t *testing.T, ctx context.Context, servers []*redistest.Server, key string) {
+	t.Helper()
+	delOn(t, ctx, servers, key)
+	for _, s := range servers {
+		if err := s.Client().RPush(ctx, key, "x").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

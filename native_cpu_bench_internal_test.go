@@ -44,8 +44,7 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 	for _, server := range redistest.ServerNames {
 		b.Run(server, func(b *testing.B) {
 			cl := redistest.StartT(b, 1, redistest.Options{Server: server})
-			s := cl.Servers[0]
-			rdb := s.Client()
+			rdb := cl.Servers[0].Client()
 			caps := nativeCapsOf(rdb.Do(ctx, nativeCommands...))
 			shas := map[*script]string{}
 			for _, sc := range []*script{releaseScript, extendScript, extendScript.batched} {
@@ -170,13 +169,13 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 							}
 						}
 						once() // connection made
-						before := commandCPU(b, rdb, counted)
+						before := serverCPU(b, cl.Servers, counted...)
 						b.ResetTimer()
 						for range b.N {
 							once()
 						}
 						b.StopTimer()
-						after := commandCPU(b, rdb, counted)
+						after := serverCPU(b, cl.Servers, counted...)
 						b.ReportMetric((after[0]-before[0])/float64(b.N), "cmd-µs/op")
 						b.ReportMetric((after[1]-before[1])/float64(b.N), "cpu-µs/op")
 						// What each row leaves: another owner's key untouched,
@@ -197,29 +196,4 @@ func BenchmarkNativeServerCPU(b *testing.B) {
 // 8.1+), by trying it on a key of its own.
 func setIfEq(ctx context.Context, rdb *redis.Client) bool {
 	return rdb.Do(ctx, "set", "bench{ifeq}", "v", "ifeq", "v").Err() == redis.Nil
-}
-
-// commandCPU reads the usec INFO commandstats gives cmds, summed, and the
-// server's used_cpu_sys+used_cpu_user, in µs.
-func commandCPU(b *testing.B, rdb *redis.Client, cmds []string) [2]float64 {
-	b.Helper()
-	info, err := rdb.Info(context.Background(), "commandstats", "cpu").Result()
-	if err != nil {
-		b.Fatal(err)
-	}
-	f := parseInfo(info)
-	var out [2]float64
-	for _, cmd := range cmds {
-		for _, kv := range strings.Split(f["cmdstat_"+cmd], ",") {
-			if v, ok := strings.CutPrefix(kv, "usec="); ok {
-				us, _ := strconv.ParseFloat(v, 64)
-				out[0] += us
-			}
-		}
-	}
-	for _, k := range []string{"used_cpu_sys", "used_cpu_user"} {
-		sec, _ := strconv.ParseFloat(f[k], 64)
-		out[1] += sec * 1e6
-	}
-	return out
 }

@@ -24,14 +24,52 @@ import (
 // share of one lock's renewal, from INFO cpu).
 func BenchmarkRenewalRound(b *testing.B) {
 	cl := redistest.StartT(b, 5, redistest.Options{})
+	c, locks, cmds := heldForRenewal(b, cl)
+	renewalRounds(b, cl, c, locks, cmds)
+}
+
+// BenchmarkNativeRenewalRound is BenchmarkRenewalRound (1,000 held
+// mutexes, one round as the scheduler sends it) on 3 nodes of each build
+// that has SET IFEQ, with the batched script and with the native extend
+// (native.go) in one run: the client's time, allocations and CPU per
+// renewal, and each node's share of the servers' CPU.
+//
+//	go test -run '^$' -bench BenchmarkNativeRenewalRound -count 3 .
+func BenchmarkNativeRenewalRound(b *testing.B) {
+	for _, server := range nativeBuilds {
+		b.Run(server, func(b *testing.B) {
+			cl := redistest.StartT(b, 3, redistest.Options{Server: server})
+			c, locks, cmds := heldForRenewal(b, cl)
+			for _, path := range []string{"script", "native"} {
+				b.Run(path, func(b *testing.B) {
+					if path == "script" {
+						scriptsOnly(c)
+					} else {
+						nativeAgain(c)
+					}
+					if got := nativeExtendOK(c.nodes[0]); got != (path == "native") {
+						b.Fatalf("%s path: native extend %v", path, got)
+					}
+					renewalRounds(b, cl, c, locks, cmds)
+				})
+			}
+		})
+	}
+}
+
+// heldForRenewal is a client of cl's servers (closed at b's cleanup)
+// holding 1,000 mutexes, each with its extendMu held and its extend
+// command built, kept from round to round as the scheduler keeps them.
+func heldForRenewal(b *testing.B, cl *redistest.Cluster) (*Client, []*Lock, [][]any) {
+	b.Helper()
 	c, err := New(cl.Clients(), Options{TTL: time.Minute, RestartGrace: NoRestartGrace})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { _ = c.Close() })
 	ctx := context.Background()
 	locks := make([]*Lock, 1000)
-	cmds := make([][]any, len(locks)) // kept from round to round, as the scheduler keeps them
+	cmds := make([][]any, len(locks))
 	for i := range locks {
 		if locks[i], err = c.TryAcquire(ctx, fmt.Sprint("round-", i)); err != nil {
 			b.Fatal(err)
@@ -39,6 +77,16 @@ func BenchmarkRenewalRound(b *testing.B) {
 		locks[i].extendMu.Lock()
 		cmds[i] = (&renewal{l: locks[i]}).extendArgs()
 	}
+	return c, locks, cmds
+}
+
+// renewalRounds runs b's loop of renewal rounds of locks (extendBatch),
+// each lock of which must be renewed, and reports the CPU per renewal:
+// client-µs/renewal, this process, all nodes' calls of a lock;
+// server-µs/call, one node's share of one lock's renewal.
+func renewalRounds(b *testing.B, cl *redistest.Cluster, c *Client, locks []*Lock, cmds [][]any) {
+	b.Helper()
+	ctx := context.Background()
 	b.ReportAllocs()
 	client0, servers0 := selfCPU(b), serversCPU(b, cl.Clients())
 	rounds := 0

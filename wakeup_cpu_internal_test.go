@@ -61,7 +61,7 @@ func TestWakeupServerCPU(t *testing.T) {
 			}
 			_ = l.Release(ctx)
 		}
-		before := serverCPU(t, servers)
+		before := serverCPU(t, servers, "evalsha", "eval")
 		for i := range ops {
 			l, err := c.TryAcquire(ctx, fmt.Sprintf("cpu-%d", i))
 			if err != nil {
@@ -71,7 +71,7 @@ func TestWakeupServerCPU(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		after := serverCPU(t, servers)
+		after := serverCPU(t, servers, "evalsha", "eval")
 		rows = append(rows, row{setup, (after[0] - before[0]) / float64(ops), (after[1] - before[1]) / float64(ops)})
 	}
 
@@ -99,18 +99,18 @@ func TestWakeupServerCPU(t *testing.T) {
 	}
 }
 
-// serverCPU sums over servers the usec of evalsha and eval in INFO
-// commandstats, and used_cpu_sys+used_cpu_user in INFO cpu, in µs.
-func serverCPU(t *testing.T, servers []*redistest.Server) [2]float64 {
-	t.Helper()
+// serverCPU sums over servers the usec INFO commandstats gives cmds, and
+// used_cpu_sys+used_cpu_user in INFO cpu, in µs.
+func serverCPU(tb testing.TB, servers []*redistest.Server, cmds ...string) [2]float64 {
+	tb.Helper()
 	var out [2]float64
 	for _, s := range servers {
 		info, err := s.Client().Info(context.Background(), "commandstats", "cpu").Result()
 		if err != nil {
-			t.Fatalf("%s: INFO: %v", s.Addr, err)
+			tb.Fatalf("%s: INFO: %v", s.Addr, err)
 		}
 		f := parseInfo(info)
-		for _, cmd := range []string{"evalsha", "eval"} {
+		for _, cmd := range cmds {
 			for _, kv := range strings.Split(f["cmdstat_"+cmd], ",") {
 				if v, ok := strings.CutPrefix(kv, "usec="); ok {
 					us, _ := strconv.ParseFloat(v, 64)
