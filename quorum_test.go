@@ -510,8 +510,15 @@ func TestRefusalsThatAloneLoseAreLockedEvenWithAFailedNode(t *testing.T) {
 	if !errors.As(err, &locked) || !errors.Is(err, ErrLocked) || errors.Is(err, ErrNoQuorum) {
 		t.Fatalf("held on 4 of 5 nodes, 1 failed: got %v, want a *LockedError that is not ErrNoQuorum", err)
 	}
-	if locked.Refused < 3 || locked.Nodes != 5 || locked.Errors.Len() != 1 || !errors.Is(err, boom) {
-		t.Fatalf("got %+v, want at least 3 of 5 refusals and the failed node's error kept", locked)
+	if locked.Refused < 3 || locked.Nodes != 5 {
+		t.Fatalf("got %+v, want at least 3 of 5 refusals", locked)
+	}
+	// The failed node's error is kept when it came in before the refusals
+	// alone decided (settle stops there): on a loaded machine its answer
+	// may come later, and a nil Errors then is right. No other error may
+	// be there.
+	if locked.Errors != nil && (locked.Errors.Len() != 1 || !errors.Is(err, boom)) {
+		t.Fatalf("got %+v, want no error but the failed node's", locked)
 	}
 }
 
