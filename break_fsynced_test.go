@@ -1,0 +1,271 @@
+package redlock_test
+
+// Adversarial tests of FsyncedVotes (docs/PROTOCOL.md §13), written on the
+// branch breakaof for the author of waitaof to run. Each names the
+// schedule it drives and the promise it holds the code to.
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// aofTrace is strace attached to one server: every write(2) and fsync of
+// its threads, in the order the kernel saw them, into a file.
+type aofTrace struct {
+	s     *redistest.Server
+	cmd   *exec.Cmd
+	out   string // strace's log
+	aofFD string // the fd of the server's open incremental AOF file
+	aof   string // its path
+}
+
+// traceAOF attaches strace to s and returns once strace says it is
+// attached to every thread of the server. It skips the test when strace
+// is missing or may not attach (ptrace refused).
+func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
+	t.Helper()
+	if _, err := exec.LookPath("strace"); err != nil {
+		t.Skipf("needs strace to see the server's fsyncs: %v", err)
+	}
+	pid := s.PID()
+	tr := &aofTrace{s: s, out: filepath.Join(t.TempDir(), fmt.Sprintf("strace.%d", pid))}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Skipf("cannot read the server's fds: %v", err)
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
+		if err == nil && strings.HasSuffix(target, ".incr.aof") {
+			tr.aofFD, tr.aof = fd.Name(), target
+		}
+	}
+	if tr.aofFD == "" {
+		t.Fatalf("%s: no open .incr.aof among the server's fds (AOF off?)", s.Addr)
+	}
+	tr.cmd = exec.Command("strace", "-f", "-s", "8192", "-e", "trace=write,fdatasync,fsync", "-p", strconv.Itoa(pid), "-o", tr.out)
+	stderr, err := tr.cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.cmd.Start(); err != nil {
+		t.Skipf("strace: %v", err)
+	}
+	sc := bufio.NewScanner(stderr)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.Contains(line, "attached") {
+			go func() { // drain the rest
+				for sc.Scan() {
+				}
+			}()
+			return tr
+		}
+		if strings.Contains(line, "Operation not permitted") {
+			_ = tr.cmd.Process.Kill()
+			_ = tr.cmd.Wait()
+			t.Skipf("strace may not attach here: %s", line)
+		}
+	}
+	_ = tr.cmd.Wait()
+	t.Skipf("strace ended before it attached to %d", pid)
+	return nil
+}
+
+var (
+	straceWrite = regexp.MustCompile(`^\d+\s+write\((\d+), "(.*)"(?:\.\.\.)?, (\d+)`)
+	straceFsync = regexp.MustCompile(`^\d+\s+f(?:data)?sync\(`)
+	straceDone  = regexp.MustCompile(`^\d+\s+(?:<\.\.\. f(?:data)?sync resumed>|f(?:data)?sync\(\d+\)\s+=)`)
+)
+
+// unfsyncedSuffix reads the trace of a server that has been killed and
+// tells whether the first write to its AOF that holds marker was never
+// covered by an fsync: no fsync started after that write, and none that
+// started before it was still running when it was made. If so, cut is the
+// number of bytes the AOF got from that write on: bytes the kernel held
+// but never flushed, which a power loss at the kill may take away.
+func (tr *aofTrace) unfsyncedSuffix(t *testing.T, marker string) (never bool, cut int64, summary string) {
+	t.Helper()
+	_ = tr.cmd.Wait() // strace ends with the process it traces
+	f, err := os.Open(tr.out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<22)
+	found := false
+	running := 0 // fsyncs started and not yet returned
+	fsyncsAfter, aofWrites := 0, 0
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case straceFsync.MatchString(line):
+			if found {
+				fsyncsAfter++
+			}
+			if !straceDone.MatchString(line) {
+				running++
+			}
+		case straceDone.MatchString(line):
+			running--
+		default:
+			m := straceWrite.FindStringSubmatch(line)
+			if m == nil || m[1] != tr.aofFD {
+				continue
+			}
+			if !found && strings.Contains(m[2], marker) {
+				found = true
+				if running > 0 {
+					return false, 0, "an fsync was running when the vote was written"
+				}
+			}
+			if found {
+				n, _ := strconv.ParseInt(m[3], 10, 64)
+				cut += n
+				aofWrites++
+			}
+		}
+	}
+	if !found {
+		return false, 0, "the vote's write is not in the trace"
+	}
+	if fsyncsAfter > 0 {
+		return false, 0, fmt.Sprintf("%d fsyncs started after the vote's write", fsyncsAfter)
+	}
+	return true, cut, fmt.Sprintf("no fsync after the vote's write; %d AOF writes (%d bytes) from it on", aofWrites, cut)
+}
+
+// A vote that FsyncedVotes counts must be on disk, not only in the
+// kernel's page cache: that is the whole of docs/PROTOCOL.md §13 ("numlocal
+// ≥ 1 means ... fsync returned for them"), and what lets a node skip the
+// restart grace after a crash of its machine. The test watches each
+// server's write(2) and fsync calls with strace while X takes a lock on
+// three everysec nodes, kills every server with SIGKILL right after, and
+// then plays a power loss at that moment: on each server where no fsync
+// ran after X's vote was written, the AOF loses the bytes written from
+// the vote on (what the kernel held and never flushed; a power loss may
+// lose exactly that, and the server had not fsynced it). Y, whose last
+// probe saw the nodes persistent, then asks for X's lock.
+//
+// On Redis 8.6 every counted vote's WAITAOF waits for an fsync begun after
+// it, so at most the straggler's node can lose the vote: Y is refused. On
+// Valkey 9.1.2 (and Redis 7.2/7.4, before redis/redis#13793) WAITAOF 1 0
+// answers numlocal 1 for a write made less than a second after the last
+// fsync without any fsync (aof.c, flushAppendOnlyFile, the empty-buffer
+// branch sets fsynced_reploff_pending to the replication offset): X's
+// votes count with nothing on disk, the power loss takes them, the nodes
+// restart "persistent", and Y takes X's lock within X's validity.
+//
+// Run: REDLOCK_TEST_SERVER=valkey-9.1 go test -race -count=1 -run TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation .
+// (REDLOCK_TEST_SERVER=redis-8.6 is the control; unset runs Valkey 9.1.)
+func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
+	server := redistest.SelectedServer()
+	if server == redistest.Redis70 {
+		server = redistest.Valkey91 // WAITAOF is the subject
+	}
+	// The vote must be written less than a second after the server's last
+	// fsync for Valkey's early answer, and the kill must come before the
+	// next one: a run that misses says so and starts over.
+	for try := range 3 {
+		if powerLossAfterConfirmation(t, server, try) {
+			return
+		}
+	}
+	t.Logf("in three runs no quorum of servers confirmed X's vote before an fsync of it (as a correct server never does)")
+}
+
+func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	y := newClient(t, cl, fsyncedOptions())
+	x := newClient(t, cl, fsyncedOptions())
+	for _, c := range []*redlock.Client{y, x} {
+		for i, info := range c.Nodes(ctx) {
+			if info.Err != nil || !info.Voting {
+				t.Fatalf("node %d: %+v, want it voting (persistent: everysec with WAITAOF)", i, info)
+			}
+		}
+	}
+	traces := make([]*aofTrace, len(cl.Servers))
+	for i, s := range cl.Servers {
+		traces[i] = traceAOF(t, s)
+	}
+	// Each server fsyncs what it holds now (a write and WAITAOF 1 0 on
+	// its own connection; the answer may be early, the next step does not
+	// rely on it), so that X's vote comes soon after a server's fsync.
+	for _, s := range cl.Servers {
+		rdb := s.Client()
+		_ = rdb.Set(ctx, "primer", "x", 0).Err()
+		_ = rdb.Do(ctx, "waitaof", 1, 0, 0).Err()
+	}
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	for _, s := range cl.Servers {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The power loss: each server whose AOF never had X's vote fsynced
+	// loses the bytes from the vote on.
+	lost := 0
+	for i, tr := range traces {
+		never, cut, why := tr.unfsyncedSuffix(t, x.Keys(name).Lock)
+		t.Logf("node %d: %s", i, why)
+		if !never {
+			continue
+		}
+		st, err := os.Stat(tr.aof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(tr.aof, st.Size()-cut); err != nil {
+			t.Fatal(err)
+		}
+		lost++
+	}
+	for _, s := range cl.Servers {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	kept := 0
+	for _, s := range cl.Servers {
+		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err == nil && n == 1 {
+			kept++
+		}
+	}
+	t.Logf("X's vote had no fsync on %d of 3 servers when they died; its key is on %d after the restart", lost, kept)
+	l, errY := y.TryAcquire(ctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X's votes counted (FsyncedVotes, WAITAOF answered numlocal 1) on %d servers that had not fsynced them; after a power loss at their kill -9 Y took %q with %v of X's validity left",
+				lost, name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	if !errors.Is(errY, redlock.ErrLocked) && !errors.Is(errY, redlock.ErrNodeSittingOut) {
+		t.Errorf("Y: %v, want ErrLocked (X's key kept) or the nodes sitting out", errY)
+	}
+	t.Logf("Y refused: %v", errY)
+	_ = held.Release(ctx)
+	return lost >= 2 // a run that lost X's quorum and stayed safe settles it
+}
