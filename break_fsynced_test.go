@@ -46,10 +46,21 @@ func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
 	if err != nil {
 		t.Skipf("cannot read the server's fds: %v", err)
 	}
+	// The incremental file the server appends to now: the one of the
+	// highest sequence (a rewrite opens a new one; the old one is closed
+	// in the background).
+	seq := -1
 	for _, fd := range fds {
 		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err == nil && strings.HasSuffix(target, ".incr.aof") {
-			tr.aofFD, tr.aof = fd.Name(), target
+		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
+			continue
+		}
+		parts := strings.Split(filepath.Base(target), ".")
+		if len(parts) < 4 {
+			continue
+		}
+		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
+			seq, tr.aofFD, tr.aof = n, fd.Name(), target
 		}
 	}
 	if tr.aofFD == "" {
@@ -223,24 +234,7 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	// The power loss: each server whose AOF never had X's vote fsynced
-	// loses the bytes from the vote on.
-	lost := 0
-	for i, tr := range traces {
-		never, cut, why := tr.unfsyncedSuffix(t, x.Keys(name).Lock)
-		t.Logf("node %d: %s", i, why)
-		if !never {
-			continue
-		}
-		st, err := os.Stat(tr.aof)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Truncate(tr.aof, st.Size()-cut); err != nil {
-			t.Fatal(err)
-		}
-		lost++
-	}
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
 	for _, s := range cl.Servers {
 		if err := s.Restart(true); err != nil {
 			t.Fatal(err)
@@ -268,4 +262,166 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	t.Logf("Y refused: %v", errY)
 	_ = held.Release(ctx)
 	return lost >= 2 // a run that lost X's quorum and stayed safe settles it
+}
+
+// playPowerLoss plays a power loss at the kill of the traced servers,
+// which must be down: each server whose AOF never had the write holding
+// marker fsynced loses the bytes from that write on, as the kernel may
+// lose what it was never asked to flush. It tells on how many servers.
+func playPowerLoss(t *testing.T, traces []*aofTrace, marker string) (lost int) {
+	t.Helper()
+	for _, tr := range traces {
+		never, cut, why := tr.unfsyncedSuffix(t, marker)
+		t.Logf("%s: %s", tr.s.Addr, why)
+		if !never {
+			continue
+		}
+		st, err := os.Stat(tr.aof)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Truncate(tr.aof, st.Size()-cut); err != nil {
+			t.Fatal(err)
+		}
+		lost++
+	}
+	return lost
+}
+
+// fsyncNow has each server fsync what it holds now, all at once: a write
+// and a WAITAOF 1 0 behind it on the server's own connection. A vote
+// written less than a second later then waits, with everysec, for the
+// next fsync about a second after this one.
+func fsyncNow(ctx context.Context, servers []*redistest.Server) {
+	done := make(chan struct{}, len(servers))
+	for _, s := range servers {
+		go func() {
+			rdb := s.Client()
+			_ = rdb.Set(ctx, "primer", "x", 0).Err()
+			_ = rdb.Do(ctx, "waitaof", 1, 0, 2000).Err()
+			done <- struct{}{}
+		}()
+	}
+	for range servers {
+		<-done
+	}
+}
+
+// slowRewrite starts a routine AOF rewrite (BGREWRITEAOF, the AOF on all
+// along, as auto-aof-rewrite-percentage starts one) that lasts: the child
+// sleeps 0.5s a key over 60 keys.
+func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
+	t.Helper()
+	rdb := s.Client()
+	for i := range 60 {
+		if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rdb.BgRewriteAOF(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	info, err := rdb.Info(ctx, "persistence").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "aof_enabled:1") || !strings.Contains(info, "aof_rewrite_in_progress:1") {
+		t.Fatalf("%s: want the AOF on and a rewrite running:\n%s", s.Addr, info)
+	}
+}
+
+// Two clients with FsyncedVotes judge the same server at different times:
+// Y probed it before a routine AOF rewrite (BGREWRITEAOF, which Redis also
+// starts by itself at auto-aof-rewrite-percentage) and counts it
+// persistent; X probes it during the rewrite, counts it not persistent,
+// and so (since 46bec1a) sends its votes there without a WAITAOF and counts
+// them unconfirmed. PROTOCOL §13 rule 4 undoes persistence for the client
+// that counted the unconfirmed vote only: Y's guard still says persistent.
+// The machines of the two servers lose power right after X's acquire,
+// before their next everysec fsync (played as in
+// TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation, only on servers whose
+// trace shows no fsync after X's vote), and restart on their disks. Y, idle
+// throughout (a job that takes its lock once a minute), excuses the
+// restart (persistent at its last probe, persistent now) and takes X's
+// lock within X's validity. The rewrite is routine, which PROTOCOL §11
+// says "costs a grace after a restart, never safety"; §13 lists only a
+// client without the option as not covered.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient .
+// (valkey-9.1 too; unset runs Redis 8.6.)
+func TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient(t *testing.T) {
+	server := redistest.SelectedServer()
+	if server == redistest.Redis70 {
+		server = redistest.Redis86 // WAITAOF is the subject
+	}
+	for try := range 3 {
+		if unconfirmedVoteOfAnotherClient(t, server, try) {
+			return
+		}
+	}
+	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+}
+
+func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	y := newClient(t, cl, fsyncedOptions())
+	x := newClient(t, cl, fsyncedOptions())
+	for _, c := range []*redlock.Client{y, x} {
+		for i, info := range c.Nodes(ctx) {
+			if info.Err != nil || !info.Voting {
+				t.Fatalf("node %d: %+v, want it voting (persistent: everysec with WAITAOF)", i, info)
+			}
+		}
+	}
+	crashed := cl.Servers[:2]
+	for _, s := range crashed {
+		slowRewrite(ctx, t, s)
+	}
+	// X looks again: the two servers rewrite, so they are not
+	// persistent for X; they vote all the same (no restart).
+	for i, info := range x.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("X, node %d during the rewrite: %+v, want it voting", i, info)
+		}
+	}
+	traces := make([]*aofTrace, len(crashed))
+	for i, s := range crashed {
+		traces[i] = traceAOF(t, s)
+	}
+	fsyncNow(ctx, crashed)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	for _, s := range crashed {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
+	for _, s := range crashed {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
+	l, errY := y.TryAcquire(ctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers it saw rewriting; after a power loss there Y (FsyncedVotes, last probe before the rewrite) excused the restart and took %q with %v of X's validity left",
+				name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	t.Logf("Y refused: %v", errY)
+	return lost == 2
 }
