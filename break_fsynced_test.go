@@ -413,6 +413,15 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 		}
 	}
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
+	// Z meets the servers only after their restart: its first probe's
+	// barrier confirms what they hold now, and nothing tells it of X.
+	z := newClient(t, cl, fsyncedOptions())
+	if l, errZ := z.TryAcquire(ctx, name); errZ == nil {
+		t.Errorf("BROKEN: Z (FsyncedVotes, first contact after the restart) took %q with %v of X's validity left", name, time.Until(held.Deadline()).Round(time.Millisecond))
+		_ = l.Release(ctx)
+	} else {
+		t.Logf("Z refused: %v", errZ)
+	}
 	l, errY := y.TryAcquire(ctx, name)
 	if errY == nil {
 		defer func() { _ = l.Release(context.Background()) }()
