@@ -69,7 +69,8 @@ type serverMarks struct {
 	addr, runID, replID string
 	uptime              time.Duration
 	persistent          bool
-	promoted            bool // second_repl_offset set: a replica turned master since it started
+	notPersistent       string // why not, for the reason of a start without persistence
+	promoted            bool   // second_repl_offset set: a replica turned master since it started
 	// failover: the node may fail over (Sentinel's, or servers with
 	// replicas now or before). A promotion before the server's last start
 	// no longer shows in INFO (second_repl_offset is -1 again), so
@@ -119,7 +120,11 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		}
 		switch start := dateStart(m, lastAnswer, old != nil); {
 		case !m.persistent:
-			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+			why := m.notPersistent
+			if why == "" {
+				why = "it keeps its keys only with appendonly yes and appendfsync always"
+			}
+			lost(start, what+" without persistence ("+why+")")
 		case old != nil && !old.persistent:
 			// Persistent now, but not at the last probe: an AOF turned off
 			// (or fsynced less often) with CONFIG SET is back on after a

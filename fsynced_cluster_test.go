@@ -18,12 +18,10 @@ import (
 // every cluster and restarted on its data. Y, which met the nodes before,
 // is refused by the restarted masters themselves (X's key is there) and
 // takes another lock in the same master's slots at once: no grace. It
-// needs WAITAOF: on a Redis 7.0 run it starts Redis 8.6.
+// needs a WAITAOF that FsyncedVotes trusts: it runs on Redis 8.6 whatever
+// the run's server.
 func TestFsyncedVotesOnClusterNodesSurviveAKill9OfTheSlotsMaster(t *testing.T) {
-	server := redistest.SelectedServer()
-	if server == redistest.Redis70 {
-		server = redistest.Redis86 // WAITAOF is the subject
-	}
+	server := fsyncTrustedServer()
 	rcs := startClusters(t, 3, 2, 0, redistest.Options{Server: server, Args: everysec})
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()

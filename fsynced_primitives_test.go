@@ -18,12 +18,10 @@ import (
 // the fair lock, and a multi-lock (batched scripts). The servers count
 // the calls (INFO commandstats, reset before each acquire); the client
 // met the nodes before, so no probe sends one of its own. It needs
-// WAITAOF: on a Redis 7.0 run it starts Redis 8.6.
+// a WAITAOF that FsyncedVotes trusts: it runs on Redis 8.6 whatever the
+// run's server.
 func TestFsyncedVotesOfEveryPrimitive(t *testing.T) {
-	server := redistest.SelectedServer()
-	if server == redistest.Redis70 {
-		server = redistest.Redis86 // WAITAOF is the subject
-	}
+	server := fsyncTrustedServer()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()

@@ -23,20 +23,28 @@ func fsyncedOptions() redlock.Options {
 	return redlock.Options{TTL: 30 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 30 * time.Second, FsyncedVotes: true}
 }
 
-// With FsyncedVotes, a vote on a Redis 8.6 or Valkey 9.1 node with
+// fsyncTrustedServer is the server build whose WAITAOF FsyncedVotes trusts
+// (Redis 8.0+), for the tests of what it does there. Valkey 9.1.2 confirms
+// WAITAOF 1 0 before its fsync (TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation),
+// so there FsyncedVotes keeps the rule without it, as on Redis 7.0
+// (TestAnFsyncedVoteSurvivesAKill9WithoutGrace checks both).
+func fsyncTrustedServer() string { return redistest.Redis86 }
+
+// With FsyncedVotes, a vote on a Redis 8.6 node with
 // appendfsync everysec counts only once WAITAOF confirmed the node's fsync
 // of it, so the node keeps it across a kill -9 and a restart, and needs no
 // restart grace: right after the restart of every node, Y is refused X's
 // lock by the nodes themselves (ErrLocked, X's key is there), and takes
 // another lock at once. On Redis 7.0 (REDLOCK_TEST_SERVER unset or
-// redis-7.0), which has no WAITAOF, everysec is not persistence: the
+// redis-7.0), which has no WAITAOF, and on Valkey 9.1 (valkey-9.1), whose
+// WAITAOF may confirm before it fsyncs, everysec is not persistence: the
 // restarted nodes sit out the grace, and Y is refused both.
 func TestAnFsyncedVoteSurvivesAKill9WithoutGrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Args: everysec})
 	build := cl.Servers[0].Build()
-	waitAOF := build.Name != redistest.Redis70
+	waitAOF := build.Name == redistest.Redis86 // a WAITAOF that FsyncedVotes trusts
 	t.Logf("server: %s", build)
 	xOpts := fsyncedOptions()
 	if !waitAOF {
@@ -108,7 +116,7 @@ func TestAnFsyncedVoteSurvivesAKill9WithoutGrace(t *testing.T) {
 			t.Errorf("Y on %q: %v, want the restarted nodes sitting out the grace", name, errSame)
 		}
 		if errOther == nil || !errors.Is(errOther, redlock.ErrNodeSittingOut) {
-			t.Errorf("Y on another lock: %v, want the nodes sitting out the grace (Redis 7.0 has no WAITAOF: everysec is not persistence)", errOther)
+			t.Errorf("Y on another lock: %v, want the nodes sitting out the grace (no WAITAOF that FsyncedVotes trusts: everysec is not persistence)", errOther)
 		}
 	}
 	if other != nil {
@@ -127,13 +135,10 @@ func TestAnFsyncedVoteSurvivesAKill9WithoutGrace(t *testing.T) {
 // holds the lock and the nodes crash and restart, X sees them sit out the
 // grace, as does Y, which probed during the rewrite. Were the vote
 // counted, X would hold a lock whose keys the crash loses: the BROKEN
-// branch says so. It needs WAITAOF: on a Redis 7.0 run it starts Redis
-// 8.6.
+// branch says so. It needs a WAITAOF that FsyncedVotes trusts: it runs
+// on Redis 8.6 whatever the run's server.
 func TestAVoteWhoseFsyncIsNotConfirmedDoesNotCount(t *testing.T) {
-	server := redistest.SelectedServer()
-	if server == redistest.Redis70 {
-		server = redistest.Redis86 // WAITAOF is the subject
-	}
+	server := fsyncTrustedServer()
 	// The switch must land between X's probe and its vote, which a probe
 	// older than a second would read again: on a machine too loaded for
 	// that, the run says so and starts over, at most three times.
@@ -244,12 +249,10 @@ func fsyncNotConfirmed(t *testing.T, server string) bool {
 // fsync to the kernel, and its WAITAOF confirms none (it answers 0 at its
 // timeout). So with FsyncedVotes fresh such servers sit out the grace, and
 // votes there wait for no WAITAOF that could only time out: the servers
-// count no call. It needs WAITAOF: on a Redis 7.0 run it starts Redis 8.6.
+// count no call. It needs a WAITAOF that FsyncedVotes trusts: it runs on
+// Redis 8.6 whatever the run's server.
 func TestAppendfsyncNoIsNotPersistenceEvenWithWAITAOF(t *testing.T) {
-	server := redistest.SelectedServer()
-	if server == redistest.Redis70 {
-		server = redistest.Redis86 // WAITAOF is the subject
-	}
+	server := fsyncTrustedServer()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: []string{"--appendonly", "yes", "--appendfsync", "no"}})
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()

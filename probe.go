@@ -60,29 +60,47 @@ type probeResult struct {
 	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
 	timeSent, timeRecv time.Time
-	// fsyncMode: Options.FsyncedVotes and waitAOF: the server's persistence
-	// is judged by the fsyncs WAITAOF confirms (persistent), and every vote
-	// on it waits for one (durable.go). fsynced: the probe's barrier (a
-	// write and a WAITAOF 1 0 behind it) confirmed that the server fsynced
-	// every write it took before the probe, or no barrier was asked (see
-	// probe).
+	// fsyncMode: Options.FsyncedVotes, waitAOF and fsyncTrusted: the
+	// server's persistence is judged by the fsyncs WAITAOF confirms
+	// (persistent), and every vote on it waits for one and counts only
+	// once it is confirmed, whether the server is persistent now or not
+	// (durable.go, masterWrite). fsynced: the probe's barrier (a write and
+	// a WAITAOF 1 0 behind it) confirmed that the server fsynced every
+	// write it took before the probe, or no barrier was asked (see probe).
 	fsyncMode, fsynced bool
+	// build is the server's name and version as INFO server tells them
+	// ("redis 8.6.3", "valkey 9.1.2"), for the reasons the guard gives.
+	// fsyncTrusted: its WAITAOF confirms the local fsync only once the
+	// fsync returned (fsyncTrustedBuild). fsyncUntrusted: with
+	// Options.FsyncedVotes, a server with WAITAOF and its AOF on that is
+	// not trusted so, which the reasons name.
+	build                        string
+	fsyncTrusted, fsyncUntrusted bool
 }
 
 // persistent tells whether the node keeps every acknowledged write across
 // a restart: the lock keys and the fence registers survive, and the node
 // needs no restart grace (DESIGN §3).
 //
-// Without WAITAOF (or Options.FsyncedVotes) that takes appendfsync always:
-// the server fsyncs every write before it answers. With them (fsyncMode),
-// appendfsync everysec counts too, and always only so: every vote is then
-// followed by a WAITAOF and counts only once the server confirms its
+// Without Options.FsyncedVotes, or on a server whose WAITAOF is not
+// trusted (none, or one that may confirm before it fsyncs:
+// fsyncTrustedBuild), that takes appendfsync always: the server fsyncs
+// every write before it answers. With them (fsyncMode), appendfsync
+// everysec counts too, and always only so: every vote on the server is
+// then followed by a WAITAOF and counts only once the server confirms its
 // fsync (durable.go), and the probe confirmed that every write the server
 // took before it is fsynced (fsynced), so that votes counted before the
 // node was known to be persistent are covered too. appendfsync no never
 // counts: that server leaves the fsync to the kernel, and its WAITAOF
 // never confirms one. (A vote counted unconfirmed since the probe undoes
 // it: unconfirmedSince.)
+//
+// That a vote never counts unconfirmed on such a server, even while this
+// client counts it as not persistent (a rewrite running, appendfsync no),
+// is what makes the rule hold across clients: another client with
+// FsyncedVotes whose last probe saw the server persistent excuses its
+// restart, and so relies on every vote counted there having been fsynced,
+// whoever counted it.
 //
 // An AOF rewrite in progress or scheduled does not count: INFO cannot tell
 // a routine rewrite (durable) from the first one of an AOF turned on at
@@ -95,6 +113,55 @@ func (r probeResult) persistent() bool {
 		return r.fsynced && r.fsyncs()
 	}
 	return r.appendOnly && !r.aofRewriting && r.appendFsync == "always"
+}
+
+// notPersistent tells why persistent is false, for the reason a sit-out
+// gives (epoch.go); "" if it is true.
+func (r probeResult) notPersistent() string {
+	switch {
+	case r.persistent():
+		return ""
+	case r.fsyncMode && r.fsyncs():
+		return "its AOF is on, but it did not confirm with WAITAOF that it fsynced the writes before the probe"
+	case r.fsyncMode:
+		return "it keeps its keys only with appendonly yes, appendfsync everysec or always, and no AOF rewrite running"
+	case r.fsyncUntrusted && r.appendFsync == "everysec":
+		return fmt.Sprintf("it keeps its keys only with appendonly yes and appendfsync always: FsyncedVotes counts everysec only on Redis 8.0 or later, and %s may confirm WAITAOF before it fsyncs (redis/redis#13793)", r.build)
+	}
+	return "it keeps its keys only with appendonly yes and appendfsync always"
+}
+
+// fsyncTrustedBuild tells whether a server's WAITAOF, by the fields of its
+// INFO server, confirms the local fsync (numlocal 1) only once fsync
+// returned for every write it covers. Redis 7.4 brought a bug in
+// flushAppendOnlyFile: with everysec, a write made less than a second
+// after the last fsync, found with the AOF buffer already written, moved
+// the fsynced offset forward without an fsync, so WAITAOF 1 0 answered 1
+// for a write only in the page cache; a power loss then loses a vote
+// counted as fsynced. Redis 8.0 fixed it (redis/redis#13793). Valkey
+// 9.1.2 still answers so (break_fsynced_test.go traces it with strace),
+// and no Valkey release is known to have fixed it: a Valkey server is not
+// trusted, whatever its version. Nor is Redis before 8.0, nor a server
+// that does not say what it is.
+func fsyncTrustedBuild(fields map[string]string) bool {
+	if fields["server_name"] != "" || fields["valkey_version"] != "" {
+		return false // Valkey (server_name:valkey), or another fork naming itself
+	}
+	major, _, _ := strings.Cut(fields["redis_version"], ".")
+	v, err := strconv.Atoi(major)
+	return err == nil && v >= 8
+}
+
+// buildOf names the server by its INFO server fields: "valkey 9.1.2",
+// "redis 8.6.3".
+func buildOf(fields map[string]string) string {
+	if v := fields["valkey_version"]; v != "" {
+		return "valkey " + v
+	}
+	if name := fields["server_name"]; name != "" {
+		return name + " " + fields["redis_version"]
+	}
+	return "redis " + fields["redis_version"]
 }
 
 // fsyncs tells whether the server's AOF settings let WAITAOF confirm an
@@ -114,7 +181,7 @@ func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "no
 // marks are what nextEpoch reads of the server the probe read.
 func (r probeResult) marks() serverMarks {
 	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
-		persistent: r.persistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
+		persistent: r.persistent(), notPersistent: r.notPersistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
 		markerWas: r.markerWas, markerIs: r.markerIs, claims: r.claims, sent: r.sent, recv: r.recv}
 }
 
@@ -235,7 +302,9 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
-	res.fsyncMode = c.opts.FsyncedVotes && res.waitAOF
+	res.build, res.fsyncTrusted = buildOf(fields), fsyncTrustedBuild(fields)
+	res.fsyncMode = c.opts.FsyncedVotes && res.waitAOF && res.fsyncTrusted
+	res.fsyncUntrusted = c.opts.FsyncedVotes && res.waitAOF && !res.fsyncTrusted
 	if res.fsyncMode {
 		// A Cluster's master gets its barrier from probeCluster, in a
 		// slot it serves.
@@ -387,6 +456,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		if !r.persistent() {
 			res.appendOnly, res.appendFsync, res.aofRewriting = r.appendOnly, r.appendFsync, r.aofRewriting
 			res.fsyncMode, res.fsynced = r.fsyncMode, r.fsynced
+			res.build, res.fsyncTrusted, res.fsyncUntrusted = r.build, r.fsyncTrusted, r.fsyncUntrusted
 		}
 	}
 	res.runID = strings.Join(ids, ",")
