@@ -106,18 +106,25 @@ func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 // masterWrite is what a durable write of n to one of its masters waits
 // for; who names a Cluster node's master in errors, need is its replicas as last
 // learned, waitAOF whether it has WAITAOF and its AOF on, fsyncRequired
-// whether it counts as persistent through WAITAOF.
+// whether, with FsyncedVotes, its WAITAOF can be trusted and its AOF is on
+// (probeResult.fsyncMode).
 func (n *node) masterWrite(who string, need int, waitAOF, fsyncRequired, cluster bool) masterReplicas {
 	m := masterReplicas{who: who, waitAOF: waitAOF, cluster: cluster, fsyncOnly: !n.durableVotes, countUnconfirmed: n.fsyncedVotes}
 	if n.durableVotes {
 		m.need = need
 	}
 	if n.fsyncedVotes && waitAOF && fsyncRequired {
-		// Only a master counted as persistent through WAITAOF waits for
-		// its fsync: on one that is not (appendfsync no, a rewrite
-		// running) a WAITAOF would wait out its timeout for nothing, and
-		// a vote there counts unconfirmed, as on any node that is not
-		// persistent (node.unconfirmed).
+		// Every vote on such a master waits for its fsync, and counts
+		// only once it is confirmed, also while this client counts the
+		// master as not persistent (appendfsync no, a rewrite running):
+		// another client with FsyncedVotes whose last probe saw it
+		// persistent excuses its restart, and so relies on every vote
+		// counted there being fsynced, this client's too
+		// (TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient). Where
+		// WAITAOF cannot confirm (appendfsync no, a rewrite with
+		// no-appendfsync-on-rewrite yes, the first rewrite of an AOF
+		// turned on at run time) the vote waits out its timeout and does
+		// not count: availability, never safety.
 		m.fsync, m.fsyncRequired = true, true
 	}
 	return m

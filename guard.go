@@ -53,7 +53,7 @@ type nodeGuard struct {
 	// unconfirmedAt is node.unconfirmed read before the probe that made
 	// the guard was sent; fsynced tells that the guard counted the node,
 	// one server, as persistent through the fsyncs WAITAOF confirms
-	// (FsyncedVotes; a Cluster's masters: shardGuard.fsyncRequired). A
+	// (FsyncedVotes; a Cluster's masters: shardGuard.fsynced). A
 	// vote counted unconfirmed since then undoes that persistence:
 	// unconfirmedSince.
 	unconfirmedAt int64
@@ -91,9 +91,12 @@ type shardGuard struct {
 	// acknowledgements. waitAOF as node.waitAOF.
 	replicas int
 	waitAOF  bool
-	// fsyncRequired: the master counts as persistent through WAITAOF
-	// (FsyncedVotes), so a vote there counts only with its fsync confirmed.
-	fsyncRequired bool
+	// fsyncRequired: with FsyncedVotes, the master's WAITAOF can be
+	// trusted and its AOF is on (probeResult.fsyncMode), so a vote there
+	// counts only with its fsync confirmed, whether the master counts as
+	// persistent or not: another client may count it so. fsynced: it
+	// counts as persistent through WAITAOF (unconfirmedSince).
+	fsyncRequired, fsynced bool
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
@@ -212,7 +215,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	g.unconfirmedAt = unconfirmedAt
 	if res.shards == nil {
 		g.fsynced = res.fsyncMode && res.persistent()
-		n.fsyncRequired.Store(g.fsynced)
+		n.fsyncRequired.Store(res.fsyncMode)
 	}
 	g.grace = c.graceFor()
 	if old != nil {
@@ -318,7 +321,7 @@ func epochsOf(old *nodeGuard, res probeResult, lastAnswer time.Time) *nodeGuard 
 		m := r.marks()
 		m.failover = res.failover // the node's: a promoted master may have no replica left
 		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, m, lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF,
-			fsyncRequired: r.fsyncMode && r.persistent()}
+			fsyncRequired: r.fsyncMode, fsynced: r.fsyncMode && r.persistent()}
 	}
 	return g
 }
@@ -341,8 +344,8 @@ func unconfirmedSince(g *nodeGuard, unconfirmed int64) *nodeGuard {
 	}
 	c.shards = slices.Clone(g.shards)
 	for i := range c.shards {
-		if sh := &c.shards[i]; sh.fsyncRequired {
-			sh.persistent, sh.fsyncRequired = false, false
+		if sh := &c.shards[i]; sh.fsynced {
+			sh.persistent, sh.fsynced = false, false
 		}
 	}
 	return &c
@@ -360,7 +363,7 @@ func (g *nodeGuard) fsyncedAll() bool {
 		return g.fsynced
 	}
 	for _, sh := range g.shards {
-		if !sh.fsyncRequired {
+		if !sh.fsynced {
 			return false
 		}
 	}

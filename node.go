@@ -71,9 +71,11 @@ type node struct {
 	// durableVotes and fsyncedVotes are Options.DurableVotes and
 	// Options.FsyncedVotes: what the node's durable writes wait for.
 	durableVotes, fsyncedVotes bool
-	// fsyncRequired: with fsyncedVotes, the node counts as persistent
-	// through WAITAOF at its last probe, so a vote whose WAITAOF does not
-	// confirm the master's own fsync does not count (durable.go).
+	// fsyncRequired: with fsyncedVotes, the node's master had, at its last
+	// probe, a WAITAOF that can be trusted and its AOF on
+	// (probeResult.fsyncMode), so a vote whose WAITAOF does not confirm
+	// the master's own fsync does not count (durable.go), whether this
+	// client counts the node as persistent or not.
 	fsyncRequired atomic.Bool
 	// unconfirmed counts the votes of the node that were answered without
 	// a WAITAOF confirming their fsync (with fsyncedVotes only). A guard
