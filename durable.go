@@ -202,13 +202,23 @@ func writeWaited(ctx context.Context, rdb redis.UniversalClient, cmds []redis.Cm
 // so one covers a batch; a vote script that answers yes always writes
 // (lua/acquire.lua), so a vote's yes is never covered by nothing.
 func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redis.Cmder, func() waited) {
-	// With FsyncedVotes alone, a raise of the TTL register waits for no
-	// fsync of its own: the votes that rely on it come after it on the
-	// same server, and their WAITAOF covers it (fsyncBarrier says why).
-	// A vote that does not come never relied on it.
+	// With FsyncedVotes alone, a raise of the TTL register on a node that
+	// is one server waits for no fsync of its own: the votes that rely on
+	// it come after it on the same server, and their WAITAOF covers it
+	// (fsyncBarrier says why). A vote that does not come never relied on
+	// it. On a Cluster node the register's key (no hash tag) sits in a
+	// slot of its own, most often on another master than the vote's,
+	// whose WAITAOF does not cover it: there a raise waits for its own
+	// fsync, and fails (so no vote relies on it) without one. A read of
+	// the register (a raise to 0) writes nothing, and waits for nothing.
 	judged := isVote
 	if m.fsyncOnly {
-		judged = func(cmd redis.Cmder) bool { return isVote(cmd) && !isScript(cmd, ttlRegisterScript) }
+		judged = func(cmd redis.Cmder) bool {
+			if !isScript(cmd, ttlRegisterScript) {
+				return isVote(cmd)
+			}
+			return m.cluster && isRaise(cmd)
+		}
 	}
 	votes := 0
 	for _, cmd := range cmds {
@@ -282,7 +292,9 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 			}
 			if err != nil {
 				cmd.SetErr(err)
-			} else if m.countUnconfirmed && !fsynced {
+			} else if m.countUnconfirmed && !fsynced && !isScript(cmd, ttlRegisterScript) {
+				// (A raise of the register is no vote: on a master that
+				// is persistent it is fsynced or covered, see above.)
 				w.unconfirmed++
 			}
 		}
@@ -393,6 +405,26 @@ func isVote(cmd redis.Cmder) bool {
 		}
 	}
 	return true
+}
+
+// isRaise tells whether cmd, a call of the TTL register's script, raises
+// the register (ARGV[1], the TTL to raise it to, above 0) rather than
+// only reading it.
+func isRaise(cmd redis.Cmder) bool {
+	args := cmd.Args()
+	if len(args) < 5 {
+		return false
+	}
+	switch ttl := args[4].(type) {
+	case int64:
+		return ttl > 0
+	case int:
+		return ttl > 0
+	case string:
+		v, err := strconv.ParseInt(ttl, 10, 64)
+		return err == nil && v > 0
+	}
+	return true // unknown: wait, which costs time, never safety
 }
 
 // isScript tells whether cmd calls s (in any of its forms).

@@ -174,6 +174,13 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		// (registered, durable.go).
 		raise = 0
 	}
+	if _, cluster := n.rdb.(*redis.ClusterClient); cluster && c.opts.FsyncedVotes {
+		// The same on a Cluster node for the master's fsync: the
+		// register's key sits on its own master, where no vote's WAITAOF
+		// covers a raise the probe made. The raise a vote relies on goes
+		// through the node's pipe, with a WAITAOF of its own (withWait).
+		raise = 0
+	}
 	// Before the probe: a vote counted unconfirmed from now on may be
 	// missed by its barrier (fsyncBarrier).
 	unconfirmedAt := n.unconfirmed.Load()
