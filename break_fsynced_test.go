@@ -38,7 +38,7 @@ type aofTrace struct {
 func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
 	t.Helper()
 	if _, err := exec.LookPath("strace"); err != nil {
-		t.Skipf("needs strace to see the server's fsyncs: %v", err)
+		t.Skipf("SKIPPED, NOT CHECKED: needs strace to see the server's fsyncs (tools/install-deps.sh installs it): %v", err)
 	}
 	pid := s.PID()
 	tr := &aofTrace{s: s, out: filepath.Join(t.TempDir(), fmt.Sprintf("strace.%d", pid))}
@@ -87,7 +87,7 @@ func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
 		if strings.Contains(line, "Operation not permitted") {
 			_ = tr.cmd.Process.Kill()
 			_ = tr.cmd.Wait()
-			t.Skipf("strace may not attach here: %s", line)
+			t.Skipf("SKIPPED, NOT CHECKED: strace may not attach here (ptrace refused: run as root, or kernel.yama.ptrace_scope=0): %s", line)
 		}
 	}
 	_ = tr.cmd.Wait()
