@@ -215,6 +215,11 @@ func (tr *aofTrace) unfsyncedSuffix(t *testing.T, marker string) (never bool, cu
 // votes count with nothing on disk, the power loss takes them, the nodes
 // restart "persistent", and Y takes X's lock within X's validity.
 //
+// Since the fix (probe.go, fsyncTrustedBuild) FsyncedVotes does not count
+// everysec as persistent on Valkey: the fresh nodes sit out the grace for
+// Y (fsyncedPair checks the reason), X takes its lock with the grace off,
+// and after the power loss Y finds the restarted nodes sitting out.
+//
 // Run: REDLOCK_TEST_SERVER=valkey-9.1 go test -race -count=1 -run TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation .
 // (REDLOCK_TEST_SERVER=redis-8.6 is the control; unset runs Valkey 9.1.)
 func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
@@ -376,6 +381,11 @@ func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 // lock within X's validity. The rewrite is routine, which PROTOCOL §11
 // says "costs a grace after a restart, never safety"; §13 lists only a
 // client without the option as not covered.
+//
+// Since the fix (durable.go, masterWrite) X's votes on the rewriting
+// servers wait for their WAITAOF all the same, which a routine rewrite
+// confirms after an fsync: the power loss takes nothing counted, and the
+// schedule is "not hit" (the trace shows an fsync after X's vote).
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient .
 // (valkey-9.1 too; unset runs Redis 8.6.)

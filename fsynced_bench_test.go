@@ -16,7 +16,9 @@ import (
 // the reply, no WAITAOF) and against no persistence (the nodes sit out the
 // restart grace after a restart instead; an acquire pays nothing). One
 // acquire and release at a time, p50 and p99 of the acquires. Run it on a
-// server with WAITAOF:
+// server whose WAITAOF FsyncedVotes trusts, Redis 8.0+ (on Valkey and Redis
+// 7.x the option keeps the always-only rule: the first acquire waits out
+// the grace, and the votes wait for no WAITAOF):
 //
 //	REDLOCK_TEST_SERVER=redis-8.6 go test -run '^$' -bench BenchmarkFsyncedVotes -benchtime 100x -count 3 .
 func BenchmarkFsyncedVotes(b *testing.B) {
