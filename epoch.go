@@ -21,7 +21,8 @@ import (
 // those are, for a node that is one server (standalone, or the master a
 // Sentinel names) and for each master of a Cluster node alike:
 //
-//   - a start without persistence (appendonly yes, appendfsync always),
+//   - a start without persistence (appendonly yes, appendfsync always;
+//     with FsyncedVotes and WAITAOF, everysec too: probe.go, persistent),
 //     or of a server that was not persistent at the last probe (a setting
 //     changed at run time is undone by a restart that reads the config
 //     file, and the AOF it loads lacks what it did not log or fsync), or
@@ -52,7 +53,7 @@ type serverEpoch struct {
 	replID      string      // master_replid at the last probe
 	evicted     int64       // evicted_keys at the last probe
 	evicting    bool        // it could evict at the last probe (maxmemory and a policy other than noeviction)
-	persistent  bool        // it was persistent at the last probe (appendonly yes, appendfsync always)
+	persistent  bool        // it was persistent at the last probe (probeResult.persistent)
 	marker      string      // the data-kept marker's value after the last probe; "" if unknown
 	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost

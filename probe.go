@@ -60,11 +60,29 @@ type probeResult struct {
 	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
 	timeSent, timeRecv time.Time
+	// fsyncMode: Options.FsyncedVotes and waitAOF: the server's persistence
+	// is judged by the fsyncs WAITAOF confirms (persistent), and every vote
+	// on it waits for one (durable.go). fsynced: the probe's barrier (a
+	// write and a WAITAOF 1 0 behind it) confirmed that the server fsynced
+	// every write it took before the probe, or no barrier was asked (see
+	// probe).
+	fsyncMode, fsynced bool
 }
 
 // persistent tells whether the node keeps every acknowledged write across
 // a restart: the lock keys and the fence registers survive, and the node
 // needs no restart grace (DESIGN §3).
+//
+// Without WAITAOF (or Options.FsyncedVotes) that takes appendfsync always:
+// the server fsyncs every write before it answers. With them (fsyncMode),
+// appendfsync everysec counts too, and always only so: every vote is then
+// followed by a WAITAOF and counts only once the server confirms its
+// fsync (durable.go), and the probe confirmed that every write the server
+// took before it is fsynced (fsynced), so that votes counted before the
+// node was known to be persistent are covered too. appendfsync no never
+// counts: that server leaves the fsync to the kernel, and its WAITAOF
+// never confirms one. (A vote counted unconfirmed since the probe undoes
+// it: unconfirmedSince.)
 //
 // An AOF rewrite in progress or scheduled does not count: INFO cannot tell
 // a routine rewrite (durable) from the first one of an AOF turned on at
@@ -73,7 +91,13 @@ type probeResult struct {
 // persistence. That costs a grace after a restart during a routine
 // rewrite; docs/PROTOCOL.md §11 states what no probe can see.
 func (r probeResult) persistent() bool {
-	return r.appendOnly && r.appendFsync == "always" && !r.aofRewriting
+	if !r.appendOnly || r.aofRewriting {
+		return false
+	}
+	if r.fsyncMode {
+		return r.fsynced && (r.appendFsync == "always" || r.appendFsync == "everysec")
+	}
+	return r.appendFsync == "always"
 }
 
 // evicting tells whether the server may evict keys: a maxmemory and any
@@ -92,18 +116,24 @@ func (r probeResult) marks() serverMarks {
 // persistence and its register of the largest TTL in use, in one
 // pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
 // ttlRegister).
-func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+//
+// barrier asks each server that counts as persistent through WAITAOF
+// (FsyncedVotes) to confirm that every write it took before the probe is
+// fsynced (fsyncBarrier): refresh asks it when the node's last guard did
+// not count it so, as votes counted meanwhile carried no confirmation of
+// their own. Without it such a server's fsynced stands on that guard.
+func (c *Client) probe(ctx context.Context, n *node, raise time.Duration, barrier bool) (probeResult, error) {
 	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
-		return c.probeCluster(ctx, n, cc, raise)
+		return c.probeCluster(ctx, n, cc, raise, barrier)
 	}
-	res, err := c.probeServer(ctx, n.rdb, raise, true)
+	res, err := c.probeServer(ctx, n.rdb, raise, true, barrier)
 	res.servers = []string{res.runID}
 	return res, err
 }
 
 // probeServer probes one server; with register, it also reads (and
 // raises) the register of the largest TTL in use there.
-func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
+func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register, barrier bool) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
 	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster", "memory", "stats")
@@ -117,7 +147,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	learnScripts := loadScripts(ctx, pipe)
 	var waitAOFInfo *redis.Cmd
-	if c.opts.DurableVotes {
+	if c.opts.DurableVotes || c.opts.FsyncedVotes {
 		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
 	}
 	// Without register, rdb is a master of a Cluster node: does it have
@@ -199,6 +229,12 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
 	}
+	res.fsyncMode = c.opts.FsyncedVotes && res.waitAOF
+	if res.fsyncMode {
+		// A Cluster's master gets its barrier from probeCluster, in a
+		// slot it serves.
+		res.fsynced = !barrier || register && fsyncBarrier(ctx, rdb, c.barrierKey(c.registerKey()))
+	}
 	switch {
 	case reg == nil:
 	case reg.Err() == nil:
@@ -270,7 +306,7 @@ func parseInfo(s string) map[string]string {
 //
 // The register of the largest TTL in use is read through the
 // ClusterClient, on the master that serves its key's slot.
-func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration) (probeResult, error) {
+func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration, barrier bool) (probeResult, error) {
 	var res probeResult
 	pipe := cc.Pipeline()
 	reg := c.registerCmd(ctx, pipe, raise)
@@ -280,7 +316,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	var shards []probeResult
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		n.watch(m)
-		r, err := c.probeServer(ctx, m, 0, false)
+		r, err := c.probeServer(ctx, m, 0, false, barrier)
 		r.addr = m.Options().Addr
 		if err == nil {
 			var nodes string
@@ -295,6 +331,9 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
 					_, _ = pipe.Exec(ctx)
 					r.markerWas, r.markerIs = markerReply(cmd, value)
+					if r.fsyncMode && barrier {
+						r.fsynced = fsyncBarrier(ctx, m, c.barrierKey(slotTags()[served[0].First]))
+					}
 				}
 			}
 		}
@@ -341,6 +380,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		res.replicas += r.replicas
 		if !r.persistent() {
 			res.appendOnly, res.appendFsync, res.aofRewriting = r.appendOnly, r.appendFsync, r.aofRewriting
+			res.fsyncMode, res.fsynced = r.fsyncMode, r.fsynced
 		}
 	}
 	res.runID = strings.Join(ids, ",")
@@ -350,4 +390,26 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		res.registerErr = err
 	}
 	return res, nil
+}
+
+// fsyncBarrier tells whether the server fsynced every write it took before
+// now: it writes a key of its own (a counter under the key prefix, in the
+// hash slot of tag) and asks WAITAOF 1 0 behind it, on the same
+// connection. WAITAOF waits for the server's fsynced replication offset to
+// reach the one its connection's last write left, and that offset counts
+// every connection's writes: the barrier covers the votes any client's
+// earlier writes made there, also those sent before the client learned
+// that the node is persistent, which carried no WAITAOF of their own.
+func fsyncBarrier(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	pipe := rdb.Pipeline()
+	pipe.Incr(ctx, key)
+	wait := pipe.Do(ctx, "waitaof", 1, 0, fsyncTimeout(ctx))
+	_, _ = pipe.Exec(ctx)
+	v, err := wait.Int64Slice()
+	return err == nil && len(v) == 2 && v[0] >= 1
+}
+
+// barrierKey is the key fsyncBarrier writes, in the hash slot of tag.
+func (c *Client) barrierKey(tag string) string {
+	return c.opts.KeyPrefix + "fsync-barrier{" + tag + "}"
 }

@@ -198,6 +198,28 @@ type Options struct {
 	// failover of a quorum of a lock's nodes while it is held ends that
 	// lock: liveness, not safety.
 	DurableVotes bool
+	// FsyncedVotes lets a node whose AOF is on with appendfsync everysec
+	// count as persistent, so that it needs no restart grace after a crash
+	// and restart of its server (kill -9 included), as a node with
+	// appendfsync always does. It applies to a master that has WAITAOF
+	// (Redis 7.2+, Valkey) and its AOF on with appendfsync everysec or
+	// always: every write a vote relies on (the lock's keys, the fence and
+	// TTL registers) is followed, on the same connection, by WAITAOF, and
+	// the vote counts only once the master confirms its own fsync of it;
+	// one that does not fails with ErrVoteNotDurable, naming the node, and
+	// the node's persistence is learned again before its next vote.
+	//
+	// The cost is latency: everysec fsyncs about once a second, so a vote
+	// waits up to a second for it (half a second on average). NodeTimeout
+	// must leave room for that, 2s or more: the WAITAOF gets the time left
+	// less a margin of up to 500ms. A node with appendfsync always answers at once. A node
+	// without WAITAOF (Redis 7.0) keeps the rule without this option:
+	// persistent only with appendfsync always. appendfsync no never counts:
+	// such a server fsyncs when the kernel likes, and WAITAOF would wait
+	// for an fsync that does not come. Persistence never excuses a
+	// promotion, a slot gained, an eviction or a flush (docs/PROTOCOL.md
+	// §11, §20).
+	FsyncedVotes bool
 	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
 	// quorum is every node, so a single node down or restarting stops
 	// every lock; New refuses such a set unless this is set (tests, a
@@ -286,8 +308,10 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
 		ps.acquire.slotted, ps.renew.slotted = ns[i].slotted, ns[i].slotted
-		if opts.DurableVotes {
-			// Every write of the node's pipes waits for its replicas.
+		ns[i].durableVotes, ns[i].fsyncedVotes = opts.DurableVotes, opts.FsyncedVotes
+		if opts.DurableVotes || opts.FsyncedVotes {
+			// Every write of the node's pipes waits for its replicas, or
+			// for its master's fsync, or both (durable.go).
 			ps.acquire.durable, ps.renew.durable = ns[i], ns[i]
 		}
 		ns[i].stale.Store(true)
@@ -327,7 +351,7 @@ func (c *Client) probeAtStart() error {
 	defer cancel()
 	res := make([]probeResult, len(c.nodes))
 	errs := make([]error, len(c.nodes))
-	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0) })
+	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0, false) })
 	for i, n := range c.nodes {
 		if err := replicaRefusal(n, res[i]); errs[i] == nil && err != nil {
 			return err
