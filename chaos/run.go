@@ -56,7 +56,7 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	if sc.Replicas || sc.SpareReplicas {
 		servers *= 2 // n<N+i> is n<i>'s replica, or its spare
 	}
-	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters, ClusterReplicas: sc.ClusterReplicas})
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, AppendFsync: sc.AppendFsync, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters, ClusterReplicas: sc.ClusterReplicas})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -66,6 +66,17 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	}
 	if nw, err = NewNet(addrs); err != nil {
 		return nil, nil, nil, errors.Join(err, cluster.Stop())
+	}
+	if sc.NeedsWaitAOF {
+		// A server without WAITAOF would run the scenario as one without
+		// persistence, safe for another reason: refuse to pretend.
+		rdb := redis.NewClient(&redis.Options{Addr: addrs[0], TLSConfig: cluster.TLS})
+		reply, err := rdb.Do(ctx, "command", "info", "waitaof").Slice()
+		_ = rdb.Close()
+		if err != nil || len(reply) != 1 || reply[0] == nil {
+			nw.Close()
+			return nil, nil, nil, errors.Join(fmt.Errorf("chaos: scenario %s needs WAITAOF (Redis 7.2+, Valkey), which the nodes lack (COMMAND INFO waitaof: %v, %v): run it with REDLOCK_TEST_SERVER=redis-8.6 or valkey-9.1", sc.Name, reply, err), cluster.Stop())
+		}
 	}
 	return cluster, nw, func() error { nw.Close(); return cluster.Stop() }, nil
 }
@@ -118,6 +129,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			ClockGuard:         !sc.NoClockGuard,
 			AllowFailoverNodes: sc.AllowFailoverNodes,
 			DurableVotes:       sc.DurableVotes,
+			FsyncedVotes:       sc.FsyncedVotes,
 			AllowEvictingNodes: sc.AllowEvictingNodes,
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})
