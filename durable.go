@@ -112,8 +112,13 @@ func (n *node) masterWrite(who string, need int, waitAOF, fsyncRequired, cluster
 	if n.durableVotes {
 		m.need = need
 	}
-	if n.fsyncedVotes && waitAOF {
-		m.fsync, m.fsyncRequired = true, fsyncRequired
+	if n.fsyncedVotes && waitAOF && fsyncRequired {
+		// Only a master counted as persistent through WAITAOF waits for
+		// its fsync: on one that is not (appendfsync no, a rewrite
+		// running) a WAITAOF would wait out its timeout for nothing, and
+		// a vote there counts unconfirmed, as on any node that is not
+		// persistent (node.unconfirmed).
+		m.fsync, m.fsyncRequired = true, true
 	}
 	return m
 }

@@ -91,13 +91,19 @@ type probeResult struct {
 // persistence. That costs a grace after a restart during a routine
 // rewrite; docs/PROTOCOL.md §11 states what no probe can see.
 func (r probeResult) persistent() bool {
-	if !r.appendOnly || r.aofRewriting {
-		return false
-	}
 	if r.fsyncMode {
-		return r.fsynced && (r.appendFsync == "always" || r.appendFsync == "everysec")
+		return r.fsynced && r.fsyncs()
 	}
-	return r.appendFsync == "always"
+	return r.appendOnly && !r.aofRewriting && r.appendFsync == "always"
+}
+
+// fsyncs tells whether the server's AOF settings let WAITAOF confirm an
+// fsync soon: the AOF on, no rewrite (the first one of an AOF turned on at
+// run time confirms nothing until it ends), and appendfsync everysec or
+// always. A probe asks no barrier of a server that cannot confirm one, and
+// its votes wait for none: it is not persistent either way.
+func (r probeResult) fsyncs() bool {
+	return r.appendOnly && !r.aofRewriting && (r.appendFsync == "always" || r.appendFsync == "everysec")
 }
 
 // evicting tells whether the server may evict keys: a maxmemory and any
@@ -233,7 +239,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	if res.fsyncMode {
 		// A Cluster's master gets its barrier from probeCluster, in a
 		// slot it serves.
-		res.fsynced = !barrier || register && fsyncBarrier(ctx, rdb, c.barrierKey(c.registerKey()))
+		res.fsynced = !barrier || register && res.fsyncs() && fsyncBarrier(ctx, rdb, c.barrierKey(c.registerKey()))
 	}
 	switch {
 	case reg == nil:
@@ -331,7 +337,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
 					_, _ = pipe.Exec(ctx)
 					r.markerWas, r.markerIs = markerReply(cmd, value)
-					if r.fsyncMode && barrier {
+					if r.fsyncMode && barrier && r.fsyncs() {
 						r.fsynced = fsyncBarrier(ctx, m, c.barrierKey(slotTags()[served[0].First]))
 					}
 				}
