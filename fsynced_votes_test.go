@@ -239,3 +239,44 @@ func fsyncNotConfirmed(t *testing.T, server string) bool {
 	}
 	return true
 }
+
+// appendfsync no is not persistence, WAITAOF or not: the server leaves the
+// fsync to the kernel, and its WAITAOF confirms none (it answers 0 at its
+// timeout). So with FsyncedVotes fresh such servers sit out the grace, and
+// votes there wait for no WAITAOF that could only time out: the servers
+// count no call. It needs WAITAOF: on a Redis 7.0 run it starts Redis 8.6.
+func TestAppendfsyncNoIsNotPersistenceEvenWithWAITAOF(t *testing.T) {
+	server := redistest.SelectedServer()
+	if server == redistest.Redis70 {
+		server = redistest.Redis86 // WAITAOF is the subject
+	}
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: []string{"--appendonly", "yes", "--appendfsync", "no"}})
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	y := newClient(t, cl, fsyncedOptions())
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil {
+			t.Fatalf("node %d: %v", i, info.Err)
+		}
+		if info.Voting {
+			t.Errorf("node %d (appendfsync no, just started): voting, want it sitting out the grace: it is not persistent", i)
+		}
+	}
+	opts := fsyncedOptions()
+	opts.RestartGrace = redlock.NoRestartGrace // to take a lock on servers that just started
+	x := newClient(t, cl, opts)
+	l, err := x.TryAcquire(ctx, "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = l.Release(ctx)
+	for _, s := range cl.Servers {
+		stats, err := s.Client().Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(stats, "cmdstat_waitaof:") {
+			t.Errorf("%s: votes waited for a WAITAOF on a server that cannot confirm an fsync:\n%s", s.Addr, stats)
+		}
+	}
+}
