@@ -85,15 +85,21 @@ test-matrix-root: deps servers
 		sed '$$d' $$log | grep -E '^(--- FAIL|FAIL|ok|panic:)|redistest: the servers are' | sort -u; \
 		if [ $$1 != 0 ]; then rc=1; sed '$$d' $$log | tail -n 150; fi; rm -f $$log; done; exit $$rc
 
+# The servers run side by side (each mostly waits on timers), each server's
+# backends one after the other; each server's log is printed when both are done.
 test-matrix-chaos: deps servers
-	@rc=0; for s in $(MATRIX_SERVERS); do for b in process docker; do \
-		pick='$(MATRIX_CHAOS)'; [ $$b = docker ] && pick='$(MATRIX_CHAOS_DOCKER)'; \
-		log=$$(mktemp -t redlock-matrix-chaos.XXXXXX); start=$$(date +%s); r=0; \
-		(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
-			-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$log 2>&1) || r=$$?; \
-		echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
-		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
-		if [ $$r != 0 ]; then rc=1; tail -n 150 $$log; fi; rm -f $$log; done; done; exit $$rc
+	@rc=0; logs=""; for s in $(MATRIX_SERVERS); do \
+		out=$$(mktemp -t redlock-matrix-chaos-$$s.XXXXXX); logs="$$logs $$out"; \
+		(for b in process docker; do \
+			pick='$(MATRIX_CHAOS)'; [ $$b = docker ] && pick='$(MATRIX_CHAOS_DOCKER)'; \
+			log=$$(mktemp -t redlock-matrix-chaos.XXXXXX); start=$$(date +%s); r=0; \
+			(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
+				-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$log 2>&1) || r=$$?; \
+			echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
+			grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+			if [ $$r != 0 ]; then echo "matrix-chaos-failed"; tail -n 150 $$log; fi; rm -f $$log; done) > $$out 2>&1 & \
+	done; wait; \
+	for out in $$logs; do cat $$out; grep -q '^matrix-chaos-failed$$' $$out && rc=1; rm -f $$out; done; exit $$rc
 
 # Nested modules add their own targets (demo, chaos, bench) in a make.mk beside them.
 -include cmd/redlock/make.mk chaos/make.mk bench/make.mk model/make.mk

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // LockOption adjusts one lock.
@@ -148,14 +150,14 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 }
 
 // acquire waits for a lock of any kind (lc.kind), timed for an
-// Observer's EventWaited.
+// Observer's observe.Waited.
 func (c *Client) acquire(ctx context.Context, name string, lc lockConfig, timeout time.Duration) (*Lock, error) {
 	if c.opts.Observer == nil {
 		return c.waitFor(ctx, name, lc, timeout)
 	}
 	start := c.clock.Now()
 	l, err := c.waitFor(ctx, name, lc, timeout)
-	e := Event{Kind: EventWaited, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx}
+	e := observe.Event{Kind: observe.Waited, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx}
 	if l != nil {
 		e.Token = l.token
 	}
@@ -346,7 +348,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if err != nil {
 		a.abandon()
 		err = fmt.Errorf("redlock: acquire %q: %w", name, err)
-		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
+		c.emit(observe.Event{Kind: observe.AcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 	if d.won {
@@ -361,7 +363,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 		a.settle(ctx, &d)
 		a.abandon()
 		err := a.kind.refused(a, d, c.refusal(a, d))
-		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
+		c.emit(observe.Event{Kind: observe.AcquireFailed, Name: name, Elapsed: info.elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 
@@ -370,7 +372,7 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if !c.opts.DisableFencing {
 		if token, err = a.token(d); err != nil {
 			a.abandon()
-			c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx, Nodes: d.nodes})
+			c.emit(observe.Event{Kind: observe.AcquireFailed, Name: name, Elapsed: c.clock.Now().Sub(start), Err: err, Context: ctx, Nodes: d.nodes})
 			return nil, info, err
 		}
 		c.noteToken(token)
@@ -382,11 +384,11 @@ func (c *Client) attemptLock(ctx context.Context, name string, lc lockConfig, no
 	if valid <= 0 {
 		a.abandon()
 		err := fmt.Errorf("%w: acquiring %q took %v of its %v TTL", ErrValidityTooShort, name, elapsed, lc.ttl)
-		c.emit(Event{Kind: EventAcquireFailed, Name: name, Elapsed: elapsed, Err: err, Context: ctx, Nodes: d.nodes})
+		c.emit(observe.Event{Kind: observe.AcquireFailed, Name: name, Elapsed: elapsed, Err: err, Context: ctx, Nodes: d.nodes})
 		return nil, info, err
 	}
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
-	c.emit(Event{Kind: EventAcquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid, Context: ctx, Nodes: d.nodes})
+	c.emit(observe.Event{Kind: observe.Acquired, Name: name, Token: token, Elapsed: elapsed, Validity: valid, Context: ctx, Nodes: d.nodes})
 	if lc.autoExtend {
 		c.renewals.add(l, lc.leanRenewal)
 	}

@@ -19,8 +19,8 @@ import (
 // handle used after its release; ErrMaxWait is a wait that ran out;
 // ErrInvalidConfig (and the node refusals that also match it:
 // ErrNotIndependent, ErrFailoverNode, ErrEvictingNode, ErrSlotNotServed,
-// ErrPermitsMismatch) does not go away by waiting: fix the program or the
-// nodes.
+// and a semaphore's *PermitsMismatchError) does not go away by waiting: fix
+// the program or the nodes.
 var (
 	// ErrLocked: another owner holds the lock. See *LockedError.
 	ErrLocked = errors.New("redlock: lock is held by another owner")
@@ -61,11 +61,6 @@ var (
 	// The fix is noeviction, or a Redis of its own for the locks. It also
 	// matches ErrInvalidConfig.
 	ErrEvictingNode = errors.New("redlock: node may evict lock keys")
-	// ErrPermitsMismatch: a semaphore was used with another number of
-	// permits than the one its live permits were taken with, which the
-	// nodes record. It also matches ErrInvalidConfig. See
-	// *PermitsMismatchError.
-	ErrPermitsMismatch = errors.New("redlock: semaphore used with another number of permits")
 	// ErrSlotNotServed: a node runs in Redis Cluster mode but cannot take
 	// the lock's keys: it serves no hash slot, not the lock's slot, or its
 	// cluster is down. Such a node would answer every acquire with an
@@ -366,8 +361,8 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // would let the larger number of holders in at once (slot i of both is the
 // same key, but the larger one has more slots), so the nodes refuse it
 // until every permit taken with the other number is released or expired.
-// It matches ErrPermitsMismatch and ErrInvalidConfig: waiting does not fix a
-// program that disagrees with another one about the number.
+// It matches ErrInvalidConfig: waiting does not fix a program that
+// disagrees with another one about the number. errors.As finds it.
 type PermitsMismatchError struct {
 	Name     string
 	Permits  int   // the number asked for
@@ -382,11 +377,8 @@ func (e *PermitsMismatchError) Error() string {
 	return fmt.Sprintf("redlock: semaphore %q asked for with %d permits, but %d of %d nodes record %d permits for its live permits: every client must use one number of permits per name", e.Name, e.Permits, e.Denied, e.Nodes, e.Recorded)
 }
 
-// Is makes errors.Is(err, ErrPermitsMismatch) and errors.Is(err,
-// ErrInvalidConfig) true.
-func (e *PermitsMismatchError) Is(target error) bool {
-	return target == ErrPermitsMismatch || target == ErrInvalidConfig
-}
+// Is makes errors.Is(err, ErrInvalidConfig) true.
+func (e *PermitsMismatchError) Is(target error) bool { return target == ErrInvalidConfig }
 
 // lostError is a lock loss with its cause.
 type lostError struct{ cause error }

@@ -20,3 +20,6 @@ type GraceError = graceError
 
 // ParseURL is the parser NewFromURLs uses for a standalone node's URL.
 var ParseURL = parseURL
+
+// PermitsOf is how many holders s admits at once: the K it was made with.
+func PermitsOf(s *Semaphore) int { return s.permits }

@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // The kind's scripts, in lua/: newScript registers them for the probes to
@@ -372,7 +374,7 @@ func (w *fairWaiting) stop(ctx context.Context, l *Lock, err error) (*Lock, erro
 	if last == nil {
 		last = &LockedError{Name: f.a.name}
 	}
-	c.emit(Event{Kind: EventAcquireFailed, Name: f.a.name, Elapsed: c.clock.Now().Sub(w.start), Err: last})
+	c.emit(observe.Event{Kind: observe.AcquireFailed, Name: f.a.name, Elapsed: c.clock.Now().Sub(w.start), Err: last})
 	if werr := waitErr(ctx); werr != nil {
 		return nil, fmt.Errorf("redlock: acquire %q: gave up waiting: %w: %w", f.a.name, werr, last)
 	}
@@ -583,7 +585,7 @@ func (f *fairWait) take(ctx context.Context, lc lockConfig) (_ *Lock, err error)
 	}
 	f.leaveQueues(pinnable) // we hold: we wait in no queue
 	l := &Lock{c: c, a: a, token: token, maxExtensions: lc.maxExtensions, deadline: decided.Add(valid)}
-	c.emit(Event{Kind: EventAcquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
+	c.emit(observe.Event{Kind: observe.Acquired, Name: a.name, Token: token, Elapsed: elapsed, Validity: valid})
 	if lc.autoExtend {
 		c.renewals.add(l, lc.leanRenewal)
 	}

@@ -17,6 +17,15 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock/observe"
+)
+
+// The reasons a node sits out (observe.Event.Reason).
+const (
+	sitOutClockJump = "clock-jump" // its clock moved against ours by more than the threshold
+	sitOutClockSkew = "clock-skew" // its clock disagrees with a quorum of the other nodes'
+	sitOutRestart   = "restart"    // it restarted without persistence: it votes again after the restart grace
 )
 
 // nodeGuard is what the last probe learned, plus sit-outs decided since.
@@ -235,11 +244,11 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	}
 	if old != nil && old.runID != res.runID {
 		c.logger.Warn("redlock: node restarted", "node", n.name, "uptime", res.uptime, "grace", g.grace)
-		c.emit(Event{Kind: EventNodeRestarted, Node: n.name})
+		c.emit(observe.Event{Kind: observe.NodeRestarted, Node: n.name})
 	}
 	if old != nil && g.lostSince(old) && g.grace >= 0 {
 		if err := g.voteErr(c.clock.Now(), g.grace, ""); errors.Is(err, ErrNodeSittingOut) {
-			c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: sitOutRestart, Err: err})
+			c.emit(observe.Event{Kind: observe.NodeSitOut, Node: n.name, Reason: sitOutRestart, Err: err})
 		}
 	}
 	if res.role != "master" {
@@ -595,7 +604,7 @@ func (c *Client) compareMastersLocked(n *node, res probeResult, newMasters []str
 func (c *Client) sitOutLocked(n *node, now time.Time, kind, reason string) {
 	hold := c.clockHold()
 	c.logger.Warn("redlock: node sits out", "node", n.name, "reason", reason, "for", hold)
-	c.emit(Event{Kind: EventNodeSitOut, Node: n.name, Reason: kind, Err: fmt.Errorf("%w: %s; sits out for %v", ErrNodeSittingOut, reason, hold)})
+	c.emit(observe.Event{Kind: observe.NodeSitOut, Node: n.name, Reason: kind, Err: fmt.Errorf("%w: %s; sits out for %v", ErrNodeSittingOut, reason, hold)})
 	g := &nodeGuard{}
 	if old := n.guard.Load(); old != nil {
 		*g = *old

@@ -2,7 +2,7 @@ package redlock
 
 // The operator's side of the client, in one file: what the nodes hold
 // (Inspect, Queue, Semaphore.Holders, Keys), what the guards know of them
-// (Nodes, NodesFor, Verify, NodeNames, Quorum), and the one write an operator
+// (Nodes, NodesFor, Verify, Quorum), and the one write an operator
 // may need (ForceUnlock). Everything here reads only, but ForceUnlock.
 
 import (
@@ -636,15 +636,6 @@ func (s *Semaphore) Holders(ctx context.Context) (*SemaphoreStatus, error) {
 
 // Quorum is the number of nodes that must agree: N/2+1.
 func (c *Client) Quorum() int { return c.quorum() }
-
-// NodeNames lists the nodes' addresses in order, with no credentials.
-func (c *Client) NodeNames() []string {
-	names := make([]string, len(c.nodes))
-	for i, n := range c.nodes {
-		names[i] = n.name
-	}
-	return names
-}
 
 // Keys are the Redis keys and the pub/sub channel that the primitives of
 // one name use on every node, for operators and tests that look at the

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -20,8 +21,8 @@ import (
 func TestBurstFarAboveCapacityLosesNoHeldLock(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	var extendErrs sync.Map
-	obs := redlock.ObserverFunc(func(e redlock.Event) {
-		if e.Kind == redlock.EventExtendFailed {
+	obs := observe.Func(func(e observe.Event) {
+		if e.Kind == observe.ExtendFailed {
 			extendErrs.Store(e.Err.Error(), true)
 		}
 	})

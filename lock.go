@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // Lock is a held lock. Its methods are safe for concurrent use.
@@ -130,7 +132,7 @@ func (l *Lock) endLocked(err error) {
 	}
 	if errors.Is(err, ErrLockLost) {
 		l.c.logger.Warn("redlock: lock lost", "name", l.a.name, "token", l.token, "err", err)
-		l.c.emit(Event{Kind: EventLost, Name: l.a.name, Token: l.token, Err: err})
+		l.c.emit(observe.Event{Kind: observe.Lost, Name: l.a.name, Token: l.token, Err: err})
 	}
 }
 
@@ -160,9 +162,9 @@ func (l *Lock) Extend(ctx context.Context) error {
 	timeout := l.nodeTimeout()
 	args := l.extendArgs()
 	start := c.clock.Now()
-	var nodes *[]NodeResult // per-node results, for an Observer
+	var nodes *[]observe.NodeResult // per-node results, for an Observer
 	if c.opts.Observer != nil {
-		nodes = new([]NodeResult)
+		nodes = new([]observe.NodeResult)
 	}
 	err := c.broadcastObserved(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
 		if err := c.ready(ctx, n, scriptKey(args)); err != nil {
@@ -259,10 +261,10 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int
 // after it cannot show that the lock was held without a gap (the keys may
 // have expired and another holder come and gone before our extend reached
 // the nodes). The lock is then lost, whatever the nodes answered.
-func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error, nodes *[]NodeResult) error {
+func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error, nodes *[]observe.NodeResult) error {
 	c, a := l.c, l.a
 	now := c.clock.Now()
-	var results []NodeResult
+	var results []observe.NodeResult
 	if nodes != nil {
 		results = *nodes
 	}
@@ -276,20 +278,20 @@ func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error
 		var qe *QuorumError
 		if errors.As(err, &qe) && l.refusedBy(qe) > len(c.nodes)-c.quorum() {
 			lost := &lostError{err}
-			c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: lost, Context: ctx, Nodes: results})
+			c.emit(observe.Event{Kind: observe.ExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: lost, Context: ctx, Nodes: results})
 			l.mu.Lock()
 			l.endLocked(lost)
 			l.mu.Unlock()
 			a.releaseInBackground() // whatever repairs this extend made
 			return lost
 		}
-		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
+		c.emit(observe.Event{Kind: observe.ExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
 		return err
 	}
 	valid := validity(a.ttl, now.Sub(start), c.opts.DriftFactor)
 	if valid <= 0 {
 		err := fmt.Errorf("%w: extending %q took %v of its %v TTL", ErrValidityTooShort, a.name, now.Sub(start), a.ttl)
-		c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
+		c.emit(observe.Event{Kind: observe.ExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
 		return err
 	}
 	l.mu.Lock()
@@ -299,7 +301,7 @@ func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error
 	}
 	l.deadline = now.Add(valid)
 	l.mu.Unlock()
-	c.emit(Event{Kind: EventExtended, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Validity: valid, Context: ctx, Nodes: results})
+	c.emit(observe.Event{Kind: observe.Extended, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Validity: valid, Context: ctx, Nodes: results})
 	return nil
 }
 
@@ -307,7 +309,7 @@ func (l *Lock) extended(ctx context.Context, start, decided time.Time, err error
 // the lock's deadline, or after the lock ended meanwhile: the lock is lost
 // (if it was not already), and the keys the late round extended or
 // re-created are deleted in the background.
-func (l *Lock) extendedTooLate(ctx context.Context, start, now, decided, deadline time.Time, results []NodeResult) error {
+func (l *Lock) extendedTooLate(ctx context.Context, start, now, decided, deadline time.Time, results []observe.NodeResult) error {
 	c, a := l.c, l.a
 	l.mu.Lock()
 	err := l.err
@@ -318,7 +320,7 @@ func (l *Lock) extendedTooLate(ctx context.Context, start, now, decided, deadlin
 	if err == nil {
 		err = fmt.Errorf("%w: %q: its validity ended at %v, %v before a quorum answered the extension", ErrLockLost, a.name, deadline.Format(time.RFC3339Nano), decided.Sub(deadline))
 	}
-	c.emit(Event{Kind: EventExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
+	c.emit(observe.Event{Kind: observe.ExtendFailed, Name: a.name, Token: l.token, Elapsed: now.Sub(start), Err: err, Context: ctx, Nodes: results})
 	l.mu.Lock()
 	l.endLocked(err)
 	err = l.err
@@ -369,10 +371,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	l.mu.Unlock()
 
 	c, a := l.c, l.a
-	var nodes *[]NodeResult // per-node results, for an Observer
+	var nodes *[]observe.NodeResult // per-node results, for an Observer
 	var start time.Time
 	if c.opts.Observer != nil {
-		nodes, start = new([]NodeResult), c.clock.Now()
+		nodes, start = new([]observe.NodeResult), c.clock.Now()
 	}
 	var wake func() // the kind's wake-up rule, for this client's waiters
 	switch a.spec.wakes {
@@ -393,10 +395,10 @@ func (l *Lock) Release(ctx context.Context) error {
 	default:
 		err = fmt.Errorf("%w: %q: only %d of the %d needed nodes still held it at release", ErrLockLost, a.name, deleted, c.quorum())
 		// Found lost only now: told as a loss too, as the other losses are.
-		c.emit(Event{Kind: EventLost, Name: a.name, Token: l.token, Err: err, Context: ctx})
+		c.emit(observe.Event{Kind: observe.Lost, Name: a.name, Token: l.token, Err: err, Context: ctx})
 	}
 	if nodes != nil {
-		c.emit(Event{Kind: EventReleased, Name: a.name, Token: l.token, Err: err, Elapsed: c.clock.Now().Sub(start), Context: ctx, Nodes: *nodes})
+		c.emit(observe.Event{Kind: observe.Released, Name: a.name, Token: l.token, Err: err, Elapsed: c.clock.Now().Sub(start), Context: ctx, Nodes: *nodes})
 	}
 	return err
 }

@@ -10,19 +10,21 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 func TestMultiLockPartialWinLeavesNoKeyOnAnyNode(t *testing.T) {
 	fs := fakes(3)
 	var mu sync.Mutex
 	var attempts []string // the names attempted, in order, and how each ended
-	c := newFakeClient(t, fs, Options{TTL: time.Minute, Observer: ObserverFunc(func(e Event) {
+	c := newFakeClient(t, fs, Options{TTL: time.Minute, Observer: observe.Func(func(e observe.Event) {
 		mu.Lock()
 		defer mu.Unlock()
 		switch e.Kind {
-		case EventAcquired:
+		case observe.Acquired:
 			attempts = append(attempts, e.Name+":won")
-		case EventAcquireFailed:
+		case observe.AcquireFailed:
 			attempts = append(attempts, e.Name+":lost")
 		}
 	})})

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-multierror"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // tally decides a quorum round as early as the outcome is known: won at
@@ -330,7 +332,7 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 // of nodes deleted the key (the lock is free there: a waiter woken then
 // overlaps its acquire with the release's wait for the slowest nodes), or
 // when the release ends short of one.
-func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
+func (a *attempt) release(nodes *[]observe.NodeResult, atQuorum func()) (deleted int, errs *multierror.Error) {
 	a.releaseMu.Lock()
 	defer a.releaseMu.Unlock()
 	var start time.Time
@@ -339,7 +341,7 @@ func (a *attempt) release(nodes *[]NodeResult, atQuorum func()) (deleted int, er
 	}
 	note := func(n *node, ok bool, err error) {
 		if nodes != nil {
-			*nodes = append(*nodes, NodeResult{Node: n.name, OK: ok, Elapsed: a.c.clock.Now().Sub(start), Err: err})
+			*nodes = append(*nodes, observe.NodeResult{Node: n.name, OK: ok, Elapsed: a.c.clock.Now().Sub(start), Err: err})
 		}
 	}
 	var (
@@ -511,13 +513,13 @@ type decision struct {
 	// Only with an Observer: when the round started, and every node's
 	// result as it came in, for Event.Nodes.
 	start time.Time
-	nodes []NodeResult
+	nodes []observe.NodeResult
 }
 
 // observe records r for Event.Nodes if the round is observed.
 func (d *decision) observe(a *attempt, r nodeReply) {
 	if !d.start.IsZero() {
-		d.nodes = append(d.nodes, NodeResult{Node: a.c.nodes[r.node].name, OK: r.won, Elapsed: a.c.clock.Now().Sub(d.start), Err: r.err})
+		d.nodes = append(d.nodes, observe.NodeResult{Node: a.c.nodes[r.node].name, OK: r.won, Elapsed: a.c.clock.Now().Sub(d.start), Err: r.err})
 	}
 }
 
@@ -666,7 +668,7 @@ func (c *Client) broadcast(ctx context.Context, opName, name string, timeout, no
 
 // broadcastObserved is broadcast that also appends every node's result to
 // *nodes, unless nodes is nil, for Event.Nodes.
-func (c *Client) broadcastObserved(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error), nodes *[]NodeResult) error {
+func (c *Client) broadcastObserved(ctx context.Context, opName, name string, timeout, nodeTimeout time.Duration, op func(ctx context.Context, n *node) (bool, error), nodes *[]observe.NodeResult) error {
 	var start time.Time
 	if nodes != nil {
 		start = c.clock.Now()
@@ -701,7 +703,7 @@ func (c *Client) broadcastObserved(ctx context.Context, opName, name string, tim
 		case a := <-answers:
 			answered[a.node] = true
 			if nodes != nil {
-				*nodes = append(*nodes, NodeResult{Node: c.nodes[a.node].name, OK: a.yes, Elapsed: c.clock.Now().Sub(start), Err: a.err})
+				*nodes = append(*nodes, observe.NodeResult{Node: c.nodes[a.node].name, OK: a.yes, Elapsed: c.clock.Now().Sub(start), Err: a.err})
 			}
 			if a.yes {
 				qe.Won++
@@ -723,7 +725,7 @@ func (c *Client) broadcastObserved(ctx context.Context, opName, name string, tim
 					c.timedOut(n, nodeTimeout)
 					err := &NodeError{Node: n.name, Err: errNodeTimeout}
 					if nodes != nil {
-						*nodes = append(*nodes, NodeResult{Node: n.name, Elapsed: c.clock.Now().Sub(start), Err: err})
+						*nodes = append(*nodes, observe.NodeResult{Node: n.name, Elapsed: c.clock.Now().Sub(start), Err: err})
 					}
 					qe.Errors = multierror.Append(qe.Errors, err)
 				}

@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // NoRestartGrace, as Options.RestartGrace, lets a node vote right after it
@@ -138,7 +140,7 @@ type Options struct {
 	Logger *slog.Logger
 	// Observer, if set, is told of every acquisition, extension, release,
 	// loss and node event, for metrics and tracing. It must not block.
-	Observer Observer
+	Observer observe.Observer
 	// Clock is the time source. Default: the system clock.
 	Clock Clock
 	// TLSConfig, if set, is the TLS configuration of every node that
@@ -650,7 +652,7 @@ func (c *Client) releaseTimeout() time.Duration {
 
 const minReleaseTimeout = time.Second
 
-func (c *Client) emit(e Event) {
+func (c *Client) emit(e observe.Event) {
 	if c.opts.Observer != nil {
 		c.opts.Observer.Observe(e)
 	}

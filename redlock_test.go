@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -386,8 +387,8 @@ func TestMaxExtensionsLetsTheLockExpire(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	var extensions atomic.Int32
 	c2, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Second, RestartGrace: redlock.NoRestartGrace,
-		Observer: redlock.ObserverFunc(func(e redlock.Event) {
-			if e.Kind == redlock.EventExtended {
+		Observer: observe.Func(func(e observe.Event) {
+			if e.Kind == observe.Extended {
 				extensions.Add(1)
 			}
 		})})
@@ -450,8 +451,8 @@ func TestWaiterIsWokenByTheRelease(t *testing.T) {
 	// the lock before the test's deadline.
 	failed := make(chan struct{}, 100)
 	slow := redlock.Options{TTL: time.Minute, RetryDelayMin: time.Minute, RetryDelayMax: time.Minute,
-		Observer: redlock.ObserverFunc(func(e redlock.Event) {
-			if e.Kind == redlock.EventAcquireFailed {
+		Observer: observe.Func(func(e observe.Event) {
+			if e.Kind == observe.AcquireFailed {
 				failed <- struct{}{}
 			}
 		})}

@@ -17,19 +17,20 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
 // eventLog records a client's events and tells a waiter of each one.
 type eventLog struct {
 	mu     sync.Mutex
-	events []Event
+	events []observe.Event
 	signal chan struct{}
 }
 
 func newEventLog() *eventLog { return &eventLog{signal: make(chan struct{}, 1)} }
 
-func (e *eventLog) Observe(ev Event) {
+func (e *eventLog) Observe(ev observe.Event) {
 	e.mu.Lock()
 	e.events = append(e.events, ev)
 	e.mu.Unlock()
@@ -41,7 +42,7 @@ func (e *eventLog) Observe(ev Event) {
 
 // await waits for the first event of name of one of kinds, and returns it.
 // The timeout only keeps a broken build from hanging; it decides nothing.
-func (e *eventLog) await(t *testing.T, name string, kinds ...EventKind) Event {
+func (e *eventLog) await(t *testing.T, name string, kinds ...observe.Kind) observe.Event {
 	t.Helper()
 	failsafe := time.After(time.Minute)
 	for {
@@ -64,10 +65,10 @@ func (e *eventLog) await(t *testing.T, name string, kinds ...EventKind) Event {
 }
 
 // kinds lists the kinds of name's events, in order.
-func (e *eventLog) kinds(name string) []EventKind {
+func (e *eventLog) kinds(name string) []observe.Kind {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	var ks []EventKind
+	var ks []observe.Kind
 	for _, ev := range e.events {
 		if ev.Name == name {
 			ks = append(ks, ev.Kind)
@@ -159,7 +160,7 @@ func TestRenewalDueAfterTheValidityPassedIsNotSent(t *testing.T) {
 	}
 	clock.advance(l.Deadline().Sub(clock.Now()) + time.Second) // the pause
 	wakeRenewals(c)
-	log.await(t, "paused", EventLost, EventExtended)
+	log.await(t, "paused", observe.Lost, observe.Extended)
 	if sent := extendsSent(fs); len(sent) > 0 {
 		t.Fatalf("a renewal due after the validity passed was sent: %v (events %v)", sent, log.kinds("paused"))
 	}
@@ -189,12 +190,12 @@ func TestRenewalAnsweredAfterTheValidityPassedDoesNotRevive(t *testing.T) {
 	arrived()                                              // the renewal reached every node before the deadline
 	clock.advance(deadline.Sub(clock.Now()) + time.Second) // its answers come after it
 	open()
-	ev := log.await(t, "late", EventLost, EventExtended)
-	if ev.Kind != EventLost {
+	ev := log.await(t, "late", observe.Lost, observe.Extended)
+	if ev.Kind != observe.Lost {
 		t.Fatalf("a renewal answered after the validity passed renewed the lock (events %v)", log.kinds("late"))
 	}
 	mustBeLost(t, l, "renewal answered after the validity")
-	failed := log.await(t, "late", EventExtendFailed)
+	failed := log.await(t, "late", observe.ExtendFailed)
 	if !errors.Is(failed.Err, ErrLockLost) {
 		t.Fatalf("EventExtendFailed carries %v, want ErrLockLost", failed.Err)
 	}
@@ -227,8 +228,8 @@ func TestExtendAnsweredAfterTheValidityPassedIsLost(t *testing.T) {
 		t.Fatalf("Extend answered after the validity passed: got %v, want ErrLockLost (deadline now +%v)", err, l.Deadline().Sub(clock.Now()))
 	}
 	mustBeLost(t, l, "extend answered after the validity")
-	log.await(t, "extend-late", EventLost)
-	if got := log.kinds("extend-late"); len(got) < 2 || got[len(got)-2] != EventExtendFailed {
+	log.await(t, "extend-late", observe.Lost)
+	if got := log.kinds("extend-late"); len(got) < 2 || got[len(got)-2] != observe.ExtendFailed {
 		t.Fatalf("events %v, want EventExtendFailed before EventLost", got)
 	}
 	c.bg.wait()
@@ -251,7 +252,7 @@ func TestMultiLockMemberRenewedAfterTheValidityPassedIsLost(t *testing.T) {
 	clock.advance(m.Deadline().Sub(clock.Now()) + time.Second)
 	wakeRenewals(c)
 	for _, name := range m.names() {
-		log.await(t, name, EventLost, EventExtended)
+		log.await(t, name, observe.Lost, observe.Extended)
 	}
 	if err := m.Err(); !errors.Is(err, ErrLockLost) {
 		t.Fatalf("multi-lock renewed after the validity passed: Err() = %v, want ErrLockLost (extends sent: %v)", err, extendsSent(fs))
@@ -354,7 +355,7 @@ func TestRenewalAfterTheValidityPassedRecreatesNoKeyWithoutFencing(t *testing.T)
 	// A wakes past its validity, and its renewal is due.
 	clock.advance(l.Deadline().Sub(clock.Now()) + time.Second)
 	wakeRenewals(a)
-	log.await(t, "unfenced", EventLost, EventExtended)
+	log.await(t, "unfenced", observe.Lost, observe.Extended)
 	// A's own value, not any key: B's call to its slowest node may still
 	// be running after B's Release returned (the release owed to that node
 	// goes out when the call ends), and its key is not A's doing.
@@ -400,8 +401,8 @@ func TestOverdueRenewalsGoOutByDeadline(t *testing.T) {
 	aDeadline, bDeadline := a.Deadline().Sub(clock.Now()), b.Deadline().Sub(clock.Now())
 	clock.advance(8 * time.Second) // both overdue: one round
 	wakeRenewals(c)
-	log.await(t, "a", EventExtended)
-	log.await(t, "b", EventExtended)
+	log.await(t, "a", observe.Extended)
+	log.await(t, "b", observe.Extended)
 	for i, f := range fs {
 		var order []string
 		for _, call := range f.history() {

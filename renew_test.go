@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -98,8 +99,8 @@ func TestAutoExtendedLocksAreRenewedInBatches(t *testing.T) {
 		rdb.AddHook(counters[i])
 	}
 	var extended atomic.Int64
-	c := newClient(t, cl, redlock.Options{TTL: time.Second, Observer: redlock.ObserverFunc(func(e redlock.Event) {
-		if e.Kind == redlock.EventExtended {
+	c := newClient(t, cl, redlock.Options{TTL: time.Second, Observer: observe.Func(func(e observe.Event) {
+		if e.Kind == observe.Extended {
 			extended.Add(1)
 		}
 	})})
@@ -193,8 +194,8 @@ func TestLeanRenewalRenewsHalfAsOftenAndKeepsTheLock(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	var mu sync.Mutex
 	extended := map[string]int{}
-	c := newClient(t, cl, redlock.Options{Observer: redlock.ObserverFunc(func(e redlock.Event) {
-		if e.Kind == redlock.EventExtended {
+	c := newClient(t, cl, redlock.Options{Observer: observe.Func(func(e observe.Event) {
+		if e.Kind == observe.Extended {
 			mu.Lock()
 			extended[e.Name]++
 			mu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -276,8 +277,8 @@ func TestRWReleaseWakesEveryWaitingReader(t *testing.T) {
 	slow := redlock.Options{TTL: time.Minute, RetryDelayMin: time.Minute, RetryDelayMax: time.Minute}
 	failed := make(chan struct{}, 100)
 	slowObserved := slow
-	slowObserved.Observer = redlock.ObserverFunc(func(e redlock.Event) {
-		if e.Kind == redlock.EventAcquireFailed {
+	slowObserved.Observer = observe.Func(func(e observe.Event) {
+		if e.Kind == observe.AcquireFailed {
 			failed <- struct{}{}
 		}
 	})

@@ -68,8 +68,8 @@ const semaphoreChannelSuffix = ":permits" + releasedSuffix
 //
 // Every client of a name must use the same number of permits while any
 // permit of it lives: the nodes record the number with the permits
-// (Keys.Permits) and refuse another, and a quorum of refusals is an error
-// matching ErrPermitsMismatch. Once every permit is released or expired,
+// (Keys.Permits) and refuse another, and a quorum of refusals is a
+// *PermitsMismatchError. Once every permit is released or expired,
 // the name is free for another number.
 type Semaphore struct {
 	baseKind // a Semaphore is the kind of its permits' locks (lockKind)
@@ -133,9 +133,6 @@ func (c *Client) semaphoreChannel(name string) string {
 // Name is the semaphore's name.
 func (s *Semaphore) Name() string { return s.name }
 
-// Permits is how many holders the semaphore admits at once.
-func (s *Semaphore) Permits() int { return s.permits }
-
 // slotKey is Keys.Permit(i) of the semaphore's name.
 func (s *Semaphore) slotKey(i int) string {
 	return s.c.lockKey(s.name) + permitSlotInfix + strconv.Itoa(i)
@@ -147,8 +144,8 @@ func (s *Semaphore) permitsKey() string { return s.c.lockKey(s.name) + permitsSu
 // TryAcquire makes one attempt at a permit. It fails with an error matching
 // ErrLocked if all permits are held by others (or contenders took the free
 // ones at the same moment), ErrNoQuorum if too many nodes failed,
-// ErrValidityTooShort if the attempt took too long, ErrPermitsMismatch (and
-// ErrInvalidConfig) if a quorum of nodes hold permits taken with another
+// ErrValidityTooShort if the attempt took too long, a *PermitsMismatchError
+// (matching ErrInvalidConfig) if a quorum of nodes hold permits taken with another
 // number of permits. On failure no key of the attempt stays behind.
 func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
 	lc, timeout, err := s.params(opts)
@@ -161,8 +158,8 @@ func (s *Semaphore) TryAcquire(ctx context.Context, opts ...LockOption) (*Permit
 
 // Acquire waits for a permit until one is acquired, ctx is done or MaxWait
 // passes, as Client.Acquire waits for a lock: a release of any permit of the
-// semaphore wakes one waiter per client at once. It does not wait out an
-// error matching ErrPermitsMismatch: it returns it at once.
+// semaphore wakes one waiter per client at once. It does not wait out a
+// *PermitsMismatchError: it returns it at once.
 func (s *Semaphore) Acquire(ctx context.Context, opts ...LockOption) (*Permit, error) {
 	lc, timeout, err := s.params(opts)
 	if err != nil {

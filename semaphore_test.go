@@ -35,7 +35,7 @@ func semaphoreKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, s
 		if !srv.Running() {
 			continue
 		}
-		for i := range s.Permits() {
+		for i := range redlock.PermitsOf(s) {
 			n, err := srv.Client().Exists(context.Background(), c.Keys(s.Name()).Permit(i)).Result()
 			if err != nil {
 				t.Fatalf("%s: %v", srv.Addr, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -169,9 +170,11 @@ func TestFailoverClientNodesAreRefusedForWhatTheyAre(t *testing.T) {
 		t.Fatalf("five failover clients with AllowFailoverNodes: %v", err)
 	}
 	defer c.Close()
-	for i, name := range c.NodeNames() {
-		if want := fmt.Sprintf("FailoverClient#%d", i+1); name != want {
-			t.Fatalf("node %d is named %q, want %q", i+1, name, want)
+	probeless, cancel := context.WithCancel(context.Background())
+	cancel() // the names, not the probes
+	for i, info := range c.Nodes(probeless) {
+		if want := fmt.Sprintf("FailoverClient#%d", i+1); info.Node != want {
+			t.Fatalf("node %d is named %q, want %q", i+1, info.Node, want)
 		}
 	}
 }
@@ -206,7 +209,7 @@ func failoverClientNodesWithTheOptIn(t *testing.T, persistent bool) {
 		return c
 	}
 	known := newClient()
-	if name := known.NodeNames()[2]; name != "FailoverClient#3" {
+	if name := known.Nodes(ctx)[2].Node; name != "FailoverClient#3" {
 		t.Fatalf("the failover node is named %q", name)
 	}
 	votes := func(c *redlock.Client) redlock.NodeInfo {
@@ -682,8 +685,8 @@ func TestClusterMasterClockJumpSitsOutOnceThenVotes(t *testing.T) {
 	var mu sync.Mutex
 	jumps := map[string]bool{}
 	c, err := redlock.New(clusterClients(t, rcs), redlock.Options{TTL: time.Second,
-		Observer: redlock.ObserverFunc(func(e redlock.Event) {
-			if e.Kind == redlock.EventNodeSitOut && e.Reason == redlock.SitOutClockJump {
+		Observer: observe.Func(func(e observe.Event) {
+			if e.Kind == observe.NodeSitOut && e.Reason == redlock.SitOutClockJump {
 				mu.Lock()
 				jumps[e.Node] = true
 				mu.Unlock()

@@ -9,19 +9,21 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/redistest"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // eventRecorder keeps the events of the kinds it is asked for.
 type eventRecorder struct {
 	mu     sync.Mutex
-	kinds  []redlock.EventKind
-	events []redlock.Event
+	kinds  []observe.Kind
+	events []observe.Event
 }
 
-func (r *eventRecorder) Observe(e redlock.Event) {
+func (r *eventRecorder) Observe(e observe.Event) {
 	for _, k := range r.kinds {
 		if e.Kind == k {
 			r.mu.Lock()
@@ -31,10 +33,10 @@ func (r *eventRecorder) Observe(e redlock.Event) {
 	}
 }
 
-func (r *eventRecorder) got() []redlock.Event {
+func (r *eventRecorder) got() []observe.Event {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]redlock.Event(nil), r.events...)
+	return append([]observe.Event(nil), r.events...)
 }
 
 // Acquires that wait for fresh nodes' restart grace say so once, through
@@ -42,7 +44,7 @@ func (r *eventRecorder) got() []redlock.Event {
 // per attempt.
 func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventGraceWait}}
+	rec := &eventRecorder{kinds: []observe.Kind{observe.GraceWait}}
 	log := &recordingHandler{}
 	c := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: 2 * time.Second, Observer: rec, Logger: slog.New(log)})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -63,7 +65,7 @@ func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
 	wg.Wait()
 	events := rec.got()
 	if len(events) != 1 {
-		t.Fatalf("want one EventGraceWait for three waiters, got %d: %+v", len(events), events)
+		t.Fatalf("want one observe.GraceWait for three waiters, got %d: %+v", len(events), events)
 	}
 	e := events[0]
 	if e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
@@ -85,7 +87,7 @@ func TestWaitingForTheGraceIsToldOnce(t *testing.T) {
 // bounded time, then gives up with an error, rather than retry in silence.
 func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
-	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+	rec := &eventRecorder{kinds: []observe.Kind{observe.Unreachable}}
 	c := fromURLs(t, urls, redlock.Options{UnreachableTimeout: 3 * time.Second, Observer: rec})
 	start := time.Now()
 	done := make(chan error, 1)
@@ -103,7 +105,7 @@ func TestAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 		t.Fatalf("after %v: %v, want ErrNoQuorum saying the nodes were unreachable", time.Since(start), err)
 	}
 	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
-		t.Fatalf("want one EventUnreachable after 2s, got %+v", events)
+		t.Fatalf("want one observe.Unreachable after 2s, got %+v", events)
 	}
 	// A call with a deadline of its own keeps it: no give-up before.
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second)
@@ -143,7 +145,7 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 			for _, a := range cl.Addrs() {
 				urls = append(urls, "redis://"+tc.user+a)
 			}
-			rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+			rec := &eventRecorder{kinds: []observe.Kind{observe.Unreachable}}
 			log := &recordingHandler{}
 			c := fromURLs(t, urls, redlock.Options{UnreachableTimeout: 3 * time.Second, Observer: rec, Logger: slog.New(log)})
 			ctx := context.Background()
@@ -160,7 +162,7 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 			select {
 			case err = <-done:
 			case <-time.After(30 * time.Second):
-				t.Fatalf("Do against nodes that all answer %s is still waiting after 30s, in silence: %d EventUnreachable, log %q",
+				t.Fatalf("Do against nodes that all answer %s is still waiting after 30s, in silence: %d observe.Unreachable, log %q",
 					tc.answer, len(rec.got()), log.lines())
 			}
 			var rerr redis.Error
@@ -169,7 +171,7 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 				t.Fatalf("%v: want ErrNoQuorum saying too few nodes could vote, with the nodes' %s answer (a redis.Error)", err, tc.answer)
 			}
 			if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second || !strings.Contains(events[0].Err.Error(), tc.answer) {
-				t.Fatalf("want one EventUnreachable after 2s with the nodes' %s answer, got %+v", tc.answer, events)
+				t.Fatalf("want one observe.Unreachable after 2s with the nodes' %s answer, got %+v", tc.answer, events)
 			}
 			told := 0
 			for _, line := range log.lines() {
@@ -189,7 +191,7 @@ func TestAcquireWithNoDeadlineGivesUpOnNodesThatAnswerErrors(t *testing.T) {
 // and an event, for fair waiters too.
 func TestFairWaitingForTheGraceIsTold(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventGraceWait}}
+	rec := &eventRecorder{kinds: []observe.Kind{observe.GraceWait}}
 	log := &recordingHandler{}
 	c := newClient(t, cl, redlock.Options{TTL: time.Second, RestartGrace: 2 * time.Second, Observer: rec, Logger: slog.New(log)})
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -210,7 +212,7 @@ func TestFairWaitingForTheGraceIsTold(t *testing.T) {
 	wg.Wait()
 	events := rec.got()
 	if len(events) != 1 {
-		t.Fatalf("want one EventGraceWait for two fair waiters, got %d: %+v", len(events), events)
+		t.Fatalf("want one observe.GraceWait for two fair waiters, got %d: %+v", len(events), events)
 	}
 	if e := events[0]; e.Wait <= 0 || e.Wait > 2*time.Second || !errors.Is(e.Err, redlock.ErrNodeSittingOut) ||
 		!strings.Contains(e.Err.Error(), "3 of 3 nodes sit out the 2s restart grace") {
@@ -232,7 +234,7 @@ func TestFairWaitingForTheGraceIsTold(t *testing.T) {
 // as a plain one does (Options.UnreachableTimeout).
 func TestFairAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 	urls := []string{"redis://" + refusedAddr(t), "redis://" + refusedAddr(t), "redis://" + refusedAddr(t)}
-	rec := &eventRecorder{kinds: []redlock.EventKind{redlock.EventUnreachable}}
+	rec := &eventRecorder{kinds: []observe.Kind{observe.Unreachable}}
 	c := fromURLs(t, urls, redlock.Options{TTL: time.Second, UnreachableTimeout: 3 * time.Second, Observer: rec})
 	done := make(chan error, 1)
 	go func() {
@@ -248,6 +250,6 @@ func TestFairAcquireWithNoDeadlineGivesUpOnUnreachableNodes(t *testing.T) {
 		t.Fatalf("%v, want ErrNoQuorum saying the nodes were unreachable", err)
 	}
 	if events := rec.got(); len(events) != 1 || events[0].Elapsed < 2*time.Second {
-		t.Fatalf("want one EventUnreachable after 2s, got %+v", events)
+		t.Fatalf("want one observe.Unreachable after 2s, got %+v", events)
 	}
 }

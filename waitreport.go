@@ -7,6 +7,8 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // No silent waits. An Acquire that waits for a lock another owner holds is
@@ -14,10 +16,10 @@ import (
 // quorum at all is not, and its caller must hear of it:
 //   - nodes that sit out the restart grace (fresh nodes without
 //     persistence): the wait ends by itself, so it is told once, through
-//     the Logger and an EventGraceWait, with how long it may last and why;
+//     the Logger and an observe.GraceWait, with how long it may last and why;
 //   - too few nodes can vote, because they cannot be reached or because
 //     they answer with an error (a wrong password, LOADING, MISCONF, OOM, a
-//     replica, ...): told through the Logger and an EventUnreachable once
+//     replica, ...): told through the Logger and an observe.Unreachable once
 //     that has lasted unreachableReport, and a call with no bound of its
 //     own (no deadline, no max wait) gives up with an error matching
 //     ErrNoQuorum once it has lasted Options.UnreachableTimeout. A node
@@ -84,7 +86,7 @@ func (w *waitReport) failed(err error) error {
 	if !w.downTold && down >= unreachableReport {
 		w.downTold = true
 		c.logger.Warn("redlock: waiting: too few nodes can vote (unreachable, or answering errors)", "lock", w.name, "for", down.Round(time.Millisecond), "err", err)
-		c.emit(Event{Kind: EventUnreachable, Name: w.name, Elapsed: down, Err: err})
+		c.emit(observe.Event{Kind: observe.Unreachable, Name: w.name, Elapsed: down, Err: err})
 	}
 	if t := c.opts.UnreachableTimeout; w.unbounded && t > 0 && down >= t {
 		return &unreachableErr{name: w.name, after: down.Round(time.Millisecond), last: err}
@@ -98,7 +100,7 @@ func (w *waitReport) failed(err error) error {
 // wrong password, LOADING, MISCONF, OOM, READONLY, ...). Not counted: the
 // nodes that refused because another owner holds the lock (not errors:
 // QuorumError.Refused), and those sitting out, whose wait ends by itself
-// and is told on its own (tellGrace, EventNodeSitOut).
+// and is told on its own (tellGrace, observe.NodeSitOut).
 func cannotVote(qe *QuorumError) int {
 	if qe.Errors == nil {
 		return 0
@@ -156,6 +158,6 @@ func (w *waitReport) tellGrace(now time.Time) {
 	msg := fmt.Sprintf("%d of %d nodes sit out the %v restart grace (the last to vote in %s, so it may have lost locks' keys): a quorum votes in at most %v",
 		len(sitting), len(c.nodes), why.Grace, why.What, wait)
 	c.logger.Warn("redlock: waiting for the restart grace", "lock", w.name, "wait", wait, "nodes", strings.Join(sitting, ","), "why", msg)
-	c.emit(Event{Kind: EventGraceWait, Name: w.name, Wait: wait, Reason: sitOutRestart,
+	c.emit(observe.Event{Kind: observe.GraceWait, Name: w.name, Wait: wait, Reason: sitOutRestart,
 		Err: fmt.Errorf("%w: %s", ErrNodeSittingOut, msg)})
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -25,8 +26,8 @@ func slowRetries() redlock.Options {
 // failures reports the failed attempts of a client through its observer.
 func failures(opts redlock.Options) (redlock.Options, <-chan string) {
 	failed := make(chan string, 1000)
-	opts.Observer = redlock.ObserverFunc(func(e redlock.Event) {
-		if e.Kind == redlock.EventAcquireFailed {
+	opts.Observer = observe.Func(func(e observe.Event) {
+		if e.Kind == observe.AcquireFailed {
 			failed <- e.Name
 		}
 	})

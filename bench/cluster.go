@@ -119,54 +119,36 @@ func (c *cluster) stop() error {
 func buildContenders(ctx context.Context, want []string, nodes []redis.UniversalClient) ([]Contender, error) {
 	var out []Contender
 	for _, name := range want {
+		var c Contender
+		var err error
 		switch name {
 		case ContenderRedlock, ContenderRedlockNoFence:
-			c, err := newRedlockContender(ctx, name, nodes, name == ContenderRedlock)
-			if err != nil {
-				closeAll(out)
-				return nil, err
-			}
-			out = append(out, c)
+			c, err = newRedlockContender(ctx, name, nodes, name == ContenderRedlock)
 		case ContenderRedlockRWRead, ContenderRedlockRWWrite:
-			c, err := newRWContender(ctx, name, nodes)
-			if err != nil {
-				closeAll(out)
-				return nil, err
-			}
-			out = append(out, c)
+			c, err = newRWContender(ctx, name, nodes)
 		case ContenderRedlockFair:
-			c, err := newFairContender(ctx, nodes)
-			if err != nil {
-				closeAll(out)
-				return nil, err
-			}
-			out = append(out, c)
+			c, err = newFairContender(ctx, nodes)
 		case ContenderRedsync, ContenderRedsyncFailFast:
-			out = append(out, newRedsyncContender(name, nodes, name == ContenderRedsyncFailFast))
+			c = newRedsyncContender(name, nodes, name == ContenderRedsyncFailFast)
 		case ContenderRedislock:
-			if len(nodes) == 1 {
-				out = append(out, newRedislockContender(nodes[0]))
+			if len(nodes) != 1 {
+				continue
 			}
+			c = newRedislockContender(nodes[0])
 		case ContenderRueidislock:
-			c, err := newRueidislockContender(nodes)
-			if err != nil {
-				closeAll(out)
-				return nil, err
-			}
-			out = append(out, c)
+			c, err = newRueidislockContender(nodes)
 		case ContenderFloor:
-			out = append(out, newFloor(nodes))
+			c = newFloor(nodes)
 		case ContenderRedlockSemaphore:
-			c, err := newSemaphoreContender(ctx, nodes)
-			if err != nil {
-				closeAll(out)
-				return nil, err
-			}
-			out = append(out, c)
+			c, err = newSemaphoreContender(ctx, nodes)
 		default:
-			closeAll(out)
-			return nil, fmt.Errorf("unknown contender %q", name)
+			err = fmt.Errorf("unknown contender %q", name)
 		}
+		if err != nil {
+			closeAll(out)
+			return nil, err
+		}
+		out = append(out, c)
 	}
 	return out, nil
 }

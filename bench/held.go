@@ -10,8 +10,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/quorumlabs/redlock"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // WorkloadHeldLocks: one client of this library takes Config.HeldCounts
@@ -86,17 +88,17 @@ type heldCounter struct {
 	firstExtendErr         error
 }
 
-func (h *heldCounter) Observe(e redlock.Event) {
+func (h *heldCounter) Observe(e observe.Event) {
 	switch e.Kind {
-	case redlock.EventExtended:
+	case observe.Extended:
 		h.extended.Add(1)
-	case redlock.EventExtendFailed:
+	case observe.ExtendFailed:
 		if h.extendFailed.Add(1) == 1 {
 			h.mu.Lock()
 			h.firstExtendErr = e.Err
 			h.mu.Unlock()
 		}
-	case redlock.EventLost:
+	case observe.Lost:
 		h.firstLoss.CompareAndSwap(0, int64(time.Since(h.start)))
 	}
 }
@@ -280,29 +282,17 @@ func summarizeHeld(runs []HeldRun) []HeldCell {
 		}
 		return a.locks - b.locks
 	})
-	med := func(g []HeldRun, field func(HeldRun) float64) float64 {
-		values := make([]float64, len(g))
-		for i, r := range g {
-			values[i] = field(r)
-		}
-		slices.Sort(values)
-		mid := len(values) / 2
-		if len(values)%2 == 1 {
-			return values[mid]
-		}
-		return (values[mid-1] + values[mid]) / 2
-	}
 	cells := make([]HeldCell, 0, len(order))
 	for _, k := range order {
 		g := groups[k]
 		c := HeldCell{
 			Nodes: k.nodes, Locks: k.locks, Repeats: len(g), HeldFor: g[0].HeldFor,
-			AcquireAll:    time.Duration(med(g, func(r HeldRun) float64 { return float64(r.AcquireAll) })),
-			ClientCPU:     med(g, func(r HeldRun) float64 { return r.ClientCPU }),
-			ServerCPU:     med(g, func(r HeldRun) float64 { return r.ServerCPU }),
-			ExtendsPerSec: med(g, func(r HeldRun) float64 { return r.ExtendsPerSec }),
-			Goroutines:    int(med(g, func(r HeldRun) float64 { return float64(r.Goroutines) })),
-			HeapInUse:     uint64(med(g, func(r HeldRun) float64 { return float64(r.HeapInUse) })),
+			AcquireAll:    time.Duration(median(g, func(r HeldRun) float64 { return float64(r.AcquireAll) })),
+			ClientCPU:     median(g, func(r HeldRun) float64 { return r.ClientCPU }),
+			ServerCPU:     median(g, func(r HeldRun) float64 { return r.ServerCPU }),
+			ExtendsPerSec: median(g, func(r HeldRun) float64 { return r.ExtendsPerSec }),
+			Goroutines:    int(median(g, func(r HeldRun) float64 { return float64(r.Goroutines) })),
+			HeapInUse:     uint64(median(g, func(r HeldRun) float64 { return float64(r.HeapInUse) })),
 		}
 		for _, r := range g {
 			c.ExtendFailures += r.ExtendFailures

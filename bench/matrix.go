@@ -570,7 +570,9 @@ func medians(runs []Run) Figures {
 	}
 }
 
-func median(runs []Run, field func(Run) float64) float64 {
+// median is the median of field over runs (of a matrix cell or a
+// held-locks size).
+func median[R any](runs []R, field func(R) float64) float64 {
 	values := make([]float64, len(runs))
 	for i, r := range runs {
 		values[i] = field(r)

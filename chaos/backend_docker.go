@@ -236,27 +236,42 @@ func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir strin
 		binds = append(binds, bind)
 	}
 	hostPort := network.MustParsePort("6379/tcp")
-	ctr, err := testcontainers.Run(ctx, b.image,
-		testcontainers.WithCmd(args...),
-		testcontainers.WithExposedPorts("6379/tcp"),
-		testcontainers.WithEnv(env),
-		testcontainers.WithLabels(containerLabels()),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.PortBindings = network.PortMap{hostPort: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}}}
-			hc.Binds = append(hc.Binds, binds...)
-		}),
-	)
-	n.ctr = ctr
-	if ctr != nil {
-		track(b.cli.Client, ctr.GetContainerID())
-	}
+	n.ctr, err = b.runServer(ctx, name, args, env, binds, func(hc *container.HostConfig) {
+		hc.PortBindings = network.PortMap{hostPort: {{HostIP: netip.MustParseAddr("127.0.0.1"), HostPort: strconv.Itoa(port)}}}
+	}, testcontainers.WithExposedPorts("6379/tcp"))
 	if err != nil {
-		return n, fmt.Errorf("chaos: start container %s: %w", name, err)
+		return n, err
 	}
 	if err := waitPing(ctx, n.addr, n.tls, 20*time.Second); err != nil {
 		return n, err
 	}
 	return n, nil
+}
+
+// runServer runs a container of the backend's image: a Redis server called
+// name, started with args and env, with binds mounted, host setting how it
+// meets the network, and more options if given. The container is tracked
+// for the reaper as soon as it exists, even when the start fails: what
+// came up is returned, for the caller to stop.
+func (b *DockerBackend) runServer(ctx context.Context, name string, args []string, env map[string]string, binds []string,
+	host func(*container.HostConfig), more ...testcontainers.ContainerCustomizer) (*testcontainers.DockerContainer, error) {
+	opts := append([]testcontainers.ContainerCustomizer{
+		testcontainers.WithCmd(args...),
+		testcontainers.WithEnv(env),
+		testcontainers.WithLabels(containerLabels()),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			host(hc)
+			hc.Binds = append(hc.Binds, binds...)
+		}),
+	}, more...)
+	ctr, err := testcontainers.Run(ctx, b.image, opts...)
+	if ctr != nil {
+		track(b.cli.Client, ctr.GetContainerID())
+	}
+	if err != nil {
+		return ctr, fmt.Errorf("chaos: start container %s: %w", name, err)
+	}
+	return ctr, nil
 }
 
 // freePort asks the kernel for a free 127.0.0.1 port. Another process may

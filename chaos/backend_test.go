@@ -31,6 +31,22 @@ func openBackends(t *testing.T) []Backend {
 	return bs
 }
 
+// startT starts what spec asks for on b and stops it when t ends; a start
+// or a stop that fails fails t.
+func startT(ctx context.Context, t *testing.T, b Backend, spec ClusterSpec) *Cluster {
+	t.Helper()
+	c, err := b.Start(ctx, spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop: %v", err)
+		}
+	})
+	return c
+}
+
 // The node operations the faults rely on do what they say, on every
 // backend: kill and restart (data kept with persistence), pause, clock
 // offset, and the proxies in front of the nodes.
@@ -39,15 +55,7 @@ func TestBackendNodeOperations(t *testing.T) {
 		t.Run(b.Name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := b.Start(ctx, ClusterSpec{Nodes: 2, Persistence: true, FakeTime: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := c.Stop(); err != nil {
-					t.Errorf("stop: %v", err)
-				}
-			})
+			c := startT(ctx, t, b, ClusterSpec{Nodes: 2, Persistence: true, FakeTime: true})
 			n0 := c.Nodes[0]
 			rc := directClient(n0)
 			defer rc.Close()
@@ -74,7 +82,7 @@ func TestBackendNodeOperations(t *testing.T) {
 				t.Fatal(err)
 			}
 			short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
-			err = rc.Ping(short).Err()
+			err := rc.Ping(short).Err()
 			cancelShort()
 			if err == nil {
 				t.Fatal("paused node answered")

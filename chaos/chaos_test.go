@@ -32,36 +32,28 @@ func (w tWriter) Write(p []byte) (int, error) {
 // backend REDLOCK_CHAOS_BACKEND asks for (auto: processes, and Docker when
 // an engine answers). A verdict that differs from the expectation fails.
 func TestScenarios(t *testing.T) {
-	backends := openBackends(t)
-	for _, b := range backends {
+	eachScenario(t, Scenarios, func(t *testing.T, b Backend, sc Scenario) {
+		run := runScenarioT(t, b, sc)
+		r := run.Result
+		t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s elapsed=%s",
+			run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates,
+			r.Recovery.Round(time.Millisecond), run.Elapsed.Round(time.Millisecond))
+		if run.Mismatch != nil {
+			t.Errorf("%s on %s: %v\n%s", sc.Name, run.Backend, run.Mismatch, excerpt(r))
+		}
+		keepReport(t, run)
+	})
+}
+
+// eachScenario runs test as a subtest per scenario on every backend
+// REDLOCK_CHAOS_BACKEND asks for: the backends side by side, each one's
+// scenarios (its own copy of the table) one after another.
+func eachScenario(t *testing.T, scenarios func() []Scenario, test func(t *testing.T, b Backend, sc Scenario)) {
+	for _, b := range openBackends(t) {
 		t.Run(b.Name(), func(t *testing.T) {
 			t.Parallel()
-			for _, sc := range Scenarios() {
-				t.Run(sc.Name, func(t *testing.T) {
-					if why := splitSkip(b.Name(), sc); why != "" {
-						t.Skip(why)
-					}
-					if why := waitAOFSkip(sc); why != "" {
-						t.Skip(why)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-					defer cancel()
-					run, err := runScenarioOnce(ctx, t, b, sc)
-					if err != nil {
-						if run != nil {
-							keepReport(t, run)
-						}
-						t.Fatal(err)
-					}
-					r := run.Result
-					t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s elapsed=%s",
-						run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates,
-						r.Recovery.Round(time.Millisecond), run.Elapsed.Round(time.Millisecond))
-					if run.Mismatch != nil {
-						t.Errorf("%s on %s: %v\n%s", sc.Name, run.Backend, run.Mismatch, excerpt(r))
-					}
-					keepReport(t, run)
-				})
+			for _, sc := range scenarios() {
+				t.Run(sc.Name, func(t *testing.T) { test(t, b, sc) })
 			}
 		})
 	}
@@ -167,6 +159,29 @@ func excerpt(r Result) string {
 		}
 	}
 	return b.String()
+}
+
+// runScenarioT runs sc on b, within 3 minutes, as runScenarioOnce does,
+// unless splitSkip leaves it out of this suite. A run that fails to
+// complete keeps what it has of a report and fails the test.
+func runScenarioT(t *testing.T, b Backend, sc Scenario) *Run {
+	t.Helper()
+	if why := splitSkip(b.Name(), sc); why != "" {
+		t.Skip(why)
+	}
+	if why := waitAOFSkip(sc); why != "" {
+		t.Skip(why)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	run, err := runScenarioOnce(ctx, t, b, sc)
+	if err != nil {
+		if run != nil {
+			keepReport(t, run)
+		}
+		t.Fatal(err)
+	}
+	return run
 }
 
 // runScenarioOnce runs sc on b. An unsafe-by-design schedule that

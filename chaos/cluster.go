@@ -138,40 +138,25 @@ type scanNode struct {
 	open func() redis.UniversalClient
 }
 
-// scanNodes are the lock nodes for the key scans: each server, or each
-// Cluster node through a ClusterClient (which finds the lock's keys on the
-// master that serves their slot now).
-func scanNodes(c *Cluster) []scanNode {
+// clusterScanNodes are Cluster lock nodes as the key scans reach them,
+// through a ClusterClient each.
+func clusterScanNodes(nodes []ClusterNode) []scanNode {
 	var out []scanNode
-	for _, n := range c.ClusterNodes {
+	for _, n := range nodes {
 		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return clusterNodeClient(n.Seeds()) }})
-	}
-	for _, n := range c.Nodes {
-		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return directClient(n) }})
 	}
 	return out
 }
 
-// finalStateOfClusterNodes is finalState for Cluster lock nodes.
-func finalStateOfClusterNodes(ctx context.Context, rec *Recorder, resource *redis.Client, nodes []ClusterNode, keys []string) {
-	e := Event{Kind: RegisterFinal, Client: NoClient}
-	v, err := resource.Get(ctx, registerKey).Int64()
-	if err != nil && !errors.Is(err, redis.Nil) {
-		e.Err = err.Error()
+// scanNodes are the lock nodes for the key scans: each server, or each
+// Cluster node through a ClusterClient (which finds the lock's keys on the
+// master that serves their slot now).
+func scanNodes(c *Cluster) []scanNode {
+	out := clusterScanNodes(c.ClusterNodes)
+	for _, n := range c.Nodes {
+		out = append(out, scanNode{n.Name(), func() redis.UniversalClient { return directClient(n) }})
 	}
-	e.Value = v
-	rec.Record(e)
-	for _, n := range nodes {
-		c := clusterNodeClient(n.Seeds())
-		e := Event{Kind: KeyScan, Client: NoClient, Node: n.Name()}
-		found, err := keysOn(ctx, c, keys)
-		if err != nil {
-			e.Err = err.Error()
-		}
-		e.Detail = found
-		_ = c.Close()
-		rec.Record(e)
-	}
+	return out
 }
 
 // checkClusterSpec refuses what Cluster lock nodes are not started with,
@@ -228,18 +213,49 @@ func startProcessClusterNodes(spec ClusterSpec) (*Cluster, error) {
 	return c, nil
 }
 
+// cutReplicas are the replicas whose link a Cluster node's CutReplicaOf
+// cut, for RestoreReplicas to mend. The zero value is ready.
+type cutReplicas[S any] struct {
+	mu  sync.Mutex
+	cut []S
+}
+
+func (c *cutReplicas[S]) add(s S) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = append(c.cut, s)
+}
+
+// take returns the replicas cut so far and forgets them.
+func (c *cutReplicas[S]) take() []S {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cut := c.cut
+	c.cut = nil
+	return cut
+}
+
 // processClusterNode is a Redis Cluster of local redis-server processes.
 type processClusterNode struct {
 	name string
 	rc   *redistest.RedisCluster
 
-	mu     sync.Mutex
-	clocks map[*redistest.Server]time.Duration // each master's clock offset so far
-	cut    []*redistest.Server                 // replicas whose link CutReplicaOf cut
+	clocks clockOffsets[*redistest.Server] // each master's
+	cut    cutReplicas[*redistest.Server]
 }
 
 func (n *processClusterNode) Name() string    { return n.name }
 func (n *processClusterNode) Seeds() []string { return n.rc.Addrs() }
+
+// masterOfKey is key's slot and the master that serves it now.
+func (n *processClusterNode) masterOfKey(ctx context.Context, key string) (int, *redistest.Server, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := n.rc.MasterFor(ctx, slot)
+	return slot, m, err
+}
 
 // slotOf asks a running server for key's slot.
 func (n *processClusterNode) slotOf(ctx context.Context, key string) (int, error) {
@@ -270,11 +286,7 @@ func (n *processClusterNode) RestartMasterOf(ctx context.Context, key string) (s
 }
 
 func (n *processClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys bool) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.rc.MasterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -299,32 +311,18 @@ func (n *processClusterNode) MoveSlotOf(ctx context.Context, key string, withKey
 }
 
 func (n *processClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {
-	slot, err := n.slotOf(ctx, key)
+	_, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	m, err := n.rc.MasterFor(ctx, slot)
-	if err != nil {
-		return "", err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.clocks == nil {
-		n.clocks = map[*redistest.Server]time.Duration{}
-	}
-	if err := m.SetClockOffset(n.clocks[m] + d); err != nil {
+	if err := n.clocks.move(m, d, m.SetClockOffset); err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
-	n.clocks[m] += d
 	return m.Addr, nil
 }
 
 func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.rc.MasterFor(ctx, slot)
+	slot, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -332,9 +330,7 @@ func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (stri
 	if err != nil || len(reps) == 0 {
 		return "", fmt.Errorf("chaos: %s: the master %s of slot %d has no replica to cut off (%v)", n.name, m.Addr, slot, err)
 	}
-	n.mu.Lock()
-	n.cut = append(n.cut, reps[0])
-	n.mu.Unlock()
+	n.cut.add(reps[0])
 	if err := redistest.CutReplication(ctx, reps[0]); err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
@@ -342,23 +338,15 @@ func (n *processClusterNode) CutReplicaOf(ctx context.Context, key string) (stri
 }
 
 func (n *processClusterNode) RestoreReplicas(ctx context.Context) error {
-	n.mu.Lock()
-	cut := n.cut
-	n.cut = nil
-	n.mu.Unlock()
 	var errs []error
-	for _, s := range cut {
+	for _, s := range n.cut.take() {
 		errs = append(errs, redistest.RestoreReplication(ctx, s))
 	}
 	return errors.Join(errs...)
 }
 
 func (n *processClusterNode) FailoverMasterOf(ctx context.Context, key string) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.rc.MasterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -426,28 +414,13 @@ func (e *Env) clusterNode(i int) (ClusterNode, error) {
 // onClusterNodes runs op on each of the Cluster nodes at once (a fault in
 // several deployments at the same time, as a rack or a bad deploy would
 // cause) and notes what each did.
-func (e *Env) onClusterNodes(nodes []int, op func(n ClusterNode) (string, error)) error {
-	cns := make([]ClusterNode, len(nodes))
-	for i, idx := range nodes {
-		n, err := e.clusterNode(idx)
-		if err != nil {
+func (e *Env) onClusterNodes(nodes Nodes, op func(n ClusterNode) (string, error)) error {
+	for _, i := range nodes { // all named right before any is acted on
+		if _, err := e.clusterNode(i); err != nil {
 			return err
 		}
-		cns[i] = n
 	}
-	notes := make([]string, len(cns))
-	errs := make([]error, len(cns))
-	var wg sync.WaitGroup
-	for i, n := range cns {
-		wg.Go(func() { notes[i], errs[i] = op(n) })
-	}
-	wg.Wait()
-	for i, n := range cns {
-		if errs[i] == nil {
-			e.Note("%s: %s", n.Name(), notes[i])
-		}
-	}
-	return errors.Join(errs...)
+	return nodes.atOnce(e, func(i int) (string, error) { return op(e.Cluster.ClusterNodes[i]) })
 }
 
 // clusterFault is a fault that acts on Cluster lock nodes, and the only
@@ -473,11 +446,11 @@ func (e *Env) lockKey() string { return e.ScanKeys[0] }
 // serving the lock's slot, empty but keeping its nodes.conf: it comes back
 // as the same cluster node serving the same slots, without the lock's
 // keys. The restart is done when Apply returns; Heal does nothing.
-type ShardRestart struct{ Nodes []int }
+type ShardRestart struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
 func (f ShardRestart) Name() string {
-	return fmt.Sprintf("shard-restart-empty(%s: the lock's master)", nodeList(f.Nodes))
+	return fmt.Sprintf("shard-restart-empty(%s: the lock's master)", f.Nodes.list())
 }
 
 // Apply restarts the masters.
@@ -496,7 +469,7 @@ func (ShardRestart) Heal(context.Context, *Env) error { return nil }
 // without (the keys are lost). Heal does nothing: the slot stays where it
 // went.
 type SlotMove struct {
-	Nodes    []int
+	Nodes
 	WithKeys bool
 }
 
@@ -506,7 +479,7 @@ func (f SlotMove) Name() string {
 	if !f.WithKeys {
 		how = "without its keys"
 	}
-	return fmt.Sprintf("reshard(%s: the lock's slot, %s)", nodeList(f.Nodes), how)
+	return fmt.Sprintf("reshard(%s: the lock's slot, %s)", f.Nodes.list(), how)
 }
 
 // Apply moves the slot.
@@ -524,13 +497,13 @@ func (SlotMove) Heal(context.Context, *Env) error { return nil }
 // slot, in each of the Cluster nodes Nodes, forward By at once; Heal does
 // not move it back (as ClockJump).
 type ShardClockJump struct {
-	Nodes []int
-	By    time.Duration
+	Nodes
+	By time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f ShardClockJump) Name() string {
-	return fmt.Sprintf("shard-clock-jump(%s: the lock's master +%s)", nodeList(f.Nodes), f.By)
+	return fmt.Sprintf("shard-clock-jump(%s: the lock's master +%s)", f.Nodes.list(), f.By)
 }
 
 // Apply moves the clocks.

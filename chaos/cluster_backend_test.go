@@ -17,15 +17,7 @@ func TestBackendClusterNodeOperations(t *testing.T) {
 		t.Run(b.Name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := b.Start(ctx, ClusterSpec{Nodes: 1, FakeTime: true, ClusterMasters: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := c.Stop(); err != nil {
-					t.Errorf("stop: %v", err)
-				}
-			})
+			c := startT(ctx, t, b, ClusterSpec{Nodes: 1, FakeTime: true, ClusterMasters: 2})
 			if len(c.ClusterNodes) != 1 || len(c.Nodes) != 0 {
 				t.Fatalf("%d Cluster nodes and %d plain nodes; want 1 and 0", len(c.ClusterNodes), len(c.Nodes))
 			}
@@ -122,15 +114,7 @@ func TestBackendClusterReplicaOperations(t *testing.T) {
 		t.Run(b.Name(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			c, err := b.Start(ctx, ClusterSpec{Nodes: 1, ClusterMasters: 3, ClusterReplicas: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				if err := c.Stop(); err != nil {
-					t.Errorf("stop: %v", err)
-				}
-			})
+			c := startT(ctx, t, b, ClusterSpec{Nodes: 1, ClusterMasters: 3, ClusterReplicas: 1})
 			n := c.ClusterNodes[0]
 			cc := clusterNodeClient(n.Seeds())
 			defer cc.Close()

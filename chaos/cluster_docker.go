@@ -28,7 +28,6 @@ import (
 	"github.com/moby/moby/api/types/container"
 	"github.com/quorumlabs/redlock/redistest"
 	"github.com/redis/go-redis/v9"
-	"github.com/testcontainers/testcontainers-go"
 )
 
 const (
@@ -163,21 +162,9 @@ func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name,
 		}
 		binds = append(binds, bind)
 	}
-	ctr, err := testcontainers.Run(ctx, b.image,
-		testcontainers.WithCmd(args...),
-		testcontainers.WithEnv(env),
-		testcontainers.WithLabels(containerLabels()),
-		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
-			hc.NetworkMode = "host"
-			hc.Binds = append(hc.Binds, binds...)
-		}),
-	)
-	m.ctr = ctr
-	if ctr != nil {
-		track(b.cli.Client, ctr.GetContainerID())
-	}
+	m.ctr, err = b.runServer(ctx, name, args, env, binds, func(hc *container.HostConfig) { hc.NetworkMode = "host" })
 	if err != nil {
-		return m, fmt.Errorf("chaos: start container %s: %w", name, err)
+		return m, err
 	}
 	if err := waitPing(ctx, m.addr, nil, 20*time.Second); err != nil {
 		return m, err
@@ -223,9 +210,8 @@ type dockerClusterNode struct {
 	// per master, in the masters' order.
 	replicas []*dockerClusterMaster
 
-	mu     sync.Mutex
-	clocks map[*dockerClusterMaster]time.Duration // each master's clock offset so far
-	cut    []*dockerClusterMaster                 // replicas whose link CutReplicaOf cut
+	clocks clockOffsets[*dockerClusterMaster] // each master's
+	cut    cutReplicas[*dockerClusterMaster]
 }
 
 // servers are every server of the node, masters first.
@@ -340,6 +326,16 @@ func infoField(info, field string) string {
 	return ""
 }
 
+// masterOfKey is key's slot and the master that serves it now.
+func (n *dockerClusterNode) masterOfKey(ctx context.Context, key string) (int, *dockerClusterMaster, error) {
+	slot, err := n.slotOf(ctx, key)
+	if err != nil {
+		return 0, nil, err
+	}
+	m, err := n.masterFor(ctx, slot)
+	return slot, m, err
+}
+
 // slotOf asks a master for key's slot.
 func (n *dockerClusterNode) slotOf(ctx context.Context, key string) (int, error) {
 	var last error
@@ -406,11 +402,7 @@ func (n *dockerClusterNode) awaitMaster(ctx context.Context, slot int, want *doc
 }
 
 func (n *dockerClusterNode) RestartMasterOf(ctx context.Context, key string) (string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	m, err := n.masterFor(ctx, slot)
+	slot, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
@@ -430,11 +422,7 @@ func (n *dockerClusterNode) RestartMasterOf(ctx context.Context, key string) (st
 }
 
 func (n *dockerClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys bool) (string, string, error) {
-	slot, err := n.slotOf(ctx, key)
-	if err != nil {
-		return "", "", err
-	}
-	from, err := n.masterFor(ctx, slot)
+	slot, from, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", "", err
 	}
@@ -461,12 +449,9 @@ func (n *dockerClusterNode) MoveSlotOf(ctx context.Context, key string, withKeys
 // moveSlot migrates slot with its keys, as redis-cli --cluster reshard
 // does (redistest.RedisCluster.MoveSlot on processes).
 func (n *dockerClusterNode) moveSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
-	fromID, toID, err := ids(ctx, from, to)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
 	}
 	if err := from.do(ctx, "cluster", "setslot", slot, "migrating", toID).Err(); err != nil {
 		return fmt.Errorf("SETSLOT MIGRATING on %s: %w", from.addr, err)
@@ -497,12 +482,9 @@ func (n *dockerClusterNode) moveSlot(ctx context.Context, slot int, from, to *do
 // and the old master drops its keys of the slot when the gossip tells it
 // (redistest.RedisCluster.MoveSlotEmpty on processes).
 func (n *dockerClusterNode) moveSlotEmpty(ctx context.Context, slot int, from, to *dockerClusterMaster) error {
-	fromID, toID, err := ids(ctx, from, to)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
 	}
 	if err := to.do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
 		return fmt.Errorf("SETSLOT NODE on %s: %w", to.addr, err)
@@ -516,37 +498,33 @@ func (n *dockerClusterNode) moveSlotEmpty(ctx context.Context, slot int, from, t
 	})
 }
 
-// ids are the cluster node ids of two masters.
-func ids(ctx context.Context, a, b *dockerClusterMaster) (string, string, error) {
-	aID, err := a.do(ctx, "cluster", "myid").Text()
+// importSlot marks slot IMPORTING from the master from on the master to,
+// the first step of moving it with or without its keys, and returns to's
+// node ID.
+func importSlot(ctx context.Context, slot int, from, to *dockerClusterMaster) (toID string, err error) {
+	fromID, err := from.do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", a.addr, err)
+		return "", fmt.Errorf("CLUSTER MYID on %s: %w", from.addr, err)
 	}
-	bID, err := b.do(ctx, "cluster", "myid").Text()
+	toID, err = to.do(ctx, "cluster", "myid").Text()
 	if err != nil {
-		return "", "", fmt.Errorf("CLUSTER MYID on %s: %w", b.addr, err)
+		return "", fmt.Errorf("CLUSTER MYID on %s: %w", to.addr, err)
 	}
-	return aID, bID, nil
+	if err := to.do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return "", fmt.Errorf("SETSLOT IMPORTING on %s: %w", to.addr, err)
+	}
+	return toID, nil
 }
 
 func (n *dockerClusterNode) MoveMasterClockOf(ctx context.Context, key string, d time.Duration) (string, error) {
-	slot, err := n.slotOf(ctx, key)
+	_, m, err := n.masterOfKey(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	m, err := n.masterFor(ctx, slot)
+	err = n.clocks.move(m, d, func(offset time.Duration) error { return m.SetClockOffset(ctx, offset) })
 	if err != nil {
-		return "", err
-	}
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.clocks == nil {
-		n.clocks = map[*dockerClusterMaster]time.Duration{}
-	}
-	if err := m.SetClockOffset(ctx, n.clocks[m]+d); err != nil {
 		return "", fmt.Errorf("chaos: %s: %w", n.name, err)
 	}
-	n.clocks[m] += d
 	return m.addr, nil
 }
 
@@ -579,10 +557,7 @@ func (n *dockerClusterNode) replicasOf(ctx context.Context, m *dockerClusterMast
 
 // replicaOfKey is the first replica of the master serving key's slot.
 func (n *dockerClusterNode) replicaOfKey(ctx context.Context, key string) (slot int, m, r *dockerClusterMaster, err error) {
-	if slot, err = n.slotOf(ctx, key); err != nil {
-		return 0, nil, nil, err
-	}
-	if m, err = n.masterFor(ctx, slot); err != nil {
+	if slot, m, err = n.masterOfKey(ctx, key); err != nil {
 		return 0, nil, nil, err
 	}
 	reps, err := n.replicasOf(ctx, m)
@@ -599,9 +574,7 @@ func (n *dockerClusterNode) CutReplicaOf(ctx context.Context, key string) (strin
 	if err != nil {
 		return "", err
 	}
-	n.mu.Lock()
-	n.cut = append(n.cut, r)
-	n.mu.Unlock()
+	n.cut.add(r)
 	if err := r.rdb.ConfigSet(ctx, "masterauth", "chaos-wrong-password").Err(); err != nil {
 		return "", fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err)
 	}
@@ -615,12 +588,8 @@ func (n *dockerClusterNode) CutReplicaOf(ctx context.Context, key string) (strin
 }
 
 func (n *dockerClusterNode) RestoreReplicas(ctx context.Context) error {
-	n.mu.Lock()
-	cut := n.cut
-	n.cut = nil
-	n.mu.Unlock()
 	var errs []error
-	for _, r := range cut {
+	for _, r := range n.cut.take() {
 		if err := r.rdb.ConfigSet(ctx, "masterauth", "").Err(); err != nil {
 			errs = append(errs, fmt.Errorf("chaos: CONFIG SET masterauth on %s: %w", r.addr, err))
 			continue

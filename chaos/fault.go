@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -43,8 +44,9 @@ type Env struct {
 	fresh func(i int) error
 
 	mu         sync.Mutex
-	clocks     map[int]time.Duration  // each node's clock offset so far
 	background map[string]*background // running faults, by name
+
+	clocks clockOffsets[int] // each node's, by index
 }
 
 // background is a fault that keeps acting until healed (flapping, a fast
@@ -117,22 +119,72 @@ func (e *Env) moveClock(ctx context.Context, i int, d time.Duration) error {
 	if err != nil {
 		return err
 	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.clocks == nil {
-		e.clocks = map[int]time.Duration{}
+	return e.clocks.move(i, d, func(offset time.Duration) error { return n.SetClockOffset(ctx, offset) })
+}
+
+// clockOffsets keeps each server's clock offset so far, so that a clock
+// fault moves a clock from where the ones before left it. The zero value
+// is ready.
+type clockOffsets[S comparable] struct {
+	mu sync.Mutex
+	by map[S]time.Duration
+}
+
+// move adds d to server s's offset: set puts the new offset in place, and
+// the offset is kept only if it succeeds.
+func (c *clockOffsets[S]) move(s S, d time.Duration, set func(offset time.Duration) error) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[S]time.Duration{}
 	}
-	if err := n.SetClockOffset(ctx, e.clocks[i]+d); err != nil {
+	if err := set(c.by[s] + d); err != nil {
 		return err
 	}
-	e.clocks[i] += d
+	c.by[s] += d
 	return nil
 }
 
-func nodeList(nodes []int) string {
-	parts := make([]string, len(nodes))
-	for i, n := range nodes {
+// Nodes are the nodes a fault acts on, by index (n0 is the first). The
+// faults on a set of lock nodes embed it; those on masters and their
+// replicas hold it as Masters.
+type Nodes []int
+
+// list names the nodes as a fault's name does: "n0,n2".
+func (ns Nodes) list() string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
 		parts[i] = fmt.Sprintf("n%d", n)
 	}
 	return strings.Join(parts, ",")
+}
+
+// atOnce runs step on every node at once, as one incident strikes them
+// together; then it notes on the timeline, in the nodes' order, what step
+// did on each node where it did not fail (if it said), and returns the
+// errors joined.
+func (ns Nodes) atOnce(env *Env, step func(n int) (did string, err error)) error {
+	did := make([]string, len(ns))
+	errs := make([]error, len(ns))
+	var wg sync.WaitGroup
+	for i, n := range ns {
+		wg.Go(func() { did[i], errs[i] = step(n) })
+	}
+	wg.Wait()
+	for i, n := range ns {
+		if errs[i] == nil && did[i] != "" {
+			env.Note("n%d: %s", n, did[i])
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// each runs step on the nodes in order and stops at the first error.
+func (ns Nodes) each(step func(n int) error) error {
+	for _, n := range ns {
+		if err := step(n); err != nil {
+			return err
+		}
+	}
+	return nil
 }

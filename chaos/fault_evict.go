@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 )
 
@@ -22,7 +21,7 @@ import (
 // tells an operator, CONFIG RESETSTAT once the largest TTL in use has
 // passed since the last eviction.
 type Evict struct {
-	Nodes  []int
+	Nodes
 	Policy string        // maxmemory-policy, e.g. allkeys-lru or volatile-lru
 	Accept time.Duration // the largest TTL in use: how long after noeviction Heal resets the count
 }
@@ -38,7 +37,7 @@ const evictMaxFill = 64 << 20
 
 // Name says what the fault does and to which nodes.
 func (f Evict) Name() string {
-	return fmt.Sprintf("evict(%s: maxmemory %s, %s, a cache fills them until the lock's key is evicted)", nodeList(f.Nodes), evictMaxMemory, f.Policy)
+	return fmt.Sprintf("evict(%s: maxmemory %s, %s, a cache fills them until the lock's key is evicted)", f.Nodes.list(), evictMaxMemory, f.Policy)
 }
 
 // Apply sets the policy and fills the nodes, in parallel.
@@ -46,19 +45,7 @@ func (f Evict) Apply(ctx context.Context, env *Env) error {
 	if !strings.HasPrefix(f.Policy, "allkeys-") && !strings.HasPrefix(f.Policy, "volatile-") {
 		return fmt.Errorf("chaos: evict: policy %q evicts nothing (want allkeys-* or volatile-*)", f.Policy)
 	}
-	errs := make([]error, len(f.Nodes))
-	notes := make([]string, len(f.Nodes))
-	var wg sync.WaitGroup
-	for i, n := range f.Nodes {
-		wg.Go(func() { notes[i], errs[i] = f.evict(ctx, env, n) })
-	}
-	wg.Wait()
-	for i, n := range f.Nodes {
-		if errs[i] == nil {
-			env.Note("n%d: %s", n, notes[i])
-		}
-	}
-	return errors.Join(errs...)
+	return f.atOnce(env, func(n int) (string, error) { return f.evict(ctx, env, n) })
 }
 
 // evict fills node i until its lock key is gone and says how much it took.

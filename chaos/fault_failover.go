@@ -22,43 +22,35 @@ func (e *Env) replicationOf(m int) (replication, error) {
 	return r, nil
 }
 
+// onLink runs op on the proxy index of the link master m's replica follows
+// it through.
+func (e *Env) onLink(m int, op func(link int) error) error {
+	r, err := e.replicationOf(m)
+	if err != nil {
+		return err
+	}
+	return op(r.link)
+}
+
 // ReplicationCut breaks the links over which the masters' replicas follow
 // them: writes to those masters from here on never reach their replicas.
 // The link stays cut until healed; a failover meanwhile promotes a replica
 // that has really missed them (DESIGN §6: the master's kernel would
 // retransmit what a paused replica had not read).
-type ReplicationCut struct{ Masters []int }
+type ReplicationCut struct{ Masters Nodes }
 
 // Name says what the fault does and to which masters.
-func (f ReplicationCut) Name() string { return "replication-cut(" + nodeList(f.Masters) + ")" }
+func (f ReplicationCut) Name() string { return "replication-cut(" + f.Masters.list() + ")" }
 
 // Apply cuts every link.
 func (f ReplicationCut) Apply(_ context.Context, env *Env) error {
-	for _, m := range f.Masters {
-		r, err := env.replicationOf(m)
-		if err != nil {
-			return err
-		}
-		if err := env.Net.Partition(r.link); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.Masters.each(func(m int) error { return env.onLink(m, env.Net.Partition) })
 }
 
 // Heal reconnects the links (a no-op for a replica promoted meanwhile:
 // it no longer replicates).
 func (f ReplicationCut) Heal(_ context.Context, env *Env) error {
-	for _, m := range f.Masters {
-		r, err := env.replicationOf(m)
-		if err != nil {
-			return err
-		}
-		if err := env.Net.Reconnect(r.link); err != nil {
-			return err
-		}
-	}
-	return nil
+	return f.Masters.each(func(m int) error { return env.onLink(m, env.Net.Reconnect) })
 }
 
 // Failover fails the masters over at once: each one's replica is made a
@@ -69,15 +61,15 @@ func (f ReplicationCut) Heal(_ context.Context, env *Env) error {
 // replica of the one that replaced it, as Sentinel does when it returns
 // (with durable votes, a node whose master once had a replica votes only
 // once its master has one again).
-type Failover struct{ Masters []int }
+type Failover struct{ Masters Nodes }
 
 // Name says what the fault does and to which masters.
-func (f Failover) Name() string { return "failover(" + nodeList(f.Masters) + ")" }
+func (f Failover) Name() string { return "failover(" + f.Masters.list() + ")" }
 
 // Apply fails every master over, in parallel: they fail over together, as
 // when one incident takes a zone's masters.
 func (f Failover) Apply(ctx context.Context, env *Env) error {
-	return errors.Join(eachMaster(f.Masters, func(m int) error { return failOver(ctx, env, m) })...)
+	return f.Masters.atOnce(env, func(m int) (string, error) { return "", failOver(ctx, env, m) })
 }
 
 // failOver promotes master m's replica, points m's proxy at it, then kills
@@ -100,18 +92,6 @@ func failOver(ctx context.Context, env *Env, m int) error {
 	}
 	env.Note("master n%d killed", m)
 	return nil
-}
-
-// eachMaster runs step for every master at once, as one incident takes
-// them together, and returns each one's error in the masters' order.
-func eachMaster(masters []int, step func(m int) error) []error {
-	errs := make([]error, len(masters))
-	var wg sync.WaitGroup
-	for i, m := range masters {
-		wg.Go(func() { errs[i] = step(m) })
-	}
-	wg.Wait()
-	return errs
 }
 
 // promotedReplica is master m's replica once promoted: its index and
@@ -149,7 +129,7 @@ func promoteReplica(ctx context.Context, env *Env, m int) (promotedReplica, Node
 // replica, in parallel, and waits until each follows. A scenario with a
 // failover runs Once: the cluster has no replica left to promote.
 func (f Failover) Heal(ctx context.Context, env *Env) error {
-	return errors.Join(eachMaster(f.Masters, func(m int) error { return rejoin(ctx, env, m) })...)
+	return f.Masters.atOnce(env, func(m int) (string, error) { return "", rejoin(ctx, env, m) })
 }
 
 // rejoin restarts the dead master m as a replica of the replica promoted
@@ -183,16 +163,16 @@ func rejoin(ctx context.Context, env *Env, m int) error {
 // of CLUSTER FAILOVER or a Sentinel that prefers the old master. The
 // clients' proxy is never moved: whoever reaches the node meanwhile meets
 // a replica. Heal does nothing.
-type FailBack struct{ Masters []int }
+type FailBack struct{ Masters Nodes }
 
 // Name says what the fault does and to which masters.
 func (f FailBack) Name() string {
-	return "fail-back(" + nodeList(f.Masters) + ": replica promoted, old master resynced from it and promoted back)"
+	return "fail-back(" + f.Masters.list() + ": replica promoted, old master resynced from it and promoted back)"
 }
 
 // Apply fails every master over and back, in parallel.
 func (f FailBack) Apply(ctx context.Context, env *Env) error {
-	return errors.Join(eachMaster(f.Masters, func(m int) error { return failBack(ctx, env, m) })...)
+	return f.Masters.atOnce(env, func(m int) (string, error) { return "", failBack(ctx, env, m) })
 }
 
 // failBack promotes master m's replica, makes m its replica (a full
@@ -228,10 +208,10 @@ func (FailBack) Heal(context.Context, *Env) error { return nil }
 // through a link of its own that ReplicationCut can cut, and Apply
 // returns once the replica is in sync. A client that probed the master
 // before saw no replica. Heal does nothing: the replica stays.
-type ReplicaJoin struct{ Masters []int }
+type ReplicaJoin struct{ Masters Nodes }
 
 // Name says what the fault does and to which masters.
-func (f ReplicaJoin) Name() string { return "replica-join(" + nodeList(f.Masters) + ")" }
+func (f ReplicaJoin) Name() string { return "replica-join(" + f.Masters.list() + ")" }
 
 // Apply starts the replications, in parallel.
 func (f ReplicaJoin) Apply(ctx context.Context, env *Env) error {

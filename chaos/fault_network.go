@@ -9,7 +9,7 @@ import (
 // toxic is the shared body of the faults that are one toxiproxy toxic on
 // each of some nodes' proxies.
 type toxic struct {
-	nodes  []int
+	nodes  Nodes
 	kind   string // toxiproxy toxic type
 	stream string // "upstream" (client to node), "downstream" or "both"
 	attrs  map[string]int64
@@ -23,37 +23,38 @@ func (t toxic) streams() []string {
 }
 
 func (t toxic) apply(env *Env) error {
-	for _, n := range t.nodes {
-		for _, st := range t.streams() {
-			if err := env.Net.AddToxic(n, t.kind+"_"+st, t.kind, st, t.attrs); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return t.eachStream(func(n int, name, stream string) error {
+		return env.Net.AddToxic(n, name, t.kind, stream, t.attrs)
+	})
 }
 
 func (t toxic) heal(ctx context.Context, env *Env) error {
-	for _, n := range t.nodes {
+	return t.eachStream(func(n int, name, _ string) error { return env.Net.RemoveToxic(ctx, n, name) })
+}
+
+// eachStream runs step for every node and stream the toxic is on, with
+// the toxic's name there, and stops at the first error.
+func (t toxic) eachStream(step func(n int, name, stream string) error) error {
+	return t.nodes.each(func(n int) error {
 		for _, st := range t.streams() {
-			if err := env.Net.RemoveToxic(ctx, n, t.kind+"_"+st); err != nil {
+			if err := step(n, t.kind+"_"+st, st); err != nil {
 				return err
 			}
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // Latency delays every request to the nodes and every reply from them by
 // Delay ± Jitter (each way).
 type Latency struct {
-	Nodes         []int
+	Nodes
 	Delay, Jitter time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f Latency) Name() string {
-	return fmt.Sprintf("latency(%s %s±%s)", nodeList(f.Nodes), f.Delay, f.Jitter)
+	return fmt.Sprintf("latency(%s %s±%s)", f.Nodes.list(), f.Delay, f.Jitter)
 }
 func (f Latency) toxic() toxic { return latencyToxic(f.Nodes, f.Delay, f.Jitter, "both") }
 
@@ -72,13 +73,13 @@ func (f Latency) Heal(ctx context.Context, env *Env) error { return f.toxic().he
 // up on still reaches the node, possibly after a later request sent on
 // another connection (the case a release must not overtake).
 type LateRequests struct {
-	Nodes         []int
+	Nodes
 	Delay, Jitter time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f LateRequests) Name() string {
-	return fmt.Sprintf("late-requests(%s %s±%s)", nodeList(f.Nodes), f.Delay, f.Jitter)
+	return fmt.Sprintf("late-requests(%s %s±%s)", f.Nodes.list(), f.Delay, f.Jitter)
 }
 func (f LateRequests) toxic() toxic { return latencyToxic(f.Nodes, f.Delay, f.Jitter, "upstream") }
 
@@ -90,13 +91,13 @@ func (f LateRequests) Heal(ctx context.Context, env *Env) error { return f.toxic
 
 // Bandwidth caps the nodes' replies at KBps kilobytes per second.
 type Bandwidth struct {
-	Nodes []int
-	KBps  int64
+	Nodes
+	KBps int64
 }
 
 // Name says what the fault does and to which nodes.
 func (f Bandwidth) Name() string {
-	return fmt.Sprintf("bandwidth(%s %dKB/s)", nodeList(f.Nodes), f.KBps)
+	return fmt.Sprintf("bandwidth(%s %dKB/s)", f.Nodes.list(), f.KBps)
 }
 func (f Bandwidth) toxic() toxic {
 	return toxic{f.Nodes, "bandwidth", "downstream", map[string]int64{"rate": f.KBps}}
@@ -110,12 +111,12 @@ func (f Bandwidth) Heal(ctx context.Context, env *Env) error { return f.toxic().
 
 // SlowClose delays the closing of the nodes' connections by Delay.
 type SlowClose struct {
-	Nodes []int
+	Nodes
 	Delay time.Duration
 }
 
 // Name says what the fault does and to which nodes.
-func (f SlowClose) Name() string { return fmt.Sprintf("slow_close(%s %s)", nodeList(f.Nodes), f.Delay) }
+func (f SlowClose) Name() string { return fmt.Sprintf("slow_close(%s %s)", f.Nodes.list(), f.Delay) }
 func (f SlowClose) toxic() toxic {
 	return toxic{f.Nodes, "slow_close", "downstream", map[string]int64{"delay": f.Delay.Milliseconds()}}
 }
@@ -128,13 +129,13 @@ func (f SlowClose) Heal(ctx context.Context, env *Env) error { return f.toxic().
 
 // ResetPeer resets the nodes' connections (TCP RST) After they open.
 type ResetPeer struct {
-	Nodes []int
+	Nodes
 	After time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f ResetPeer) Name() string {
-	return fmt.Sprintf("reset_peer(%s after %s)", nodeList(f.Nodes), f.After)
+	return fmt.Sprintf("reset_peer(%s after %s)", f.Nodes.list(), f.After)
 }
 func (f ResetPeer) toxic() toxic {
 	return toxic{f.Nodes, "reset_peer", "upstream", map[string]int64{"timeout": f.After.Milliseconds()}}
@@ -149,10 +150,10 @@ func (f ResetPeer) Heal(ctx context.Context, env *Env) error { return f.toxic().
 // Blackhole lets no request through to the nodes and never closes the
 // connection (toxiproxy's "timeout" toxic with no timeout): calls hang
 // until the client's own timeout.
-type Blackhole struct{ Nodes []int }
+type Blackhole struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
-func (f Blackhole) Name() string { return fmt.Sprintf("timeout(%s blackhole)", nodeList(f.Nodes)) }
+func (f Blackhole) Name() string { return fmt.Sprintf("timeout(%s blackhole)", f.Nodes.list()) }
 func (f Blackhole) toxic() toxic {
 	return toxic{f.Nodes, "timeout", "upstream", map[string]int64{"timeout": 0}}
 }
@@ -166,13 +167,13 @@ func (f Blackhole) Heal(ctx context.Context, env *Env) error { return f.toxic().
 // LimitData closes each connection to the nodes once Bytes have come back
 // through it.
 type LimitData struct {
-	Nodes []int
+	Nodes
 	Bytes int64
 }
 
 // Name says what the fault does and to which nodes.
 func (f LimitData) Name() string {
-	return fmt.Sprintf("limit_data(%s %dB)", nodeList(f.Nodes), f.Bytes)
+	return fmt.Sprintf("limit_data(%s %dB)", f.Nodes.list(), f.Bytes)
 }
 func (f LimitData) toxic() toxic {
 	return toxic{f.Nodes, "limit_data", "downstream", map[string]int64{"bytes": f.Bytes}}

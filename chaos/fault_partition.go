@@ -7,41 +7,27 @@ import (
 )
 
 // Partition cuts the nodes off from the clients (their proxies stop).
-type Partition struct{ Nodes []int }
+type Partition struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
-func (f Partition) Name() string { return fmt.Sprintf("partition(%s)", nodeList(f.Nodes)) }
+func (f Partition) Name() string { return fmt.Sprintf("partition(%s)", f.Nodes.list()) }
 
 // Apply starts the fault.
-func (f Partition) Apply(_ context.Context, env *Env) error {
-	for _, n := range f.Nodes {
-		if err := env.Net.Partition(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (f Partition) Apply(_ context.Context, env *Env) error { return f.each(env.Net.Partition) }
 
 // Heal ends the fault.
-func (f Partition) Heal(_ context.Context, env *Env) error {
-	for _, n := range f.Nodes {
-		if err := env.Net.Reconnect(n); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+func (f Partition) Heal(_ context.Context, env *Env) error { return f.each(env.Net.Reconnect) }
 
 // Flapping partitions the nodes and reconnects them every Period until
 // healed.
 type Flapping struct {
-	Nodes  []int
+	Nodes
 	Period time.Duration
 }
 
 // Name says what the fault does and to which nodes.
 func (f Flapping) Name() string {
-	return fmt.Sprintf("flapping(%s every %s)", nodeList(f.Nodes), f.Period)
+	return fmt.Sprintf("flapping(%s every %s)", f.Nodes.list(), f.Period)
 }
 
 // Apply starts the fault.

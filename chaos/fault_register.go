@@ -25,11 +25,11 @@ const ttlRegisterKey = redlock.DefaultKeyPrefix + "ttl-in-use"
 // raises of the register from then on never reach that replica. Heal
 // mends the links (after a failover to the replica, its old master
 // resyncs from it).
-type RegisterReplicationCut struct{ Nodes []int }
+type RegisterReplicationCut struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
 func (f RegisterReplicationCut) Name() string {
-	return fmt.Sprintf("register-replication-cut(%s: the TTL register's master and its replica)", nodeList(f.Nodes))
+	return fmt.Sprintf("register-replication-cut(%s: the TTL register's master and its replica)", f.Nodes.list())
 }
 
 // Apply cuts the links.
@@ -52,11 +52,11 @@ func (f RegisterReplicationCut) Heal(ctx context.Context, env *Env) error {
 // FAILOVER TAKEOVER): the register is then what the replica had. The
 // lock's own slot keeps its master. Heal does nothing: the promoted
 // replica stays master.
-type RegisterFailover struct{ Nodes []int }
+type RegisterFailover struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
 func (f RegisterFailover) Name() string {
-	return fmt.Sprintf("register-failover(%s: the TTL register's master, TAKEOVER)", nodeList(f.Nodes))
+	return fmt.Sprintf("register-failover(%s: the TTL register's master, TAKEOVER)", f.Nodes.list())
 }
 
 // Apply fails the masters over.
@@ -80,11 +80,11 @@ func (RegisterFailover) Heal(context.Context, *Env) error { return nil }
 // for seconds, and a backend running beside (the long split runs both side
 // by side; Docker's Cluster nodes are on the host's network) could take
 // one, refusing the restart.
-type ClusterDown struct{ Nodes []int }
+type ClusterDown struct{ Nodes }
 
 // Name says what the fault does and to which nodes.
 func (f ClusterDown) Name() string {
-	return fmt.Sprintf("cluster-down(%s: every server hangs; heal restarts them empty)", nodeList(f.Nodes))
+	return fmt.Sprintf("cluster-down(%s: every server hangs; heal restarts them empty)", f.Nodes.list())
 }
 
 // Apply freezes the servers.

@@ -136,7 +136,7 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	var mismatches []error
 	for _, n := range MultiNames {
 		rec := names[n]
-		finalStateOf(ctx, rec, resource, registerKey+":"+n, nw.Addrs()[:sc.nodes()], cluster.TLS, []string{redlock.DefaultKeyPrefix + "{" + n + "}"})
+		finalStateOf(ctx, rec, resource, registerKey+":"+n, proxiedScanNodes(nw.Addrs()[:sc.nodes()], cluster.TLS), []string{redlock.DefaultKeyPrefix + "{" + n + "}"})
 		h := nameHistory(rec.History(), nemesis)
 		r := &Run{Scenario: sc, Backend: b.Name(), Elapsed: run.Elapsed, History: h}
 		r.Scenario.Name = sc.Name + "/" + n

@@ -9,37 +9,29 @@ import (
 // TestMultiLockScenarios runs the multi-lock's scenarios in their short
 // form on every backend asked for; each name's verdict must match.
 func TestMultiLockScenarios(t *testing.T) {
-	backends := openBackends(t)
-	for _, b := range backends {
-		t.Run(b.Name(), func(t *testing.T) {
-			t.Parallel()
-			for _, sc := range MultiScenarios() {
-				t.Run(sc.Name, func(t *testing.T) {
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-					defer cancel()
-					run, err := RunMultiScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
-					if err != nil {
-						t.Fatal(err)
-					}
-					for _, name := range MultiNames {
-						r := run.Names[name].Result
-						t.Logf("backend=%s scenario=%s name=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s",
-							run.Backend, sc.Name, name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates, r.Recovery.Round(time.Millisecond))
-						if r.Acquisitions == 0 {
-							t.Errorf("%s was never acquired: the run shows nothing about it", name)
-						}
-					}
-					t.Logf("backend=%s scenario=%s multi-lock holds=%d elapsed=%s", run.Backend, sc.Name, run.Holds, run.Elapsed.Round(time.Millisecond))
-					if run.Mismatch != nil {
-						for _, name := range MultiNames {
-							t.Log(excerpt(run.Names[name].Result))
-						}
-						t.Errorf("%s on %s: %v", sc.Name, run.Backend, run.Mismatch)
-					}
-				})
+	eachScenario(t, MultiScenarios, func(t *testing.T, b Backend, sc Scenario) {
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		run, err := RunMultiScenario(ctx, b, sc, RunConfig{Log: testLog(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range MultiNames {
+			r := run.Names[name].Result
+			t.Logf("backend=%s scenario=%s name=%s expected=%s got=%q acquisitions=%d stale-rejected=%d lost-updates=%d recovery=%s",
+				run.Backend, sc.Name, name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, r.StaleRejected, r.LostUpdates, r.Recovery.Round(time.Millisecond))
+			if r.Acquisitions == 0 {
+				t.Errorf("%s was never acquired: the run shows nothing about it", name)
 			}
-		})
-	}
+		}
+		t.Logf("backend=%s scenario=%s multi-lock holds=%d elapsed=%s", run.Backend, sc.Name, run.Holds, run.Elapsed.Round(time.Millisecond))
+		if run.Mismatch != nil {
+			for _, name := range MultiNames {
+				t.Log(excerpt(run.Names[name].Result))
+			}
+			t.Errorf("%s on %s: %v", sc.Name, run.Backend, run.Mismatch)
+		}
+	})
 }
 
 // TestMultiLockCheckerCatchesAnOverlapOnOneName feeds a name's history, as

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // RunConfig says how to run a scenario.
@@ -195,7 +195,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 	}
 	w.lockers = nil
 	if cluster.ClusterNodes != nil {
-		finalStateOfClusterNodes(ctx, rec, resource, cluster.ClusterNodes, env.ScanKeys)
+		finalStateOf(ctx, rec, resource, registerKey, clusterScanNodes(cluster.ClusterNodes), env.ScanKeys)
 	} else {
 		finalState(ctx, rec, resource, nw.Addrs()[:sc.nodes()], cluster.TLS, env.ScanKeys)
 	}
@@ -334,8 +334,8 @@ func heal(ctx context.Context, env *Env, f Fault) error {
 // isExtensionNote tells whether e is the library's report that an
 // extension ended (newRedlockClient notes them).
 func isExtensionNote(e Event) bool {
-	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+redlock.EventExtended.String()) ||
-		strings.Contains(e.Detail, "library: "+redlock.EventExtendFailed.String()))
+	return e.Kind == NemesisNote && (strings.Contains(e.Detail, "library: "+observe.Extended.String()) ||
+		strings.Contains(e.Detail, "library: "+observe.ExtendFailed.String()))
 }
 
 // errNoHoldPinned: nobody acquired within the time given.
@@ -562,11 +562,23 @@ func keysOn(ctx context.Context, c redis.Cmdable, keys []string) (string, error)
 // of keys (the lock key and the others of the lock, see scannedKeys) are
 // still there. tlsConfig reaches nodes that serve TLS only.
 func finalState(ctx context.Context, rec *Recorder, resource *redis.Client, addrs []string, tlsConfig *tls.Config, keys []string) {
-	finalStateOf(ctx, rec, resource, registerKey, addrs, tlsConfig, keys)
+	finalStateOf(ctx, rec, resource, registerKey, proxiedScanNodes(addrs, tlsConfig), keys)
 }
 
-// finalStateOf is finalState for the register and lock keys given.
-func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, addrs []string, tlsConfig *tls.Config, keys []string) {
+// proxiedScanNodes are the lock nodes at addrs (their proxies, or the
+// servers), named n0, n1, ... in that order, for the final scan.
+func proxiedScanNodes(addrs []string, tlsConfig *tls.Config) []scanNode {
+	out := make([]scanNode, len(addrs))
+	for i, a := range addrs {
+		out[i] = scanNode{"n" + strconv.Itoa(i), func() redis.UniversalClient {
+			return redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
+		}}
+	}
+	return out
+}
+
+// finalStateOf is finalState for the register and lock nodes given.
+func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, register string, nodes []scanNode, keys []string) {
 	e := Event{Kind: RegisterFinal, Client: NoClient}
 	v, err := resource.Get(ctx, register).Int64()
 	if err != nil && !errors.Is(err, redis.Nil) {
@@ -574,9 +586,9 @@ func finalStateOf(ctx context.Context, rec *Recorder, resource *redis.Client, re
 	}
 	e.Value = v
 	rec.Record(e)
-	for i, a := range addrs {
-		c := redis.NewClient(&redis.Options{Addr: a, TLSConfig: tlsConfig, MaxRetries: 2, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second})
-		e := Event{Kind: KeyScan, Client: NoClient, Node: "n" + strconv.Itoa(i)}
+	for _, n := range nodes {
+		c := n.open()
+		e := Event{Kind: KeyScan, Client: NoClient, Node: n.name}
 		found, err := keysOn(ctx, c, keys)
 		if err != nil {
 			e.Err = err.Error()

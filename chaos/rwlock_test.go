@@ -1,7 +1,6 @@
 package chaos
 
 import (
-	"context"
 	"os"
 	"slices"
 	"testing"
@@ -19,50 +18,34 @@ var rwShortSuite = []string{"rw-no-faults", "rw-partition-flapping", "rw-restart
 // REDLOCK_CHAOS_BACKEND asks for; a verdict that differs from the
 // expectation fails.
 func TestRWScenarios(t *testing.T) {
-	all := os.Getenv("REDLOCK_CHAOS_RW") == "all"
-	for _, b := range openBackends(t) {
-		t.Run(b.Name(), func(t *testing.T) {
-			t.Parallel()
-			for _, sc := range RWScenarios() {
-				if !all && !slices.Contains(rwShortSuite, sc.Name) {
-					continue
-				}
-				t.Run(sc.Name, func(t *testing.T) {
-					if why := splitSkip(b.Name(), sc); why != "" {
-						t.Skip(why)
-					}
-					ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-					defer cancel()
-					run, err := runScenarioOnce(ctx, t, b, sc)
-					if err != nil {
-						if run != nil {
-							keepReport(t, run)
-						}
-						t.Fatal(err)
-					}
-					r := run.Result
-					shared, writes := 0, 0
-					for _, h := range r.Holds {
-						if h.Shared {
-							shared++
-						} else {
-							writes++
-						}
-					}
-					t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d (writers %d, readers %d) stale-rejected=%d recovery=%s elapsed=%s",
-						run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, writes, shared, r.StaleRejected,
-						r.Recovery.Round(time.Millisecond), run.Elapsed.Round(time.Millisecond))
-					if writes == 0 || shared == 0 {
-						t.Errorf("%s on %s: %d writer and %d reader holds: the run did not exercise both sides", sc.Name, run.Backend, writes, shared)
-					}
-					if run.Mismatch != nil {
-						t.Errorf("%s on %s: %v\n%s", sc.Name, run.Backend, run.Mismatch, excerpt(r))
-					}
-					keepReport(t, run)
-				})
-			}
-		})
+	scenarios := RWScenarios
+	if os.Getenv("REDLOCK_CHAOS_RW") != "all" {
+		scenarios = func() []Scenario {
+			return slices.DeleteFunc(RWScenarios(), func(sc Scenario) bool { return !slices.Contains(rwShortSuite, sc.Name) })
+		}
 	}
+	eachScenario(t, scenarios, func(t *testing.T, b Backend, sc Scenario) {
+		run := runScenarioT(t, b, sc)
+		r := run.Result
+		shared, writes := 0, 0
+		for _, h := range r.Holds {
+			if h.Shared {
+				shared++
+			} else {
+				writes++
+			}
+		}
+		t.Logf("backend=%s scenario=%s expected=%s got=%q acquisitions=%d (writers %d, readers %d) stale-rejected=%d recovery=%s elapsed=%s",
+			run.Backend, sc.Name, sc.Expect.Verdict, Summarize(r), r.Acquisitions, writes, shared, r.StaleRejected,
+			r.Recovery.Round(time.Millisecond), run.Elapsed.Round(time.Millisecond))
+		if writes == 0 || shared == 0 {
+			t.Errorf("%s on %s: %d writer and %d reader holds: the run did not exercise both sides", sc.Name, run.Backend, writes, shared)
+		}
+		if run.Mismatch != nil {
+			t.Errorf("%s on %s: %v\n%s", sc.Name, run.Backend, run.Mismatch, excerpt(r))
+		}
+		keepReport(t, run)
+	})
 }
 
 // TestCheckerLetsReadersOverlapOnlyEachOther judges hand-made histories:

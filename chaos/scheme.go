@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // Held is one acquisition, whatever scheme made it.
@@ -184,14 +185,14 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		// Attempts fail by the thousand under a fault: note the first of
 		// each run of failures of one kind.
 		var lastFailure string
-		opts.Observer = redlock.ObserverFunc(func(e redlock.Event) {
+		opts.Observer = observe.Func(func(e observe.Event) {
 			switch e.Kind {
-			case redlock.EventAcquireFailed:
+			case observe.AcquireFailed:
 				if kind := failureKind(e.Err); kind != lastFailure {
 					lastFailure = kind
 					env.Note("library: attempts failing (" + kind + "), first: " + errString(e.Err))
 				}
-			case redlock.EventLost, redlock.EventNodeSitOut, redlock.EventNodeRestarted, redlock.EventExtended, redlock.EventExtendFailed:
+			case observe.Lost, observe.NodeSitOut, observe.NodeRestarted, observe.Extended, observe.ExtendFailed:
 				d := "library: " + e.Kind.String()
 				if e.Node != "" {
 					d += " " + e.Node

@@ -20,12 +20,14 @@ import (
 	"errors"
 	"time"
 
-	"github.com/quorumlabs/redlock"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // ScopeName is the instrumentation scope of the meter and tracer.
@@ -108,7 +110,7 @@ func WithLockNameAttribute() Option {
 	return func(c *config) { c.lockName = true }
 }
 
-// Observer is a redlock.Observer that records metrics and spans. Its
+// Observer is a observe.Observer that records metrics and spans. Its
 // Observe is safe for concurrent use and does not block.
 type Observer struct {
 	cfg    config
@@ -208,53 +210,53 @@ func NewObserver(opts ...Option) (*Observer, error) {
 }
 
 // Observe records e.
-func (o *Observer) Observe(e redlock.Event) {
+func (o *Observer) Observe(e observe.Event) {
 	ctx := e.Context
 	if ctx == nil {
 		ctx = context.Background()
 	}
 	switch e.Kind {
-	case redlock.EventAcquired:
+	case observe.Acquired:
 		attrs := o.lockAttrs(e.Name, OutcomeAcquired)
 		o.acquireDuration.Record(ctx, e.Elapsed.Seconds(), attrs)
 		o.acquisitions.Add(ctx, 1, o.lockAttrs(e.Name, ""))
 		o.held.Add(ctx, 1, o.lockAttrs(e.Name, ""))
 		o.span(ctx, SpanAcquire, e, OutcomeAcquired)
-	case redlock.EventAcquireFailed:
+	case observe.AcquireFailed:
 		outcome := Outcome(e.Err)
 		o.acquireDuration.Record(ctx, e.Elapsed.Seconds(), o.lockAttrs(e.Name, outcome))
 		o.acquireFailures.Add(ctx, 1, o.lockAttrs(e.Name, outcome))
 		o.span(ctx, SpanAcquire, e, outcome)
-	case redlock.EventExtended:
+	case observe.Extended:
 		o.extensions.Add(ctx, 1, o.lockAttrs(e.Name, OutcomeExtended))
 		o.spanIfCalled(ctx, SpanExtend, e, OutcomeExtended)
-	case redlock.EventExtendFailed:
+	case observe.ExtendFailed:
 		outcome := Outcome(e.Err)
 		o.extensions.Add(ctx, 1, o.lockAttrs(e.Name, outcome))
 		o.spanIfCalled(ctx, SpanExtend, e, outcome)
-	case redlock.EventReleased:
+	case observe.Released:
 		outcome := OutcomeReleased
 		if e.Err != nil {
 			outcome = Outcome(e.Err)
 		}
 		o.releases.Add(ctx, 1, o.lockAttrs(e.Name, outcome))
-		// A lost lock left the gauge at its EventLost.
+		// A lost lock left the gauge at its observe.Lost.
 		if !errors.Is(e.Err, redlock.ErrLockLost) {
 			o.held.Add(ctx, -1, o.lockAttrs(e.Name, ""))
 		}
 		o.span(ctx, SpanRelease, e, outcome)
-	case redlock.EventLost:
+	case observe.Lost:
 		o.losses.Add(ctx, 1, o.lockAttrs(e.Name, ""))
 		o.held.Add(ctx, -1, o.lockAttrs(e.Name, ""))
-	case redlock.EventWaited:
+	case observe.Waited:
 		outcome := OutcomeAcquired
 		if e.Err != nil {
 			outcome = waitOutcome(e.Err)
 		}
 		o.waitDuration.Record(ctx, e.Elapsed.Seconds(), o.lockAttrs(e.Name, outcome))
-	case redlock.EventNodeSitOut:
+	case observe.NodeSitOut:
 		o.sitOuts.Add(ctx, 1, o.attrs(AttrNode.String(e.Node), AttrSitOutReason.String(e.Reason)))
-	case redlock.EventNodeRestarted:
+	case observe.NodeRestarted:
 		o.restarts.Add(ctx, 1, o.attrs(AttrNode.String(e.Node)))
 	}
 }
@@ -283,7 +285,7 @@ func (o *Observer) lockAttrs(name, outcome string) metric.MeasurementOption {
 // spanIfCalled records a span for an operation a caller asked for: the
 // renewal scheduler's extensions, which no call caused (no Context), would
 // each be a trace of their own, every third of a TTL for every lock.
-func (o *Observer) spanIfCalled(ctx context.Context, name string, e redlock.Event, outcome string) {
+func (o *Observer) spanIfCalled(ctx context.Context, name string, e observe.Event, outcome string) {
 	if e.Context != nil {
 		o.span(ctx, name, e, outcome)
 	}
@@ -293,7 +295,7 @@ func (o *Observer) spanIfCalled(ctx context.Context, name string, e redlock.Even
 // ago. Every node's result is an event at the moment its answer came. An
 // operation outside any trace gets a root span, as a go-redis command does
 // under redisotel.
-func (o *Observer) span(ctx context.Context, name string, e redlock.Event, outcome string) {
+func (o *Observer) span(ctx context.Context, name string, e observe.Event, outcome string) {
 	end := time.Now()
 	start := end.Add(-e.Elapsed)
 	_, span := o.tracer.Start(ctx, name, trace.WithTimestamp(start), trace.WithSpanKind(trace.SpanKindInternal))
@@ -372,7 +374,7 @@ func waitOutcome(err error) string {
 
 // NodeOutcome classifies one node's result in a round into one of the Node
 // outcome constants.
-func NodeOutcome(n redlock.NodeResult) string {
+func NodeOutcome(n observe.NodeResult) string {
 	switch {
 	case n.OK:
 		return NodeOK

@@ -6,15 +6,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/quorumlabs/redlock"
-	redlockotel "github.com/quorumlabs/redlock/otel"
-	"github.com/quorumlabs/redlock/redistest"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
+	redlockotel "github.com/quorumlabs/redlock/otel"
+	"github.com/quorumlabs/redlock/redistest"
 )
 
 // telemetry is an Observer wired to in-memory readers.
@@ -419,15 +421,15 @@ func TestOutcomeClassifiesTheLibrarysErrors(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		n    redlock.NodeResult
+		n    observe.NodeResult
 		want string
 	}{
-		{redlock.NodeResult{OK: true}, redlockotel.NodeOK},
-		{redlock.NodeResult{}, redlockotel.NodeRefused},
-		{redlock.NodeResult{Err: &redlock.NodeError{Node: "a", Err: redlock.ErrNodeSittingOut}}, redlockotel.NodeSittingOut},
-		{redlock.NodeResult{Err: &redlock.NodeError{Node: "a", Err: redlock.ErrNodeDown}}, redlockotel.NodeDown},
-		{redlock.NodeResult{Err: &redlock.NodeError{Node: "a", Err: context.DeadlineExceeded}}, redlockotel.NodeTimeout},
-		{redlock.NodeResult{Err: errors.New("NOSCRIPT")}, redlockotel.NodeError},
+		{observe.NodeResult{OK: true}, redlockotel.NodeOK},
+		{observe.NodeResult{}, redlockotel.NodeRefused},
+		{observe.NodeResult{Err: &redlock.NodeError{Node: "a", Err: redlock.ErrNodeSittingOut}}, redlockotel.NodeSittingOut},
+		{observe.NodeResult{Err: &redlock.NodeError{Node: "a", Err: redlock.ErrNodeDown}}, redlockotel.NodeDown},
+		{observe.NodeResult{Err: &redlock.NodeError{Node: "a", Err: context.DeadlineExceeded}}, redlockotel.NodeTimeout},
+		{observe.NodeResult{Err: errors.New("NOSCRIPT")}, redlockotel.NodeError},
 	} {
 		if got := redlockotel.NodeOutcome(tc.n); got != tc.want {
 			t.Errorf("NodeOutcome(%+v) = %q, want %q", tc.n, got, tc.want)

@@ -165,16 +165,25 @@ func Start(n int, opts Options) (*Cluster, error) {
 func StartT(tb testing.TB, n int, opts Options) *Cluster {
 	tb.Helper()
 	c, err := Start(n, opts)
+	c = stoppedAtEnd(tb, "redis servers", c, err)
+	reportOnce(tb, c.Build)
+	return c
+}
+
+// stoppedAtEnd is the test side of a Start function's result: tb fails at
+// once if the start did, and otherwise d (what) is stopped when tb ends,
+// failing tb if that stop fails.
+func stoppedAtEnd[D interface{ Stop() error }](tb testing.TB, what string, d D, err error) D {
+	tb.Helper()
 	if err != nil {
 		tb.Fatal(err)
 	}
-	reportOnce(tb, c.Build)
 	tb.Cleanup(func() {
-		if err := c.Stop(); err != nil {
-			tb.Errorf("stopping redis servers: %v", err)
+		if err := d.Stop(); err != nil {
+			tb.Errorf("stopping %s: %v", what, err)
 		}
 	})
-	return c
+	return d
 }
 
 func (o Options) validate() error {
@@ -315,22 +324,27 @@ func freePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// startLocked runs redis-server in the foreground on s.Port and waits until it
-// answers PING. s.mu must be held.
-func (s *Server) startLocked() error {
-	if s.sentinel != "" {
-		return s.startSentinelLocked()
-	}
-	args := []string{
+// processArgs are the arguments of every server process, a Sentinel's
+// too: its port on 127.0.0.1, in the foreground, its directory and log.
+func (s *Server) processArgs() []string {
+	return []string{
 		"--port", strconv.Itoa(s.Port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "no",
 		"--daemonize", "no",
 		"--dir", filepath.Join(s.Dir, "data"),
 		"--logfile", filepath.Join(s.Dir, "redis.log"),
-		// No RDB snapshots: they fork, and durability is AOF's job.
-		"--save", "",
 	}
+}
+
+// startLocked runs redis-server in the foreground on s.Port and waits until it
+// answers PING. s.mu must be held.
+func (s *Server) startLocked() error {
+	if s.sentinel != "" {
+		return s.startSentinelLocked()
+	}
+	// No RDB snapshots: they fork, and durability is AOF's job.
+	args := append(s.processArgs(), "--save", "")
 	if s.opts.Persistence {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
 	}

@@ -99,15 +99,7 @@ func StartRedisCluster(masters, replicas int, opts Options) (*RedisCluster, erro
 func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *RedisCluster {
 	tb.Helper()
 	rc, err := StartRedisCluster(masters, replicas, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := rc.Stop(); err != nil {
-			tb.Errorf("stopping redis cluster: %v", err)
-		}
-	})
-	return rc
+	return stoppedAtEnd(tb, "redis cluster", rc, err)
 }
 
 func (rc *RedisCluster) form(masters, replicas int) error {
@@ -421,16 +413,9 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot int, to *Server) erro
 	if from == to {
 		return nil
 	}
-	fromID, err := from.ID(ctx)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	toID, err := to.ID(ctx)
-	if err != nil {
-		return err
-	}
-	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
 	}
 	if err := from.Client().Do(ctx, "cluster", "setslot", slot, "migrating", toID).Err(); err != nil {
 		return fmt.Errorf("redistest: SETSLOT MIGRATING on %s: %w", from.Addr, err)
@@ -459,6 +444,24 @@ func (rc *RedisCluster) MoveSlot(ctx context.Context, slot int, to *Server) erro
 	return rc.awaitMaster(ctx, slot, to)
 }
 
+// importSlot marks slot IMPORTING from the master from on the master to,
+// the first step of moving it with or without its keys, and returns to's
+// node ID.
+func importSlot(ctx context.Context, slot int, from, to *Server) (toID string, err error) {
+	fromID, err := from.ID(ctx)
+	if err != nil {
+		return "", err
+	}
+	toID, err = to.ID(ctx)
+	if err != nil {
+		return "", err
+	}
+	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
+		return "", fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
+	}
+	return toID, nil
+}
+
 // MoveSlotEmpty gives slot to the master to without its keys: to claims
 // it (SETSLOT IMPORTING, then SETSLOT NODE to itself, which bumps its
 // config epoch without asking the others), and the master that served it
@@ -475,16 +478,9 @@ func (rc *RedisCluster) MoveSlotEmpty(ctx context.Context, slot int, to *Server)
 	if from == to {
 		return fmt.Errorf("redistest: MoveSlotEmpty: %s already serves slot %d", to.Addr, slot)
 	}
-	fromID, err := from.ID(ctx)
+	toID, err := importSlot(ctx, slot, from, to)
 	if err != nil {
 		return err
-	}
-	toID, err := to.ID(ctx)
-	if err != nil {
-		return err
-	}
-	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "importing", fromID).Err(); err != nil {
-		return fmt.Errorf("redistest: SETSLOT IMPORTING on %s: %w", to.Addr, err)
 	}
 	if err := to.Client().Do(ctx, "cluster", "setslot", slot, "node", toID).Err(); err != nil {
 		return fmt.Errorf("redistest: SETSLOT NODE on %s: %w", to.Addr, err)
@@ -574,15 +570,7 @@ func StartSentinel(name string, replicas int, opts Options) (*Sentinels, error) 
 func StartSentinelT(tb testing.TB, name string, replicas int, opts Options) *Sentinels {
 	tb.Helper()
 	ss, err := StartSentinel(name, replicas, opts)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tb.Cleanup(func() {
-		if err := ss.Stop(); err != nil {
-			tb.Errorf("stopping sentinel deployment: %v", err)
-		}
-	})
-	return ss
+	return stoppedAtEnd(tb, "sentinel deployment", ss, err)
 }
 
 func (ss *Sentinels) start(opts Options) error {
@@ -627,14 +615,7 @@ func (ss *Sentinels) start(opts Options) error {
 
 // startSentinelLocked runs the server as a Sentinel. s.mu must be held.
 func (s *Server) startSentinelLocked() error {
-	return s.runLocked([]string{s.sentinel, "--sentinel",
-		"--port", strconv.Itoa(s.Port),
-		"--bind", "127.0.0.1",
-		"--protected-mode", "no",
-		"--daemonize", "no",
-		"--dir", filepath.Join(s.Dir, "data"),
-		"--logfile", filepath.Join(s.Dir, "redis.log"),
-	})
+	return s.runLocked(append([]string{s.sentinel, "--sentinel"}, s.processArgs()...))
 }
 
 // SentinelAddrs are the Sentinels' addresses.

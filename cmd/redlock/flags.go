@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // cmdHelp is what `redlock <command> --help` prints around the flag list.
@@ -226,8 +227,8 @@ func (nf *nodeFlags) logNodeError(a *app, node string, err error) {
 // which token, an attempt failed and why, node by node) and the nodes it stopped counting.
 type eventLog struct{ logger *slog.Logger }
 
-// Observe implements redlock.Observer.
-func (l eventLog) Observe(e redlock.Event) {
+// Observe implements observe.Observer.
+func (l eventLog) Observe(e observe.Event) {
 	attrs := []any{"event", e.Kind.String()}
 	if e.Name != "" {
 		attrs = append(attrs, "lock", e.Name)
@@ -368,8 +369,13 @@ func plural(n int, noun string) string {
 	return fmt.Sprintf("%d %ss", n, noun)
 }
 
-// oneLockName returns the single lock name among the positional arguments.
-func oneLockName(positional []string) (string, error) {
+// parseLockName parses the flags of a command that acts on one lock and
+// returns the single lock name among its positional arguments.
+func parseLockName(fs *flag.FlagSet, args []string) (string, error) {
+	positional, err := parseFlags(fs, args)
+	if err != nil {
+		return "", err
+	}
 	if len(positional) != 1 {
 		return "", usagef("want exactly one lock NAME, got %d arguments", len(positional))
 	}

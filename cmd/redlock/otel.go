@@ -6,14 +6,16 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/quorumlabs/redlock"
-	redlockotel "github.com/quorumlabs/redlock/otel"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlpmetric/otlpmetrichttp"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
+	redlockotel "github.com/quorumlabs/redlock/otel"
 )
 
 // otelFlagUsage is the --otel flag's help, shared by the commands that take it.
@@ -28,7 +30,7 @@ const otelShutdownTimeout = 5 * time.Second
 // (endpoint, headers, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, the
 // export interval). shutdown flushes what is left; call it before exiting.
 // The HTTP exporters keep the binary lean: no gRPC runtime.
-func startOTel(ctx context.Context, a *app) (obs redlock.Observer, shutdown func() error, err error) {
+func startOTel(ctx context.Context, a *app) (obs observe.Observer, shutdown func() error, err error) {
 	// The SDK reports failed background exports here: as the command's
 	// warnings, not as log lines of another format.
 	otel.SetErrorHandler(otel.ErrorHandlerFunc(func(err error) {
@@ -59,17 +61,17 @@ func startOTel(ctx context.Context, a *app) (obs redlock.Observer, shutdown func
 }
 
 // observers tells every one of its observers of each event.
-type observers []redlock.Observer
+type observers []observe.Observer
 
-// Observe implements redlock.Observer.
-func (os observers) Observe(e redlock.Event) {
+// Observe implements observe.Observer.
+func (os observers) Observe(e observe.Event) {
 	for _, o := range os {
 		o.Observe(e)
 	}
 }
 
 // addObserver adds o to the observer already in opts, if any.
-func addObserver(opts *redlock.Options, o redlock.Observer) {
+func addObserver(opts *redlock.Options, o observe.Observer) {
 	if opts.Observer == nil {
 		opts.Observer = o
 		return

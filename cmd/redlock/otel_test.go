@@ -27,13 +27,7 @@ func startOTLPSink(t *testing.T) (*otlpSink, string) {
 	t.Helper()
 	sink := &otlpSink{metrics: map[string]bool{}, spans: map[string]bool{}}
 	mux := http.NewServeMux()
-	mux.HandleFunc("POST /v1/metrics", func(w http.ResponseWriter, r *http.Request) {
-		var req collmetrics.ExportMetricsServiceRequest
-		if !sink.decode(w, r, &req) {
-			return
-		}
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
+	mux.HandleFunc("POST /v1/metrics", receive(sink, func(req *collmetrics.ExportMetricsServiceRequest) {
 		for _, rm := range req.ResourceMetrics {
 			for _, sm := range rm.ScopeMetrics {
 				for _, m := range sm.Metrics {
@@ -41,14 +35,8 @@ func startOTLPSink(t *testing.T) (*otlpSink, string) {
 				}
 			}
 		}
-	})
-	mux.HandleFunc("POST /v1/traces", func(w http.ResponseWriter, r *http.Request) {
-		var req colltrace.ExportTraceServiceRequest
-		if !sink.decode(w, r, &req) {
-			return
-		}
-		sink.mu.Lock()
-		defer sink.mu.Unlock()
+	}))
+	mux.HandleFunc("POST /v1/traces", receive(sink, func(req *colltrace.ExportTraceServiceRequest) {
 		for _, rs := range req.ResourceSpans {
 			for _, ss := range rs.ScopeSpans {
 				for _, s := range ss.Spans {
@@ -56,7 +44,7 @@ func startOTLPSink(t *testing.T) (*otlpSink, string) {
 				}
 			}
 		}
-	})
+	}))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +53,23 @@ func startOTLPSink(t *testing.T) (*otlpSink, string) {
 	go func() { _ = srv.Serve(ln) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	return sink, "http://" + ln.Addr().String()
+}
+
+// receive handles the OTLP requests of type M: each one decoded, then
+// kept by keep under the sink's lock.
+func receive[M any, PM interface {
+	*M
+	proto.Message
+}](s *otlpSink, keep func(PM)) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		req := PM(new(M))
+		if !s.decode(w, r, req) {
+			return
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		keep(req)
+	}
 }
 
 // decode reads an OTLP protobuf request into msg and answers it.

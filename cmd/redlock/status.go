@@ -45,11 +45,7 @@ func runStatus(ctx context.Context, a *app, args []string) error {
 	nf.register(fs)
 	timeout := registerTimeout(fs)
 	permits := fs.Int("permits", 0, "show the semaphore NAME of `K` permits; 0: the lock NAME, or a semaphore found by its traces")
-	positional, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	name, err := oneLockName(positional)
+	name, err := parseLockName(fs, args)
 	if err != nil {
 		return err
 	}

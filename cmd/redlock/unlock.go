@@ -54,11 +54,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	force := fs.Bool("force", false, "required: acknowledge that the lock is deleted whoever holds it")
 	yes := fs.Bool("yes", false, "do not ask for confirmation")
 	timeout := registerTimeout(fs)
-	positional, err := parseFlags(fs, args)
-	if err != nil {
-		return err
-	}
-	name, err := oneLockName(positional)
+	name, err := parseLockName(fs, args)
 	if err != nil {
 		return err
 	}
@@ -78,6 +74,8 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
+	urls, _ := nf.urls(a) // connect has checked them
+	total := len(urls)
 
 	inspectCtx, cancel := context.WithTimeout(ctx, *timeout)
 	st, err := client.Inspect(inspectCtx, name)
@@ -91,7 +89,7 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 		fmt.Fprintf(a.stdout, "lock %q is not held by a quorum\n", name)
 	}
 	if !*yes {
-		fmt.Fprintf(a.stdout, "Delete lock %q on all %s? [y/N] ", name, plural(len(client.NodeNames()), "node"))
+		fmt.Fprintf(a.stdout, "Delete lock %q on all %s? [y/N] ", name, plural(total, "node"))
 		answer, _ := bufio.NewReader(a.stdin).ReadString('\n')
 		if a := strings.ToLower(strings.TrimSpace(answer)); a != "y" && a != "yes" {
 			return withExitCode(exitFailure, fmt.Errorf("not confirmed: lock %q left as it is", name))
@@ -100,7 +98,6 @@ func runUnlock(ctx context.Context, a *app, args []string) error {
 	unlockCtx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	deleted, err := client.ForceUnlock(unlockCtx, name)
-	total := len(client.NodeNames())
 	// ForceUnlock deletes the key and raises the fence register in one pipeline per node:
 	// every node that answered did both, the others neither.
 	answered := total - len(nodeErrors(err))

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 )
 
 // waitStatus is what exec --wait shows on a terminal while it waits: a one-line status,
@@ -19,22 +20,22 @@ type waitStatus struct {
 	last       error     // the last failed attempt's error
 }
 
-// Observe implements redlock.Observer: it keeps what the line needs.
-func (w *waitStatus) Observe(e redlock.Event) {
+// Observe implements observe.Observer: it keeps what the line needs.
+func (w *waitStatus) Observe(e observe.Event) {
 	switch e.Kind {
-	case redlock.EventGraceWait:
+	case observe.GraceWait:
 		w.mu.Lock()
 		w.graceUntil = time.Now().Add(e.Wait)
 		w.graceNodes = graceNodes(e.Err)
 		w.mu.Unlock()
-	case redlock.EventAcquireFailed:
+	case observe.AcquireFailed:
 		w.mu.Lock()
 		w.last = e.Err
 		w.mu.Unlock()
 	}
 }
 
-// graceNodes takes "3 of 5 nodes" out of an EventGraceWait's error.
+// graceNodes takes "3 of 5 nodes" out of an observe.GraceWait's error.
 func graceNodes(err error) string {
 	var n, of int
 	if err != nil {

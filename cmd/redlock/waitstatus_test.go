@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -18,14 +19,14 @@ func TestWaitStatusLineSaysWhatAndHowLong(t *testing.T) {
 	now := time.Now()
 	deadline := now.Add(15 * time.Second)
 	w := &waitStatus{}
-	w.Observe(redlock.Event{Kind: redlock.EventGraceWait, Wait: 9800 * time.Millisecond,
+	w.Observe(observe.Event{Kind: observe.GraceWait, Wait: 9800 * time.Millisecond,
 		Err: fmt.Errorf("%w: 3 of 5 nodes sit out the 10s restart grace", redlock.ErrNodeSittingOut)})
 	if line := w.line("job", time.Now(), deadline); !strings.HasPrefix(line, "redlock exec: 3 of 5 nodes in their restart grace, a quorum votes in 9.") ||
 		!strings.Contains(line, "gives up in 15s") || !strings.Contains(line, `(lock "job")`) {
 		t.Errorf("grace: %q", line)
 	}
 	w = &waitStatus{}
-	w.Observe(redlock.Event{Kind: redlock.EventAcquireFailed, Err: &redlock.LockedError{Name: "job", Remaining: 4 * time.Second}})
+	w.Observe(observe.Event{Kind: observe.AcquireFailed, Err: &redlock.LockedError{Name: "job", Remaining: 4 * time.Second}})
 	if line := w.line("job", now.Add(5*time.Second), deadline); !strings.Contains(line, "held by another owner, its keys expire in 4s at the latest; gives up in 10s") {
 		t.Errorf("held: %q", line)
 	}

@@ -9,32 +9,17 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx := context.Background()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	l, err := client.Acquire(ctx, "invoices", redlock.WithFairness(), redlock.WithMaxWait(10*time.Second))
 	if err != nil {
 		return err // gave up: our place in the queue is gone on every node

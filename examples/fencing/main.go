@@ -12,44 +12,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 	"github.com/quorumlabs/redlock/fence"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	resourceURL := "redis://127.0.0.1:7004" // not a lock node: the data the lock guards
-	if env := os.Getenv("REDLOCK_RESOURCE"); env != "" {
-		resourceURL = env
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+func run(ctx context.Context, client *redlock.Client) error {
+	store, err := setup.Redis("REDLOCK_RESOURCE", "redis://127.0.0.1:7004") // not a lock node: the data the lock guards
 	if err != nil {
 		return err
 	}
-	defer client.Close()
-	opts, err := redis.ParseURL(resourceURL)
-	if err != nil {
-		return err
-	}
-	store := redis.NewClient(opts)
 	defer store.Close()
-	ctx := context.Background()
 
 	// Two holders one after the other: the second's token is higher.
 	first, err := client.Acquire(ctx, "balance:alice", redlock.WithMaxWait(10*time.Second))

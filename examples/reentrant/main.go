@@ -9,35 +9,19 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
-	"strings"
-	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 )
 
 var client *redlock.Client
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	var err error
-	client, err = redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+func run(ctx context.Context, c *redlock.Client) error {
+	client = c // the program's one lock client: transfer uses it too
 
 	return client.Do(ctx, "account:42", func(ctx context.Context, l *redlock.Lock) error {
 		fmt.Printf("outer: token %d\n", l.Token())

@@ -11,47 +11,25 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 	"github.com/quorumlabs/redlock/refill"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	cacheURL := "redis://127.0.0.1:7004" // not a lock node
-	if env := os.Getenv("REDLOCK_CACHE"); env != "" {
-		cacheURL = env
-	}
-	locks, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
+func run(ctx context.Context, locks *redlock.Client) error {
+	cache, err := setup.Redis("REDLOCK_CACHE", "redis://127.0.0.1:7004") // not a lock node
 	if err != nil {
 		return err
 	}
-	defer locks.Close()
-	opts, err := redis.ParseURL(cacheURL)
-	if err != nil {
-		return err
-	}
-	cache := redis.NewClient(opts)
 	defer cache.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
 	if err := cache.Del(ctx, "orders:today").Err(); err != nil { // start with a miss
 		return err
 	}

@@ -10,39 +10,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 	"github.com/quorumlabs/redlock/fence"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
+func run(ctx context.Context, client *redlock.Client) error {
 	var report fence.Guard // the resource: refuses a token below its last write's
 	rw := client.RWLock("report:42")
 
 	// A writer has the lock alone; its token comes from the name's fence register.
-	err = rw.DoWrite(ctx, func(ctx context.Context, l *redlock.Lock) error {
+	err := rw.DoWrite(ctx, func(ctx context.Context, l *redlock.Lock) error {
 		fmt.Println("writing report:42")
 		return report.Admit(l.Token())
 	})

@@ -9,35 +9,20 @@ package main
 import (
 	"context"
 	"fmt"
-	"log"
-	"os"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/examples/internal/setup"
 )
 
 func main() {
-	if err := run(); err != nil {
-		log.Fatal(err)
-	}
+	setup.Run(run)
 }
 
-func run() error {
-	nodes := []string{"redis://127.0.0.1:7001", "redis://127.0.0.1:7002", "redis://127.0.0.1:7003"}
-	if env := os.Getenv("REDLOCK_NODES"); env != "" {
-		nodes = strings.Split(env, ",")
-	}
-	client, err := redlock.NewFromURLs(nodes, redlock.Options{TTL: 2 * time.Second})
-	if err != nil {
-		return err
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-
-	sem, err := client.Semaphore("encoder", 2) // 2 permits; a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
+func run(ctx context.Context, client *redlock.Client) error {
+	const permits = 2 // a *ConfigError for K < 1, K > 256 or fewer than 3 nodes
+	sem, err := client.Semaphore("encoder", permits)
 	if err != nil {
 		return err
 	}
@@ -55,8 +40,8 @@ func run() error {
 				if err != nil {
 					return err
 				}
-				if st.Held() > sem.Permits() {
-					return fmt.Errorf("%d holders of %d permits", st.Held(), sem.Permits())
+				if st.Held() > permits {
+					return fmt.Errorf("%d holders of %d permits", st.Held(), permits)
 				}
 				return encode(ctx, p.Slot(), p.Token())
 			})
