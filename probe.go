@@ -140,7 +140,7 @@ func (r probeResult) notPersistent() string {
 // the fsynced offset forward without an fsync, so WAITAOF 1 0 answered 1
 // for a write only in the page cache; a power loss then loses a vote
 // counted as fsynced. Redis 8.0 fixed it (redis/redis#13793). Valkey
-// 9.1.2 still answers so (break_fsynced_test.go traces it with strace),
+// 9.1.2 still answers so (fsynced_powerloss_test.go traces it with strace),
 // and no Valkey release is known to have fixed it: a Valkey server is not
 // trusted, whatever its version. Nor is Redis before 8.0, nor a server
 // that does not say what it is.
