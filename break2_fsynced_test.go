@@ -1,0 +1,170 @@
+package redlock_test
+
+// Second-round adversarial tests of FsyncedVotes (docs/PROTOCOL.md §13),
+// written on the branch break2 against main at 7efe239. Each names the
+// schedule it drives and the promise it holds the code to. They reuse the
+// strace power-loss helpers of break_fsynced_test.go.
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// aofOffThenOn turns s's AOF off with CONFIG SET (as an operator does to
+// stop its disk use for a while), calls between while it is off, then turns it
+// back on and returns once the rewrite that turning it on starts has
+// ended (a few ms on these small data sets; the rewrite's end fsyncs, so
+// the next everysec fsync is about a second away).
+func aofOffThenOn(ctx context.Context, t *testing.T, servers []*redistest.Server, between func()) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	between()
+	for _, s := range servers {
+		rdb := s.Client()
+		if err := rdb.ConfigSet(ctx, "appendonly", "yes").Err(); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			info, err := rdb.Info(ctx, "persistence").Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Contains(info, "aof_enabled:1") && strings.Contains(info, "aof_rewrite_in_progress:0") && strings.Contains(info, "aof_rewrite_scheduled:0") {
+				break
+			}
+			if ctx.Err() != nil {
+				t.Fatalf("%s: the AOF rewrite did not end:\n%s", s.Addr, info)
+			}
+		}
+	}
+}
+
+// fsyncRequired is learned at a probe and read at the vote. X probes two
+// servers while their AOF is off (CONFIG SET appendonly no): they are not
+// persistent for X, and n.fsyncRequired is false. The operator turns the
+// AOF back on (CONFIG SET appendonly yes; its rewrite ends, the servers
+// are everysec and fsync as before). X's next vote there, within
+// guardMaxAge (1s) of its probe, is sent with no WAITAOF: X's probe is not
+// stale and not old enough to be read again, so masterWrite sees
+// fsyncRequired false, and the vote counts unconfirmed (X's own
+// node.unconfirmed moves, which only X reads). Y, idle throughout, probed
+// the servers before the AOF went off: persistent through WAITAOF, with no
+// unconfirmed vote of its own. The two machines lose power right after X's
+// acquire, before their next everysec fsync (played as in
+// TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation, only on servers whose
+// trace shows no fsync after X's vote), and restart on their disks (their
+// config says appendonly yes everysec). Y excuses the restart (persistent
+// at its last probe, persistent now, and its guard asks no barrier) and
+// takes X's lock within X's validity.
+//
+// The promise held: "every vote on an 8.0+ master with its AOF on waits for
+// WAITAOF whatever this client thinks" (durable.go, masterWrite; PROTOCOL
+// §13): here the master has its AOF on at the vote, and X's thought is a
+// stale probe.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2AOFTurnedOnAfterTheProbe .
+func TestBreak2AOFTurnedOnAfterTheProbe(t *testing.T) {
+	server := redistest.SelectedServer()
+	if server != redistest.Redis86 {
+		server = redistest.Redis86 // a trusted WAITAOF is the subject
+	}
+	for try := range 3 {
+		if aofTurnedOnAfterTheProbe(t, server, try) {
+			return
+		}
+	}
+	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+}
+
+func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	y, x := fsyncedPair(ctx, t, cl)
+	crashed := cl.Servers[:2]
+	aofOffThenOn(ctx, t, crashed, func() {
+		// X looks while the AOF is off: not persistent, no WAITAOF
+		// to wait for; they vote all the same (no restart).
+		for i, info := range x.Nodes(ctx) {
+			if info.Err != nil || !info.Voting {
+				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
+			}
+		}
+	})
+	traces := make([]*aofTrace, len(crashed))
+	for i, s := range crashed {
+		traces[i] = traceAOF(t, s)
+	}
+	const name = "job"
+	before := waitAOFCalls(ctx, t, crashed)
+	start := time.Now()
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
+	defer func() { _ = held.Release(context.Background()) }()
+	for _, s := range crashed {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
+	for _, s := range crashed {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
+	l, errY := y.TryAcquire(ctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers whose AOF was on at the vote (X's probe saw it off, before CONFIG SET appendonly yes); after a power loss there Y (FsyncedVotes, last probe before) excused the restart and took %q with %v of X's validity left",
+				name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	t.Logf("Y refused: %v", errY)
+	return lost == 2
+}
+
+var _ = redlock.ErrLocked
+
+// waitAOFCalls reads each server's count of WAITAOF calls (INFO commandstats).
+func waitAOFCalls(ctx context.Context, t *testing.T, servers []*redistest.Server) []int {
+	t.Helper()
+	out := make([]int, len(servers))
+	for i, s := range servers {
+		info, err := s.Client().Info(ctx, "commandstats").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(info, "\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_waitaof:calls="); ok {
+				n, _, _ := strings.Cut(rest, ",")
+				out[i], _ = strconv.Atoi(n)
+			}
+		}
+	}
+	return out
+}
+
+func diffCalls(after, before []int) []int {
+	d := make([]int, len(after))
+	for i := range after {
+		d[i] = after[i] - before[i]
+	}
+	return d
+}
