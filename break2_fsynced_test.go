@@ -168,3 +168,106 @@ func diffCalls(after, before []int) []int {
 	}
 	return d
 }
+
+// The same stale fsyncRequired, for an extension: the PEXPIRE an
+// extension writes, lost at a power loss, leaves the key with the older,
+// earlier expiry of the acquire, while the holder counts the new validity.
+// X holds a lock (TTL 8s), acquired with every server's fsync confirmed.
+// The operator turns the AOF of the three servers off and on again
+// (CONFIG SET appendonly no / yes); X probed them while it was off (Nodes,
+// as any acquire of another lock would). Within a second of that probe X
+// extends the lock, by hand (Extend) or by its renewal (auto): the
+// extension goes out with no WAITAOF, and X counts its new validity. Two
+// machines lose power right after, before their next everysec fsync: the
+// extension's PEXPIREAT is lost, and the key restarts with the expiry of
+// X's acquire. Y (FsyncedVotes, last probe before the AOF went off)
+// excuses the restart, and its Acquire, which waits for the key to expire,
+// takes the lock within X's validity.
+//
+// A renewal round is worse off than Extend: it judges its votes by the
+// guard in force and reads an old one again only in the background
+// (renewalGuardsPass), so its window is not the guard's second but the time
+// since X's last probe.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ExtendAfterAOFTurnedOn .
+func TestBreak2ExtendAfterAOFTurnedOn(t *testing.T) {
+	for try := range 3 {
+		if extendAfterAOFTurnedOn(t, redistest.Redis86, try) {
+			return
+		}
+	}
+	t.Logf("in three runs the servers fsynced X's extension before the kill: the schedule was not hit")
+}
+
+func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 30 * time.Second, FsyncedVotes: true}
+	y := newClient(t, cl, opts)
+	xOpts := opts
+	xOpts.RestartGrace = redlock.NoRestartGrace // X's view of the fresh nodes is not what the test judges
+	x := newClient(t, cl, xOpts)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	acquiredDeadline := held.Deadline()
+	// Y looks after X's acquire (its last probe before the power loss),
+	// and every server fsyncs what it holds: X's acquire is on every disk.
+	// (Both also put time between the acquire and the extension, which is
+	// the window the power loss opens for Y.)
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
+		}
+	}
+	fsyncNow(ctx, cl.Servers)
+	crashed := cl.Servers[:2]
+	aofOffThenOn(ctx, t, cl.Servers, func() {
+		for i, info := range x.Nodes(ctx) {
+			if info.Err != nil || !info.Voting {
+				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
+			}
+		}
+	})
+	traces := make([]*aofTrace, len(crashed))
+	for i, s := range crashed {
+		traces[i] = traceAOF(t, s)
+	}
+	before := waitAOFCalls(ctx, t, crashed)
+	start := time.Now()
+	if err := held.Extend(ctx); err != nil {
+		t.Fatalf("X's extend: %v", err)
+	}
+	t.Logf("X's extend took %v; WAITAOF calls on the two servers during it: %v; X's deadline moved from %v to %v",
+		time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before), acquiredDeadline.Format("15:04:05.000"), held.Deadline().Format("15:04:05.000"))
+	for _, s := range crashed {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
+	for _, s := range crashed {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("X's extension had no fsync on %d of the 2 servers that lost power", lost)
+	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
+	defer ycancel()
+	l, errY := y.Acquire(yctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X extended %q on servers whose AOF was on with no WAITAOF (its probe a moment before saw the AOF off), and counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
+				name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	t.Logf("Y refused within X's validity: %v", errY)
+	return lost == 2
+}
