@@ -65,7 +65,8 @@ func aofOffThenOn(ctx context.Context, t *testing.T, servers []*redistest.Server
 // trace shows no fsync after X's vote), and restart on their disks (their
 // config says appendonly yes everysec). Y excuses the restart (persistent
 // at its last probe, persistent now, and its guard asks no barrier) and
-// takes X's lock within X's validity.
+// takes X's lock within X's validity. Y is not idle: it probes the servers
+// after the switch and before the crash, and sees them as before.
 //
 // The promise held: "every vote on an 8.0+ master with its AOF on waits for
 // WAITAOF whatever this client thinks" (durable.go, masterWrite; PROTOCOL
@@ -102,6 +103,15 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 			}
 		}
 	})
+	// Y looks too, after the switch and before the crash (so Y is not
+	// the idle client of PROTOCOL §13's "persistence changed at run time
+	// under an idle client"): the servers are as they were, everysec with
+	// the AOF on and no rewrite, and Y counts them persistent still.
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
+		}
+	}
 	traces := make([]*aofTrace, len(crashed))
 	for i, s := range crashed {
 		traces[i] = traceAOF(t, s)
@@ -131,7 +141,7 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	if errY == nil {
 		defer func() { _ = l.Release(context.Background()) }()
 		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers whose AOF was on at the vote (X's probe saw it off, before CONFIG SET appendonly yes); after a power loss there Y (FsyncedVotes, last probe before) excused the restart and took %q with %v of X's validity left",
+			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers whose AOF was on at the vote (X's probe saw it off, before CONFIG SET appendonly yes); after a power loss there Y (FsyncedVotes, which probed them after the switch and saw them persistent) excused the restart and took %q with %v of X's validity left",
 				name, time.Until(held.Deadline()).Round(time.Millisecond))
 		}
 		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
@@ -234,6 +244,15 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 			}
 		}
 	})
+	// Y looks too, after the switch and before the crash (so Y is not
+	// the idle client of PROTOCOL §13's "persistence changed at run time
+	// under an idle client"): the servers are as they were, everysec with
+	// the AOF on and no rewrite, and Y counts them persistent still.
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
+		}
+	}
 	traces := make([]*aofTrace, len(crashed))
 	for i, s := range crashed {
 		traces[i] = traceAOF(t, s)
