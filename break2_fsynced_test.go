@@ -290,3 +290,89 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	t.Logf("Y refused within X's validity: %v", errY)
 	return lost == 2
 }
+
+// docs/OPERATIONS.md's ACL table says of `+waitaof +command|info +incr`
+// for FsyncedVotes: "Without them such a node does not count as
+// persistent (and without +waitaof its votes fail)": a cost, never
+// safety. A client whose user lacks command|info cannot ask whether the
+// server has WAITAOF, so its probe finds none (hasCommand of an error),
+// fsyncRequired stays false, and its votes on an everysec Redis 8.6 master
+// with its AOF on are counted with no WAITAOF at all. Another client of the
+// same nodes whose user has the full rule counts them persistent and
+// excuses their restart. X (user without command|info) takes a lock; two
+// machines lose power right after, before their next everysec fsync; Y
+// (full rule, probed the nodes just before) excuses the restart and takes
+// X's lock. No setting changed at run time, no client idle.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ClientWithoutCommandInfo .
+func TestBreak2ClientWithoutCommandInfo(t *testing.T) {
+	for try := range 3 {
+		if clientWithoutCommandInfo(t, redistest.Redis86, try) {
+			return
+		}
+	}
+	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+}
+
+func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	full := redlock.ACLRule("") + " +waitaof +incr"
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec,
+		Users: []string{"full on >pw " + full, "older on >pw " + full + " -command|info"}})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	opts := fsyncedOptions()
+	y := fromURLs(t, aclURLs(cl, "full"), opts)
+	xOpts := opts
+	xOpts.RestartGrace = redlock.NoRestartGrace // X's view of the fresh nodes is not what the test judges
+	x := fromURLs(t, aclURLs(cl, "older"), xOpts)
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
+		}
+	}
+	for i, info := range x.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("X, node %d: %+v, want it voting", i, info)
+		}
+		t.Logf("X, node %d: voting, %s", i, info.SitOutReason)
+	}
+	crashed := cl.Servers[:2]
+	traces := make([]*aofTrace, len(crashed))
+	for i, s := range crashed {
+		traces[i] = traceAOF(t, s)
+	}
+	fsyncNow(ctx, crashed)
+	const name = "job"
+	before := waitAOFCalls(ctx, t, crashed)
+	start := time.Now()
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
+	defer func() { _ = held.Release(context.Background()) }()
+	for _, s := range crashed {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
+	for _, s := range crashed {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
+	l, errY := y.TryAcquire(ctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X (FsyncedVotes, its ACL user without command|info) counted votes with no WAITAOF on 2 everysec Redis 8.6 masters with their AOF on; after a power loss there Y (FsyncedVotes, full ACL rule) excused the restart and took %q with %v of X's validity left",
+				name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	t.Logf("Y refused: %v", errY)
+	return lost == 2
+}
