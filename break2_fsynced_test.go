@@ -376,3 +376,31 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 	t.Logf("Y refused: %v", errY)
 	return lost == 2
 }
+
+// docs/OPERATIONS.md's ACL table, for `+waitaof +command|info +incr`:
+// "Without them such a node does not count as persistent". Without +incr
+// the probe's barrier INCR is refused (NOPERM) and its WAITAOF 1 0 covers
+// only the connection's earlier writes, or none (a WAITAOF on a connection
+// that never wrote answers [1 0] at once): fsyncBarrier ignores the INCR's
+// error, so the barrier "confirms" without a write of its own, and the
+// fresh everysec nodes count as persistent, voting at once with a 30s
+// grace on. Not a second holder by itself (the barrier only covers votes
+// counted unconfirmed, which the other tests here produce), but the doc's
+// claim does not hold, and the barrier is vacuous for such a user.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2BarrierWithoutIncr .
+func TestBreak2BarrierWithoutIncr(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec,
+		Users: []string{"noincr on >pw " + redlock.ACLRule("") + " +waitaof"}})
+	c := fromURLs(t, aclURLs(cl, "noincr"), fsyncedOptions())
+	for i, info := range c.Nodes(ctx) {
+		if info.Err != nil {
+			t.Fatalf("node %d: %v", i, info.Err)
+		}
+		if info.Voting {
+			t.Errorf("DOC CLAIM NOT HELD: node %d counts as persistent (votes at once on a fresh server, 30s grace on) for a user without +incr, whose fsync barrier's INCR is refused", i)
+		}
+	}
+}
