@@ -9,10 +9,12 @@ import (
 	"context"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/quorumlabs/redlock"
+	"github.com/quorumlabs/redlock/observe"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -403,4 +405,122 @@ func TestBreak2BarrierWithoutIncr(t *testing.T) {
 			t.Errorf("DOC CLAIM NOT HELD: node %d counts as persistent (votes at once on a fresh server, 30s grace on) for a user without +incr, whose fsync barrier's INCR is refused", i)
 		}
 	}
+}
+
+// TestBreak2RenewalAfterAOFTurnedOn is TestBreak2ExtendAfterAOFTurnedOn
+// with the renewal doing the extension (WithMaxExtensions(1), TTL 12s, so
+// the round comes 4s after the acquire and well over guardMaxAge after X's
+// probe that saw the AOF off): renewalGuardsPass reads the old guard again
+// only in the background and the round goes out at once with the stale
+// fsyncRequired, so the guard's one-second bound does not limit this
+// window at all. (The background probe's barrier then makes the servers
+// fsync soon after: the kill has to come first, which the strace trace
+// tells; a run that misses says so and starts over.)
+//
+// Verdict at 7efe239: NOT HIT, three runs of three. MONITOR shows the
+// round's PEXPIRE with no WAITAOF behind it (the stale fsyncRequired), but
+// the background probe's barrier (INCR + WAITAOF 1 0, on the same pooled
+// connection right after) makes the server fsync it, and the round's
+// Extended event came only 1.2s later, after that fsync: X counted the new
+// validity of a write already on disk. Kept as the schedule tried.
+//
+// Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2RenewalAfterAOFTurnedOn .
+func TestBreak2RenewalAfterAOFTurnedOn(t *testing.T) {
+	for try := range 3 {
+		if renewalAfterAOFTurnedOn(t, redistest.Redis86, try) {
+			return
+		}
+	}
+	t.Logf("in three runs the servers fsynced X's renewal before the kill: the schedule was not hit")
+}
+
+func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	opts := redlock.Options{TTL: 12 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 30 * time.Second, FsyncedVotes: true}
+	y := newClient(t, cl, opts)
+	extended := make(chan observe.Event, 16)
+	var armed atomic.Bool
+	xOpts := opts
+	xOpts.RestartGrace = redlock.NoRestartGrace // X's view of the fresh nodes is not what the test judges
+	xOpts.Observer = observe.Func(func(e observe.Event) {
+		if (e.Kind == observe.Extended || e.Kind == observe.ExtendFailed) && armed.Load() {
+			select {
+			case extended <- e:
+			default:
+			}
+		}
+	})
+	x := newClient(t, cl, xOpts)
+	const name = "job"
+	held, err := x.TryAcquire(ctx, name, redlock.WithMaxExtensions(1))
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	defer func() { _ = held.Release(context.Background()) }()
+	acquiredDeadline := held.Deadline()
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
+		}
+	}
+	fsyncNow(ctx, cl.Servers)
+	crashed := cl.Servers[:2]
+	aofOffThenOn(ctx, t, cl.Servers, func() {
+		for i, info := range x.Nodes(ctx) {
+			if info.Err != nil || !info.Voting {
+				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
+			}
+		}
+	})
+	for i, info := range y.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
+		}
+	}
+	traces := make([]*aofTrace, len(crashed))
+	for i, s := range crashed {
+		traces[i] = traceAOF(t, s)
+	}
+	if held.Deadline() != acquiredDeadline {
+		t.Fatalf("X's renewal came before the schedule was set up (a slow machine)")
+	}
+	armed.Store(true)
+	var e observe.Event
+	select {
+	case e = <-extended:
+	case <-ctx.Done():
+		t.Fatal("no renewal")
+	}
+	for _, s := range crashed {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if e.Kind != observe.Extended {
+		t.Fatalf("X's renewal failed: %v", e.Err)
+	}
+	t.Logf("X's renewal took %v; X's deadline moved from %v to %v", e.Elapsed.Round(time.Millisecond), acquiredDeadline.Format("15:04:05.000"), held.Deadline().Format("15:04:05.000"))
+	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
+	for _, s := range crashed {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("X's renewal had no fsync on %d of the 2 servers that lost power", lost)
+	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
+	defer ycancel()
+	l, errY := y.Acquire(yctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatalf("BROKEN: X's renewal extended %q with no WAITAOF on servers whose AOF was on (its last probe, over a second old, saw the AOF off), and X counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
+				name, time.Until(held.Deadline()).Round(time.Millisecond))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	t.Logf("Y refused within X's validity: %v", errY)
+	return lost == 2
 }
