@@ -313,6 +313,7 @@ func TestBatchedRenewalWrongTypeFailsAlone(t *testing.T) {
 	ctx := context.Background()
 	locks := acquireEach(t, ctx, c, "wrongtype", 20)
 	bad := locks[7]
+	c.bg.wait() // every acquire call has ended: a late one would write the key over the list
 	listOn(t, ctx, cl.Servers, bad.a.keys[0])
 	for _, r := range runs {
 		r.reset()

@@ -450,6 +450,7 @@ func TestNativeExtend(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.bg.wait() // every acquire call has ended: a late one would write over what the test sets
 		key := c.Keys("ext").Lock
 		// Shorten the key's life on every node: only an extend
 		// brings it back to the TTL.
@@ -574,6 +575,8 @@ func TestNativeMixedClientsNeverReviveALostLock(t *testing.T) {
 		if _, err := b.TryAcquire(ctx, "mixed"); !errors.Is(err, ErrLocked) {
 			t.Fatalf("B while A holds: %v, want ErrLocked", err)
 		}
+		a.bg.wait() // every acquire call has ended: a late one would write over what the test sets
+		b.bg.wait()
 		key := la.a.keys[0]
 		delOn(t, ctx, cl.Servers, key)
 		lb, err := b.TryAcquire(ctx, "mixed")
@@ -621,6 +624,7 @@ func TestNativeMixedClientsNeverReviveALostLock(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.bg.wait() // every acquire call has ended: a late one would write over what the test sets
 		delOn(t, ctx, cl.Servers, ld.a.keys[0])
 		le, err := b.TryAcquire(ctx, "mixed-2")
 		if err != nil {
@@ -796,6 +800,7 @@ func TestNativeRenewalWrongTypeFailsAlone(t *testing.T) {
 	eachBuild(t, nativeBuilds, 30*time.Second, func(t *testing.T, ctx context.Context, server string) {
 		cl, log, c := nativeNodes(t, redistest.Options{Server: server}, "")
 		locks := acquireEach(t, ctx, c, "wrongtype", 8)
+		c.bg.wait() // every acquire call has ended: a late one would write the key over the list
 		listOn(t, ctx, cl.Servers, locks[3].a.keys[0])
 		mark := log.mark()
 		errs := renewalRound(ctx, c, locks)
@@ -843,6 +848,7 @@ func TestNativeExtendOnAFullNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		c.bg.wait() // every acquire call has ended: a late one would write over what the test sets
 		undo := fillNodes(t, ctx, cl)
 		defer undo()
 
@@ -877,6 +883,7 @@ func TestNativeRenewalRoundOnAFullNode(t *testing.T) {
 	eachBuild(t, nativeBuilds, 30*time.Second, func(t *testing.T, ctx context.Context, server string) {
 		cl, log, c := nativeNodes(t, redistest.Options{Server: server}, "")
 		locks := acquireEach(t, ctx, c, "full-round", 4)
+		c.bg.wait() // every acquire call has ended: a late one would write over what the test sets
 		undo := fillNodes(t, ctx, cl)
 		defer undo()
 		scriptsOnly(c)
