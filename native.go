@@ -154,14 +154,17 @@ func nativeRefusal(err error) (fallback, refused bool) {
 // that it cannot run it, which switches the node back to the script.
 func (a *attempt) nativeDelete(ctx context.Context, n *node) (deleted, done bool, err error) {
 	ps := n.pipes
-	if ps == nil || !a.quieted || !a.spec.bare || len(a.releaseArgs) != 6 || ps.acquire.durable != nil {
+	if ps == nil || !a.quieted || !a.spec.bare || ps.acquire.durable != nil {
 		// A test fake, a release that announces, a kind whose release
-		// does more, a holder key to delete too (metadata), or durable
-		// votes (whose writes are grouped by a script's key).
+		// does more, or durable votes (whose writes are grouped by a
+		// script's key).
 		return false, false, nil
 	}
+	if _, _, ok := a.holder(); ok {
+		return false, false, nil // a holder key to delete too (metadata)
+	}
 	caps := ps.nativeCaps()
-	args := caps.deleteArgs(a.releaseArgs[3], a.releaseArgs[4])
+	args := caps.deleteArgs(a.keys[0], a.value)
 	if args == nil {
 		return false, false, nil
 	}
