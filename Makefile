@@ -44,8 +44,8 @@ test: deps servers fmt-check vet
 		(JOBS=1 $(MAKE) --no-print-directory model > $$mlog 2>&1; echo $$? >> $$mlog) & \
 		echo "== go test -race ./chaos (verbose log: $$log), beside the quick SPIN rows"; \
 		(cd chaos && $(SPLIT_ENV)=later $(GO) test -race -count=1 -timeout 30m -v ./... > $$log 2>&1) || rc=$$?; \
-		grep -E 'backend=[a-z]+ scenario=|SKIPPED ON [A-Z]+ HERE|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
-		if [ $$rc -ne 0 ]; then tail -n 150 $$log; fi; \
+		grep -E 'backend=[a-z]+ scenario=|SKIPPED ON [A-Z]+ HERE|^ *--- FAIL|^(FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+		if [ $$rc -ne 0 ]; then awk '/_test.go:[0-9]+: [a-z0-9-]+ on (process|docker): /{n=40} n-->0' $$log; tail -n 150 $$log; fi; \
 		wait; sed '$$d' $$mlog; [ "$$(tail -n 1 $$mlog)" = 0 ] || rc=1; \
 		rm -f $$mlog; [ $$rc -ne 0 ] || rm -f $$log; exit $$rc
 
@@ -92,8 +92,8 @@ test-matrix-chaos: deps servers
 			(cd chaos && REDLOCK_TEST_SERVER=$$s REDLOCK_CHAOS_BACKEND=$$b $(GO) test -race -count=1 -timeout 30m -v \
 				-run "^(TestScenarios|TestRWScenarios)\$$/^$$b\$$/^($$pick)\$$" . > $$log 2>&1) || r=$$?; \
 			echo "== chaos on $$s, $$b backend: $$([ $$r = 0 ] && echo pass || echo FAIL) in $$(( $$(date +%s) - start ))s"; \
-			grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
-			if [ $$r != 0 ]; then echo "matrix-chaos-failed"; tail -n 150 $$log; fi; rm -f $$log; done) > $$out 2>&1 & \
+			grep -E 'backend=[a-z]+ scenario=|^ *--- FAIL|^(FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+			if [ $$r != 0 ]; then echo "matrix-chaos-failed"; awk '/_test.go:[0-9]+: [a-z0-9-]+ on (process|docker): /{n=40} n-->0' $$log; tail -n 150 $$log; fi; rm -f $$log; done) > $$out 2>&1 & \
 	done; wait; \
 	for out in $$logs; do cat $$out; grep -q '^matrix-chaos-failed$$' $$out && rc=1; rm -f $$out; done; exit $$rc
 

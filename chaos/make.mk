@@ -18,8 +18,8 @@ chaos-long: deps
 	@echo "== go test -race ./chaos -run TestScenarios and TestRWScenarios, the long runs ($(SPLIT_ENV)=only)"
 	@log=$$(mktemp -t chaos-long.XXXXXX); rc=0; \
 		(cd chaos && $(SPLIT_ENV)=only $(GO) test -race -count=1 -timeout 30m -v -run '^(TestScenarios|TestRWScenarios)$$' . > $$log 2>&1) || rc=$$?; \
-		grep -E 'backend=[a-z]+ scenario=|^(--- FAIL|FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
-		if [ $$rc -ne 0 ]; then tail -n 150 $$log; exit $$rc; fi; rm -f $$log
+		grep -E 'backend=[a-z]+ scenario=|^ *--- FAIL|^(FAIL|ok|panic:)' $$log | sed -E 's/^ +[a-z_]+_test.go:[0-9]+: //'; \
+		if [ $$rc -ne 0 ]; then awk '/_test.go:[0-9]+: [a-z0-9-]+ on (process|docker): /{n=40} n-->0' $$log; tail -n 150 $$log; exit $$rc; fi; rm -f $$log
 
 .PHONY: chaos chaos-list
 chaos: deps
