@@ -534,7 +534,7 @@ func clusterScenarios() []Scenario {
 	byDesign := Expect{Verdict: VerdictUnsafeByDesign}
 	majority, all := []int{0, 1, 2}, []int{0, 1, 2, 3, 4}
 	during := func(f Fault) []Step {
-		return []Step{AwaitHold(AnyClient), HoldBack(), Apply(f), Heal(f), Resume(), Wait(1500 * time.Millisecond), Unpin()}
+		return []Step{AwaitHold(AnyClient), HoldBack(), Apply(f), Heal(f), Resume(), Contend(1500 * time.Millisecond), Unpin()}
 	}
 	cluster := func(name, about string, expect Expect, f Fault) Scenario {
 		return Scenario{Name: name, About: about, Scheme: rl, Expect: expect, TTL: ttl, Clients: 2, ClusterMasters: 2, Schedule: during(f)}

@@ -267,6 +267,8 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 		return heal(ctx, env, st.Fault)
 	case StepWait:
 		return sleep(ctx, st.Wait)
+	case StepContend:
+		return contend(ctx, env, sc, st.Wait)
 	case StepAwaitHold:
 		if st.Wait > 0 {
 			return tryPinHold(ctx, env, st.Client, st.Wait)
@@ -308,6 +310,27 @@ func step(ctx context.Context, env *Env, sc Scenario, st Step, applied map[strin
 		return fmt.Errorf("unknown step kind %d", st.Kind)
 	}
 	return nil
+}
+
+// contend lets the other clients try for d (see Contend), and up to 3d
+// more for the first acquisition besides the pinned hold when sc expects
+// two holders.
+func contend(ctx context.Context, env *Env, sc Scenario, d time.Duration) error {
+	from, pinned := env.Rec.Now(), env.clients.pinnedHold()
+	if err := sleep(ctx, d); err != nil {
+		return err
+	}
+	if v := sc.Expect.Verdict; v != VerdictUnsafeByDesign && v != VerdictBaseline {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, 3*d)
+	defer cancel()
+	_, err := env.Rec.WaitFor(wctx, from, func(e Event) bool { return e.Kind == AcquireOK && e.Hold != pinned })
+	if err != nil && ctx.Err() == nil {
+		env.Note("no other client acquired within %s of the pinned hold", 4*d)
+		return nil // the checker's verdict says what this run showed
+	}
+	return ctx.Err()
 }
 
 func heal(ctx context.Context, env *Env, f Fault) error {

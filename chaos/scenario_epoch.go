@@ -42,7 +42,7 @@ func epochScenarios() []Scenario {
 		return Scenario{Name: name, About: about, Scheme: rl, Expect: x, TTL: failBackTTL, Clients: 2,
 			Replicas: true, AllowFailoverNodes: true, RestartGrace: grace, Once: true,
 			Schedule: []Step{Quiesce(), Apply(cut), Resume(), AwaitHold(AnyClient), HoldBack(), Apply(away), Apply(fb), Heal(fb),
-				Heal(away), Resume(), Wait(1500 * time.Millisecond), Unpin(), Heal(cut)}}
+				Heal(away), Resume(), Contend(1500 * time.Millisecond), Unpin(), Heal(cut)}}
 	}
 
 	// A durable hold through Do is taken on masters without replicas (the
@@ -94,7 +94,7 @@ func evictScenarios() []Scenario {
 		return Scenario{Name: name, About: about, Scheme: rl, Expect: x, TTL: ttl, Clients: 2,
 			AllowEvictingNodes: allow, RestartGrace: grace,
 			Schedule: []Step{Quiesce(), Apply(quorumOfThree), Resume(), AwaitHold(AnyClient), HoldBack(), Apply(f),
-				Wait(1200 * time.Millisecond), Heal(quorumOfThree), Resume(), Wait(1500 * time.Millisecond), Unpin(), Heal(f)}}
+				Wait(1200 * time.Millisecond), Heal(quorumOfThree), Resume(), Contend(1500 * time.Millisecond), Unpin(), Heal(f)}}
 	}
 	return []Scenario{
 		evict("evict-refused",

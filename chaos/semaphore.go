@@ -272,7 +272,7 @@ func semaphoreScenarios() []Scenario {
 	// 200ms each, so that two of them overlap while the pinned one holds.
 	forget := func(f Fault) []Step {
 		return append(slices.Clone(cutTwo), AwaitHold(AnyClient), HoldBack(), Apply(f), Heal(f), Wait(500*time.Millisecond),
-			Heal(quorumOfThree), Resume(), Wait(1500*time.Millisecond), Unpin())
+			Heal(quorumOfThree), Resume(), Contend(1500*time.Millisecond), Unpin())
 	}
 	const challengerHold = 200 * time.Millisecond
 	return []Scenario{
