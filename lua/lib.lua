@@ -4,12 +4,12 @@
 -- them once for all its calls. A piece is a comment and the code after it,
 -- up to a blank line, and is named by the locals it declares. Only the
 -- named pieces: the server makes a closure of every local function at
--- every run it meets the definition (about a tenth of a µs each, on a
--- script of 5-15µs), which a script should not pay for functions it never
--- calls; so a piece of functions goes just before the script's first
--- statement that names it (a run that returns before never makes it), and
--- the clock is plain statements, in front. The whole file is valid Lua
--- too, so it may also stand in front of a script as it is.
+-- every run that meets its definition (0.03µs each, 0.035µs more an
+-- upvalue, on a script of 5-15µs), which a script should not pay for
+-- functions it never calls; so a piece of functions goes just before the
+-- script's first statement that names it (a run that returns before never
+-- makes it), and the clock is plain statements, in front. The whole file
+-- is valid Lua too, so it may also stand in front of a script as it is.
 -- Arguments stay the strings the client sent, as KEYS and ARGV are: a
 -- value written back stays a string (a Lua number may be written in
 -- exponent form).
