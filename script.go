@@ -7,6 +7,7 @@ package redlock
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync/atomic"
@@ -25,10 +26,11 @@ import (
 // EVALSHA on every node, since the SHA depends on the source alone.
 type script struct {
 	file   string // its file in lua/, e.g. "acquire.lua"
-	src    string // the pieces of lua/lib.lua it names, then the file
+	src    string // the file with the pieces of lua/lib.lua it names (see assemble)
 	srcArg any    // src, boxed once
 	// lines tells where each line of src comes from: the library's
-	// pieces, then the file (a batched form numbers them the same)
+	// pieces and the file's runs of lines between them (a batched form
+	// has its own: every piece, then the file)
 	lines []lineRun
 	sha   atomic.Pointer[any] // the SHA, boxed once; nil until a node told it
 	// renewal scripts go on a node's renewal pipe, apart from the acquires
@@ -72,8 +74,13 @@ func (s *script) where(n int) string {
 // EVALSHA runs the script for many locks and a lock whose call fails (a
 // key of the wrong type, an ACL refusal) gets its error as its own answer
 // while the others run. The library starts on the run's first line and
-// the function on the line after it, so a line has the same number in both
-// forms.
+// the function on the line after it. The plain form places a piece of
+// functions where the file first needs it (see assemble), so a line of the
+// file may have another number here: a call's error is placed by the
+// batched form's lines (explain). Both forms have the same lines in all
+// (the same pieces and file), and the same pieces of statements on their
+// first lines, so a run's own error, which only those or the loop can
+// meet, has the same place in both.
 //
 // Defined once for the run, the library's clock reads TIME once for all
 // the run's calls (see lua/lib.lua clock). That spares each lock one of its
@@ -272,7 +279,8 @@ func (s *script) args(keys []string, argv ...any) []any {
 
 // explain places an error the script met on the node: it names the file
 // and line in lua/ (the server numbers the lines of the source it ran, the
-// library's pieces and then the script's file: see where) and the command
+// script's file with the library's pieces: see where; one call's error in
+// a batched run, those of the batched form) and the command
 // called there, wrapping the server's error. An ACL refusal of a command
 // inside the script becomes a NOPERM error that names the command. Redis
 // 7.0 tells only the line ("ERR The user executing the script can't run
@@ -288,6 +296,10 @@ func (s *script) explain(err error) error {
 		return nil
 	}
 	msg := err.Error()
+	form := s // the form whose lines the server numbered
+	if _, ok := errors.AsType[callError](err); ok && s.batched != nil {
+		form = s.batched // one call's error in a batched run (a grouped call's too)
+	}
 	place, cmds := "", []string(nil)
 	if i := strings.LastIndex(msg, "user_script:"); i >= 0 {
 		line := 0
@@ -297,8 +309,8 @@ func (s *script) explain(err error) error {
 			}
 			line = line*10 + int(d-'0')
 		}
-		place = s.where(line)
-		cmds = s.callsOn(line)
+		place = form.where(line)
+		cmds = form.callsOn(line)
 	}
 	if _, call, ok := strings.Cut(msg, batchCallMarker); ok { // a batched run's
 		name, _, _ := strings.Cut(call, "'")

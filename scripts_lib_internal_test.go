@@ -55,7 +55,7 @@ func TestEveryScriptLineMapsToItsFile(t *testing.T) {
 				body = strings.Count(s.src, "\n") + 1 // then the batched run's loop
 			}
 			for n := 1; n <= body; n++ {
-				place := s.where(n)
+				place := form.where(n)
 				var file string
 				var at int
 				if _, err := fmt.Sscanf(strings.ReplaceAll(place, ":", " "), "lua/%s %d", &file, &at); err != nil {
@@ -71,8 +71,8 @@ func TestEveryScriptLineMapsToItsFile(t *testing.T) {
 					t.Errorf("%s (%s form) line %d is %q; where names %s, which is %q", s.file, formName(form, s), n, got, place, want)
 				}
 			}
-			if s.where(body+1) != "" {
-				t.Errorf("%s: the line after the script maps to %q", s.file, s.where(body+1))
+			if form.where(body+1) != "" {
+				t.Errorf("%s (%s form): the line after the script maps to %q", s.file, formName(form, s), form.where(body+1))
 			}
 		}
 	}
@@ -196,4 +196,56 @@ func TestScriptErrorNamesItsFileLineAndCommand(t *testing.T) {
 	for i := range calls {
 		check("batched", i, vals[i], errs[i])
 	}
+}
+
+// A piece of functions is defined just before the first statement of the
+// file that names it, so that a run that returns before makes no closure of
+// it; the pieces of statements (the clock) stay in front. The batched form
+// defines them all in front, once for the run.
+func TestLibraryFunctionsAreDefinedWhereFirstNeeded(t *testing.T) {
+	for _, c := range []struct {
+		file, piece, after string // the piece comes after the line with after
+	}{
+		{"extend.lua", "local function raise(", "return {held, sec, usec}"},
+		{"rw_write_extend.lua", "local function raise(", "return {held, sec, usec}"},
+		{"fair_extend.lua", "local function raise(", "return {0, sec, usec}"},
+		{"rw_write_acquire.lua", "local function enter(", "return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}"},
+		{"rw_read_acquire.lua", "local function propose(", "return {0, -1, sec, usec}"},
+		{"semaphore_acquire.lua", "local function propose(", "return {0, shortest, sec, usec, -1}"},
+	} {
+		var s *script
+		for _, x := range allScripts() {
+			if x.file == c.file {
+				s = x
+			}
+		}
+		src := s.src
+		at, after := strings.Index(src, c.piece), strings.Index(src, c.after)
+		if at < 0 || after < 0 || at < after {
+			t.Errorf("%s: %q at %d, want after %q (at %d)", c.file, c.piece, at, c.after, after)
+		}
+		if !strings.HasPrefix(src, "-- The node's clock") && strings.Contains(src, "local clock = ") {
+			t.Errorf("%s: the clock is not in front", c.file)
+		}
+		if lib, _, _ := strings.Cut(s.batched.src, "local function one("); !strings.Contains(lib, c.piece) {
+			t.Errorf("%s: the batched form does not define %q once, before its calls", c.file, c.piece)
+		}
+	}
+}
+
+// assemble refuses to place a piece after a local of the file that the
+// piece names: the piece would take the file's local for its own name.
+func TestPlacedPieceMayNotCaptureTheFilesLocal(t *testing.T) {
+	enter := library[slices.IndexFunc(library, func(p libPiece) bool { return p.names[0] == "enter" })]
+	defer func() {
+		if recover() == nil {
+			t.Error("no panic for a file that declares the nowus enter uses")
+		}
+	}()
+	checkCapture("x.lua", enter, []string{"local nowus = 1\n"})
+}
+
+func TestPlacedPieceMayShadowWithItsOwnNames(t *testing.T) {
+	enter := library[slices.IndexFunc(library, func(p libPiece) bool { return p.names[0] == "enter" })]
+	checkCapture("x.lua", enter, []string{"local ttl, key = 1, 2\n", "for member in pairs({}) do\n", "end\n"})
 }

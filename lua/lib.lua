@@ -1,13 +1,15 @@
 -- The steps several scripts share, written once (issue 26): the fence rule
--- of DESIGN §2 above all. scripts.go puts in front of each script the
+-- of DESIGN §2 above all. scripts.go (assemble) gives each script the
 -- pieces of this file it names, and those they name; a batched run defines
 -- them once for all its calls. A piece is a comment and the code after it,
 -- up to a blank line, and is named by the locals it declares. Only the
--- named pieces go in front: the server makes a closure of every local
--- function at every run (a few hundredths of a µs each, on a script of
--- 5-15µs), which a script should not pay for functions it never calls;
--- the clock is plain statements for the same reason. The whole file is
--- valid Lua too, so it may also stand in front of a script as it is.
+-- named pieces: the server makes a closure of every local function at
+-- every run that meets its definition (0.03µs each, 0.035µs more an
+-- upvalue, on a script of 5-15µs), which a script should not pay for
+-- functions it never calls; so a piece of functions goes just before the
+-- script's first statement that names it (a run that returns before never
+-- makes it), and the clock is plain statements, in front. The whole file
+-- is valid Lua too, so it may also stand in front of a script as it is.
 -- Arguments stay the strings the client sent, as KEYS and ARGV are: a
 -- value written back stays a string (a Lua number may be written in
 -- exponent form).

@@ -11,27 +11,23 @@
 -- (0: it never expires)
 -- Returns {1, fence register before, sec, usec} when admitted here,
 --         {0, writer's PTTL or -1 when a waiting writer refused us, sec, usec}.
-local ttl = tonumber(ARGV[2])
--- Once admitted, the acquire's fence step: a reader's acquisition renews
--- the register's lifetime too.
-local function admitted()
-  enter(KEYS[3], ARGV[1], ttl)
-  return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
-end
--- A retried command that already won here. Its yes still writes (the
--- entry, from now: it only lives longer than the reader counts on), so
--- that a WAIT behind this call covers a write of its own connection (see
--- acquire.lua).
+-- A retried command that already won here is admitted again. Its yes
+-- still writes (the entry, from now: it only lives longer than the reader
+-- counts on), so that a WAIT behind this call covers a write of its own
+-- connection (see acquire.lua).
 local mine = redis.call('ZSCORE', KEYS[3], ARGV[1])
-if mine and tonumber(mine) > nowus then
-  return admitted()
+if not (mine and tonumber(mine) > nowus) then
+  local writer = redis.call('PTTL', KEYS[1])
+  if writer ~= -2 then
+    return {0, writer, sec, usec}
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowus)
+  if redis.call('ZCARD', KEYS[4]) > 0 then
+    return {0, -1, sec, usec}
+  end
 end
-local writer = redis.call('PTTL', KEYS[1])
-if writer ~= -2 then
-  return {0, writer, sec, usec}
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[4], '-inf', nowus)
-if redis.call('ZCARD', KEYS[4]) > 0 then
-  return {0, -1, sec, usec}
-end
-return admitted()
+-- Admitted: the entry, then the acquire's fence step (a reader's
+-- acquisition renews the register's lifetime too). No local function of
+-- the file's own: a closure at every run.
+enter(KEYS[3], ARGV[1], tonumber(ARGV[2]))
+return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}

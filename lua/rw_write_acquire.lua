@@ -32,13 +32,15 @@ else
     hint = math.ceil((tonumber(last[2]) - nowus) / 1000)
   end
 end
-if not won then
+if won then
   if ARGV[5] ~= '' then
-    enter(KEYS[4], ARGV[5], tonumber(ARGV[6]))
+    redis.call('ZREM', KEYS[4], ARGV[5])
   end
-  return {0, hint, sec, usec}
+  return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
 end
+-- Refused: the writer's intent, when it waits. Here, after the winner's
+-- return, so that a run that wins makes no closure of enter.
 if ARGV[5] ~= '' then
-  redis.call('ZREM', KEYS[4], ARGV[5])
+  enter(KEYS[4], ARGV[5], tonumber(ARGV[6]))
 end
-return {1, propose(KEYS[2], ARGV[3], ARGV[4]), sec, usec}
+return {0, hint, sec, usec}
