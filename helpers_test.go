@@ -324,20 +324,39 @@ func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, nam
 
 // --- What the servers hold and say.
 
-// keysLeft lists the nodes that still hold the lock key of name.
-func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+// serversWith lists the running servers of cl that hold key, by address.
+func serversWith(t *testing.T, cl *redistest.Cluster, key string) []string {
 	t.Helper()
-	var left []string
+	var with []string
 	for _, s := range cl.Servers {
 		if !s.Running() {
 			continue
 		}
-		n, err := s.Client().Exists(context.Background(), c.Keys(name).Lock).Result()
+		n, err := s.Client().Exists(context.Background(), key).Result()
 		if err != nil {
 			t.Fatalf("%s: %v", s.Addr, err)
 		}
 		if n > 0 {
-			left = append(left, s.Addr)
+			with = append(with, s.Addr)
+		}
+	}
+	return with
+}
+
+// keysLeft lists the nodes that still hold the lock key of name.
+func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+	t.Helper()
+	return serversWith(t, cl, c.Keys(name).Lock)
+}
+
+// keysOfLeft lists "<addr> <key>" for every one of keys still on a
+// running server of cl.
+func keysOfLeft(t *testing.T, cl *redistest.Cluster, keys []string) []string {
+	t.Helper()
+	var left []string
+	for _, k := range keys {
+		for _, addr := range serversWith(t, cl, k) {
+			left = append(left, addr+" "+k)
 		}
 	}
 	return left

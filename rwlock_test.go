@@ -32,22 +32,7 @@ func rwKeys(c *redlock.Client, name string) []string {
 // node.
 func rwKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, rw *redlock.RWLock) []string {
 	t.Helper()
-	var left []string
-	for _, s := range cl.Servers {
-		if !s.Running() {
-			continue
-		}
-		for _, k := range rwKeys(c, rw.Name()) {
-			n, err := s.Client().Exists(context.Background(), k).Result()
-			if err != nil {
-				t.Fatalf("%s: %v", s.Addr, err)
-			}
-			if n > 0 {
-				left = append(left, s.Addr+" "+k)
-			}
-		}
-	}
-	return left
+	return keysOfLeft(t, cl, rwKeys(c, rw.Name()))
 }
 
 // noRWKeysLeft fails the test, with which as the message, if a key of
