@@ -168,31 +168,13 @@ func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers [
 	return held
 }
 
-// acquireAsync runs c.Acquire(ctx, name, opts...) in the background; the
-// lock comes on the channel, nil if the acquire failed (reported with
-// t.Error).
-func acquireAsync(t *testing.T, ctx context.Context, c *redlock.Client, name string, opts ...redlock.LockOption) <-chan *redlock.Lock {
-	got := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := c.Acquire(ctx, name, opts...)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	return got
-}
-
-// awaitGot waits for the lock of an acquireAsync, and stops the test if the
-// acquire failed.
-func awaitGot(t *testing.T, got <-chan *redlock.Lock) *redlock.Lock {
-	t.Helper()
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
-	return l
-}
+// acquireAsync runs c.Acquire(ctx, name, opts...) in the background, and
+// awaitGot waits for its lock: the internal tests' own
+// (helpers_internal_test.go).
+var (
+	acquireAsync = redlock.AcquireAsync
+	awaitGot     = redlock.AwaitGot
+)
 
 // acquireReleaseAsync runs c.Acquire(ctx, name) in the background and
 // releases the lock it got; the outcome comes on the channel, nil once the
