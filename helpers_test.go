@@ -46,6 +46,16 @@ func newClient(t *testing.T, cl *redistest.Cluster, opts redlock.Options) *redlo
 	return newClientOn(t, cl.Clients(), testDefaults(opts, len(cl.Servers)))
 }
 
+// newClients is n clients of cl built as newClient builds one.
+func newClients(t *testing.T, cl *redistest.Cluster, opts redlock.Options, n int) []*redlock.Client {
+	t.Helper()
+	clients := make([]*redlock.Client, n)
+	for i := range clients {
+		clients[i] = newClient(t, cl, opts)
+	}
+	return clients
+}
+
 // newClientOn builds a client over nodes as given, closed at cleanup: for
 // nodes that newClient's defaults do not fit (Cluster or Sentinel clients,
 // a restart grace left on).
@@ -166,6 +176,18 @@ func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers [
 	held := hold(t, ctx, c.TryAcquire, name)
 	awaitKeyOnEvery(t, ctx, servers, c.Keys(name).Lock)
 	return held
+}
+
+// releaseTwice releases h, which must succeed, and releases it again,
+// which must say ErrNotHeld.
+func releaseTwice(t *testing.T, ctx context.Context, h interface{ Release(context.Context) error }) {
+	t.Helper()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
 }
 
 // acquireAsync runs c.Acquire(ctx, name, opts...) in the background, and

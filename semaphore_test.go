@@ -85,11 +85,7 @@ func TestSemaphoreAdmitsKHoldersAndNoMore(t *testing.T) {
 
 func TestSemaphoreNeverMoreThanKHoldersAndTokensIncreasePerSlot(t *testing.T) {
 	cl := redistest.StartT(t, 5, redistest.Options{})
-	clients := []*redlock.Client{
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-	}
+	clients := newClients(t, cl, redlock.Options{TTL: 5 * time.Second}, 3)
 	const permits, workers, rounds = 2, 8, 15
 	var (
 		inside, most atomic.Int32
@@ -394,12 +390,7 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-		t.Fatalf("second release: %v, want ErrNotHeld", err)
-	}
+	releaseTwice(t, ctx, p)
 }
 
 func ExampleClient_Semaphore() {
