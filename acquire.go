@@ -106,12 +106,22 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 // carries this client's lock of the same name (ContextWithLock), it returns
 // a nested handle of it instead.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.takeLock(ctx, name, opts, false)
+}
+
+// takeLock is TryAcquire, and Acquire if wait: the options checked, then a
+// nested handle if ctx carries this client's lock of name, or else the
+// lock taken in one attempt or waited for.
+func (c *Client) takeLock(ctx context.Context, name string, opts []LockOption, wait bool) (*Lock, error) {
 	lc, timeout, err := c.params(name, opts)
 	if err != nil {
 		return nil, err
 	}
 	if l, ok, err := c.reenter(ctx, name); ok {
 		return l, err
+	}
+	if wait {
+		return c.acquire(ctx, name, lc, timeout)
 	}
 	return c.tryOnce(ctx, name, lc, timeout)
 }
@@ -139,14 +149,7 @@ func (c *Client) tryOnce(ctx context.Context, name string, lc lockConfig, timeou
 // this client's lock of the same name (ContextWithLock), it returns a nested
 // handle of it at once: the options then do not apply.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	lc, timeout, err := c.params(name, opts)
-	if err != nil {
-		return nil, err
-	}
-	if l, ok, err := c.reenter(ctx, name); ok {
-		return l, err
-	}
-	return c.acquire(ctx, name, lc, timeout)
+	return c.takeLock(ctx, name, opts, true)
 }
 
 // acquire waits for a lock of any kind (lc.kind), timed for an

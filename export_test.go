@@ -23,3 +23,10 @@ var ParseURL = parseURL
 
 // PermitsOf is how many holders s admits at once: the K it was made with.
 func PermitsOf(s *Semaphore) int { return s.permits }
+
+// AcquireAsync and AwaitGot are the internal tests' fixtures for an acquire
+// in the background, shared with the external tests.
+var (
+	AcquireAsync = acquireAsync
+	AwaitGot     = awaitGot
+)

@@ -550,6 +550,15 @@ func (en epochNodes) awaitCVoting(t *testing.T, ctx context.Context, clients ...
 	}
 }
 
+// votingPair makes two clients of opts and waits until both count C's
+// vote.
+func (en epochNodes) votingPair(t *testing.T, ctx context.Context, opts redlock.Options) (x, y *redlock.Client) {
+	t.Helper()
+	x, y = en.client(t, opts), en.client(t, opts)
+	en.awaitCVoting(t, ctx, x, y)
+	return x, y
+}
+
 // takeThenPromoteCsReplica cuts C's replication, has x take name on P0 and C
 // (takeOnP0AndC), and promotes C's replica by force: a promoted replica
 // without X's key.
@@ -597,9 +606,7 @@ func TestPromotedReplicaOnPersistentServersSitsOut(t *testing.T) {
 	defer cancel()
 	en := startEpochNodes(t, true)
 	opts := redlock.Options{TTL: 15 * time.Second, AllowFailoverNodes: true}
-	x := en.client(t, opts)
-	before := en.client(t, opts)
-	en.awaitCVoting(t, ctx, x, before)
+	x, before := en.votingPair(t, ctx, opts)
 	const name = "job"
 	held, promoted := en.takeThenPromoteCsReplica(t, ctx, x, name)
 	if n, err := promoted.Client().Exists(ctx, x.Keys(name).Lock).Result(); err != nil || n != 0 {
@@ -628,9 +635,7 @@ func TestFailBackUnderTheSameRunIDSitsOut(t *testing.T) {
 	// The TTL leaves room for the two failovers within X's validity; C's
 	// master sits out its start's grace (one TTL) first.
 	opts := redlock.Options{TTL: 12 * time.Second, AllowFailoverNodes: true}
-	x := en.client(t, opts)
-	y := en.client(t, opts)
-	en.awaitCVoting(t, ctx, x, y)
+	x, y := en.votingPair(t, ctx, opts)
 	yMet := time.Now()
 	a, r := en.rc.Shards[0].Master, en.rc.Shards[0].Replicas[0]
 	runA := runID(t, a)

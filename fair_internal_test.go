@@ -312,23 +312,13 @@ func TestFairLockExtendedGrantDoesNotMove(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := make(chan *Lock, 1)
-	go func() {
-		lk, err := cA.Acquire(ctx, name, WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
+	got := acquireAsync(t, ctx, cA, name, WithFairness())
 	awaitQueues(t, cl, cA, name, 1, 1, 1)
 	hold[2].arm("take", true) // A's take is not sent to l
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := <-got
-	if a == nil {
-		t.FailNow()
-	}
+	a := awaitGot(t, got)
 	hold[2].arm("", false)
 	for len(hold[2].ran) > 0 {
 		<-hold[2].ran
@@ -375,24 +365,14 @@ func TestFairLockLateWaitDoesNotUnclaim(t *testing.T) {
 	if r := ghostCall(t, l, cA, name, "wait", b, 1); r[0] != 0 {
 		t.Fatal("B got the held lock")
 	}
-	got := make(chan *Lock, 1)
-	go func() {
-		lk, err := cA.Acquire(ctx, name, WithFairness())
-		if err != nil {
-			t.Error(err)
-		}
-		got <- lk
-	}()
+	got := acquireAsync(t, ctx, cA, name, WithFairness())
 	awaitQueues(t, cl, cA, name, 1, 1, 2)
 	hold[0].arm("take", false)
 	late := <-hold[0].held // A's next refresh to j, held back
 	if err := holder.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	a := <-got
-	if a == nil {
-		t.FailNow()
-	}
+	a := awaitGot(t, got)
 	late() // reaches j after A's claim there
 	ghostCall(t, j, cA, name, "wait", b, 1)
 	claimed := 0

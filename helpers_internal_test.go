@@ -245,6 +245,32 @@ func acquireEach(t *testing.T, ctx context.Context, c *Client, prefix string, n 
 	return locks
 }
 
+// acquireAsync runs c.Acquire(ctx, name, opts...) in the background; the
+// lock comes on the channel, nil if the acquire failed (reported with
+// t.Error).
+func acquireAsync(t *testing.T, ctx context.Context, c *Client, name string, opts ...LockOption) <-chan *Lock {
+	got := make(chan *Lock, 1)
+	go func() {
+		l, err := c.Acquire(ctx, name, opts...)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	return got
+}
+
+// awaitGot waits for the lock of an acquireAsync, and stops the test if the
+// acquire failed.
+func awaitGot(t *testing.T, got <-chan *Lock) *Lock {
+	t.Helper()
+	l := <-got
+	if l == nil {
+		t.FailNow()
+	}
+	return l
+}
+
 // renewalRound renews locks in one round, as the auto-renewal sends it
 // (extendBatch, each lock's extendMu held): each lock's error.
 func renewalRound(ctx context.Context, c *Client, locks []*Lock) []error {

@@ -46,6 +46,16 @@ func newClient(t *testing.T, cl *redistest.Cluster, opts redlock.Options) *redlo
 	return newClientOn(t, cl.Clients(), testDefaults(opts, len(cl.Servers)))
 }
 
+// newClients is n clients of cl built as newClient builds one.
+func newClients(t *testing.T, cl *redistest.Cluster, opts redlock.Options, n int) []*redlock.Client {
+	t.Helper()
+	clients := make([]*redlock.Client, n)
+	for i := range clients {
+		clients[i] = newClient(t, cl, opts)
+	}
+	return clients
+}
+
 // newClientOn builds a client over nodes as given, closed at cleanup: for
 // nodes that newClient's defaults do not fit (Cluster or Sentinel clients,
 // a restart grace left on).
@@ -168,31 +178,25 @@ func holdOnEvery(t *testing.T, ctx context.Context, c *redlock.Client, servers [
 	return held
 }
 
-// acquireAsync runs c.Acquire(ctx, name, opts...) in the background; the
-// lock comes on the channel, nil if the acquire failed (reported with
-// t.Error).
-func acquireAsync(t *testing.T, ctx context.Context, c *redlock.Client, name string, opts ...redlock.LockOption) <-chan *redlock.Lock {
-	got := make(chan *redlock.Lock, 1)
-	go func() {
-		l, err := c.Acquire(ctx, name, opts...)
-		if err != nil {
-			t.Error(err)
-		}
-		got <- l
-	}()
-	return got
+// releaseTwice releases h, which must succeed, and releases it again,
+// which must say ErrNotHeld.
+func releaseTwice(t *testing.T, ctx context.Context, h interface{ Release(context.Context) error }) {
+	t.Helper()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
+		t.Fatalf("second release: %v, want ErrNotHeld", err)
+	}
 }
 
-// awaitGot waits for the lock of an acquireAsync, and stops the test if the
-// acquire failed.
-func awaitGot(t *testing.T, got <-chan *redlock.Lock) *redlock.Lock {
-	t.Helper()
-	l := <-got
-	if l == nil {
-		t.FailNow()
-	}
-	return l
-}
+// acquireAsync runs c.Acquire(ctx, name, opts...) in the background, and
+// awaitGot waits for its lock: the internal tests' own
+// (helpers_internal_test.go).
+var (
+	acquireAsync = redlock.AcquireAsync
+	awaitGot     = redlock.AwaitGot
+)
 
 // acquireReleaseAsync runs c.Acquire(ctx, name) in the background and
 // releases the lock it got; the outcome comes on the channel, nil once the
@@ -324,20 +328,39 @@ func refusedWhileHeld(t *testing.T, ctx context.Context, held *redlock.Lock, nam
 
 // --- What the servers hold and say.
 
-// keysLeft lists the nodes that still hold the lock key of name.
-func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+// serversWith lists the running servers of cl that hold key, by address.
+func serversWith(t *testing.T, cl *redistest.Cluster, key string) []string {
 	t.Helper()
-	var left []string
+	var with []string
 	for _, s := range cl.Servers {
 		if !s.Running() {
 			continue
 		}
-		n, err := s.Client().Exists(context.Background(), c.Keys(name).Lock).Result()
+		n, err := s.Client().Exists(context.Background(), key).Result()
 		if err != nil {
 			t.Fatalf("%s: %v", s.Addr, err)
 		}
 		if n > 0 {
-			left = append(left, s.Addr)
+			with = append(with, s.Addr)
+		}
+	}
+	return with
+}
+
+// keysLeft lists the nodes that still hold the lock key of name.
+func keysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
+	t.Helper()
+	return serversWith(t, cl, c.Keys(name).Lock)
+}
+
+// keysOfLeft lists "<addr> <key>" for every one of keys still on a
+// running server of cl.
+func keysOfLeft(t *testing.T, cl *redistest.Cluster, keys []string) []string {
+	t.Helper()
+	var left []string
+	for _, k := range keys {
+		for _, addr := range serversWith(t, cl, k) {
+			left = append(left, addr+" "+k)
 		}
 	}
 	return left

@@ -14,17 +14,7 @@ import (
 // holderKeysLeft lists the nodes that still keep the holder metadata of name.
 func holderKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, name string) []string {
 	t.Helper()
-	var left []string
-	for _, s := range cl.Servers {
-		n, err := s.Client().Exists(context.Background(), c.Keys(name).Holder).Result()
-		if err != nil {
-			t.Fatalf("%s: %v", s.Addr, err)
-		}
-		if n > 0 {
-			left = append(left, s.Addr)
-		}
-	}
-	return left
+	return serversWith(t, cl, c.Keys(name).Holder)
 }
 
 // A holder's metadata is shown by Inspect while it holds the lock, lives as

@@ -49,6 +49,19 @@ func TestTallyDecidesAsSoonAsTheOutcomeIsKnown(t *testing.T) {
 	}
 }
 
+// closedKeepsNoKey closes c, which waits for what it sent in the
+// background, and reports (t.Errorf) each node of fs that still holds key,
+// after what.
+func closedKeepsNoKey(t *testing.T, fs []*fakeNode, c *Client, key, after string) {
+	t.Helper()
+	_ = c.Close()
+	for i, f := range fs {
+		if v, held := f.get(key); held {
+			t.Errorf("node %d kept %q %s", i, v, after)
+		}
+	}
+}
+
 func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 	fs := fakes(5)
 	gate := make(chan struct{})
@@ -68,10 +81,7 @@ func TestAcquireDoesNotWaitForTheSlowestNodes(t *testing.T) {
 	if err := l.Release(context.Background()); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	_ = c.Close()
-	if kept := keysKept(fs, c, "slow"); len(kept) > 0 {
-		t.Errorf("nodes %v still hold the lock key after release", kept)
-	}
+	closedKeepsNoKey(t, fs, c, c.lockKey("slow"), "after release")
 }
 
 func TestAcquireLosesAtNMinusQuorumPlusOneRefusalsAndCleansUpStragglers(t *testing.T) {
@@ -175,12 +185,7 @@ func TestReleaseCountsTheDeletionARunningExtendOwes(t *testing.T) {
 	if err := <-released; err != nil {
 		t.Fatalf("release: %v, want nil: node 2 still held our key", err)
 	}
-	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(key); held {
-			t.Errorf("node %d kept %q after release", i, v)
-		}
-	}
+	closedKeepsNoKey(t, fs, c, key, "after release")
 }
 
 func TestANodeWhoseCallGotNoAnswerIsSweptAfterTheRelease(t *testing.T) {
@@ -230,12 +235,7 @@ func TestReleaseReachesANodeThatOnlyAnExtendWon(t *testing.T) {
 		t.Fatal(err)
 	}
 	close(gate)
-	_ = c.Close()
-	for i, f := range fs {
-		if v, held := f.get(key); held {
-			t.Errorf("node %d kept %q after release", i, v)
-		}
-	}
+	closedKeepsNoKey(t, fs, c, key, "after release")
 }
 
 func TestNoQuorumCarriesEveryNodeError(t *testing.T) {
@@ -287,10 +287,7 @@ func TestValidityTooShortFailsAndReleases(t *testing.T) {
 	if !errors.Is(err, ErrValidityTooShort) {
 		t.Fatalf("got %v, want ErrValidityTooShort", err)
 	}
-	_ = c.Close()
-	if kept := keysKept(fs, c, "short"); len(kept) > 0 {
-		t.Errorf("nodes %v kept the lock key", kept)
-	}
+	closedKeepsNoKey(t, fs, c, c.lockKey("short"), "after an acquire of too short a validity")
 }
 
 func TestFencingFastAndSlowPath(t *testing.T) {
@@ -365,10 +362,7 @@ func TestCancelledAcquireReturnsContextErrorAndLeavesNoKey(t *testing.T) {
 		t.Fatalf("got %v, want context.Canceled", err)
 	}
 	close(gate) // the nodes now answer, and win, after the caller left
-	_ = c.Close()
-	if kept := keysKept(fs, c, "cancel"); len(kept) > 0 {
-		t.Errorf("nodes %v kept the lock key after a cancelled acquire", kept)
-	}
+	closedKeepsNoKey(t, fs, c, c.lockKey("cancel"), "after a cancelled acquire")
 }
 
 func TestNodeTimeoutIsEnforcedEvenWhenTheClientIgnoresDeadlines(t *testing.T) {

@@ -22,11 +22,7 @@ import (
 
 func TestMutualExclusionAndMonotonicTokensAcrossClients(t *testing.T) {
 	cl := redistest.StartT(t, 5, redistest.Options{})
-	clients := []*redlock.Client{
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-	}
+	clients := newClients(t, cl, redlock.Options{TTL: 5 * time.Second}, 3)
 	const workers, rounds = 12, 25
 	var (
 		inside    atomic.Int32
@@ -489,12 +485,7 @@ func TestLockErrors(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := l.Release(ctx); err != nil {
-			t.Fatal(err)
-		}
-		if err := l.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-			t.Fatalf("second release: %v, want ErrNotHeld", err)
-		}
+		releaseTwice(t, ctx, l)
 		if err := l.Extend(ctx); !errors.Is(err, redlock.ErrNotHeld) {
 			t.Fatalf("extend after release: %v, want ErrNotHeld", err)
 		}

@@ -32,22 +32,7 @@ func rwKeys(c *redlock.Client, name string) []string {
 // node.
 func rwKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, rw *redlock.RWLock) []string {
 	t.Helper()
-	var left []string
-	for _, s := range cl.Servers {
-		if !s.Running() {
-			continue
-		}
-		for _, k := range rwKeys(c, rw.Name()) {
-			n, err := s.Client().Exists(context.Background(), k).Result()
-			if err != nil {
-				t.Fatalf("%s: %v", s.Addr, err)
-			}
-			if n > 0 {
-				left = append(left, s.Addr+" "+k)
-			}
-		}
-	}
-	return left
+	return keysOfLeft(t, cl, rwKeys(c, rw.Name()))
 }
 
 // noRWKeysLeft fails the test, with which as the message, if a key of
@@ -166,6 +151,17 @@ func TestRWWaitingWriterStopsNewReadersAndGetsInWhileReadersKeepArriving(t *test
 	var refused atomic.Int64
 	var held sync.Mutex // the reader that hands over holds it
 	current := first
+	// handOver makes next (nil: nobody) the reader in, and lets the one
+	// before it go.
+	handOver := func(next *redlock.Lock) {
+		held.Lock()
+		prev := current
+		current = next
+		held.Unlock()
+		if prev != nil {
+			_ = prev.Release(ctx)
+		}
+	}
 	for range 2 {
 		stream.Add(1)
 		go func() {
@@ -181,24 +177,12 @@ func TestRWWaitingWriterStopsNewReadersAndGetsInWhileReadersKeepArriving(t *test
 					if errors.Is(err, redlock.ErrLocked) {
 						// No successor came: the reader in finishes its work.
 						refused.Add(1)
-						held.Lock()
-						prev := current
-						current = nil
-						held.Unlock()
-						if prev != nil {
-							_ = prev.Release(ctx)
-						}
+						handOver(nil)
 					}
 					time.Sleep(2 * time.Millisecond) // a reader arriving every few ms
 					continue
 				}
-				held.Lock()
-				prev := current
-				current = l
-				held.Unlock()
-				if prev != nil {
-					_ = prev.Release(ctx)
-				}
+				handOver(l)
 			}
 		}()
 	}

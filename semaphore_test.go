@@ -30,22 +30,11 @@ func newSemaphore(t *testing.T, c *redlock.Client, name string, permits int) *re
 // semaphoreKeysLeft lists the slot keys of s still present on any node.
 func semaphoreKeysLeft(t *testing.T, cl *redistest.Cluster, c *redlock.Client, s *redlock.Semaphore) []string {
 	t.Helper()
-	var left []string
-	for _, srv := range cl.Servers {
-		if !srv.Running() {
-			continue
-		}
-		for i := range redlock.PermitsOf(s) {
-			n, err := srv.Client().Exists(context.Background(), c.Keys(s.Name()).Permit(i)).Result()
-			if err != nil {
-				t.Fatalf("%s: %v", srv.Addr, err)
-			}
-			if n > 0 {
-				left = append(left, srv.Addr+" "+c.Keys(s.Name()).Permit(i))
-			}
-		}
+	var keys []string
+	for i := range redlock.PermitsOf(s) {
+		keys = append(keys, c.Keys(s.Name()).Permit(i))
 	}
-	return left
+	return keysOfLeft(t, cl, keys)
 }
 
 func TestSemaphoreAdmitsKHoldersAndNoMore(t *testing.T) {
@@ -96,11 +85,7 @@ func TestSemaphoreAdmitsKHoldersAndNoMore(t *testing.T) {
 
 func TestSemaphoreNeverMoreThanKHoldersAndTokensIncreasePerSlot(t *testing.T) {
 	cl := redistest.StartT(t, 5, redistest.Options{})
-	clients := []*redlock.Client{
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-		newClient(t, cl, redlock.Options{TTL: 5 * time.Second}),
-	}
+	clients := newClients(t, cl, redlock.Options{TTL: 5 * time.Second}, 3)
 	const permits, workers, rounds = 2, 8, 15
 	var (
 		inside, most atomic.Int32
@@ -405,12 +390,7 @@ func TestSemaphoreRefusesBadInput(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Release(ctx); !errors.Is(err, redlock.ErrNotHeld) {
-		t.Fatalf("second release: %v, want ErrNotHeld", err)
-	}
+	releaseTwice(t, ctx, p)
 }
 
 func ExampleClient_Semaphore() {

@@ -134,6 +134,21 @@ func TestParseNodeURLErrors(t *testing.T) {
 	})
 }
 
+// lockMasters gives the masters that hold name's key: the master of rc
+// that serves its slot, and the master ss names.
+func lockMasters(t *testing.T, ctx context.Context, rc *redistest.RedisCluster, ss *redistest.Sentinels, c *redlock.Client, name string) (slotMaster, sentinelMaster *redistest.Server) {
+	t.Helper()
+	slotMaster, err := rc.MasterFor(ctx, c.Keys(name).Slot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sentinelMaster, err = ss.CurrentMaster(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return slotMaster, sentinelMaster
+}
+
 // A client built from a Cluster URL (two seeds of a cluster of two masters)
 // and a Sentinel URL (three Sentinels) takes a lock on both: the key is on
 // the master that serves the lock's slot and on the master Sentinel names.
@@ -174,14 +189,7 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		slotMaster, err := rc.MasterFor(ctx, c.Keys(name).Slot)
-		if err != nil {
-			t.Fatal(err)
-		}
-		master, err := ss.CurrentMaster(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		slotMaster, master := lockMasters(t, ctx, rc, ss, c, name)
 		for _, s := range []*redistest.Server{slotMaster, master} {
 			if n, err := s.Client().Exists(ctx, c.Keys(name).Lock).Result(); err != nil || n != 1 {
 				t.Fatalf("%s: the lock key is not on %s (%d, %v)", name, s.Addr, n, err)
@@ -237,14 +245,7 @@ func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 		t.Fatalf("Nodes: kinds %s and %s, %d cluster masters, refused %v; want cluster, sentinel, 2, nil", all[0].Kind, all[1].Kind, len(all[0].Masters), all[0].Refused)
 	}
 	name := nameInSlots(c, "job", 8192, 16383)
-	slotMaster, err := rc.MasterFor(ctx, c.Keys(name).Slot)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sentinelMaster, err := ss.CurrentMaster(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	slotMaster, sentinelMaster := lockMasters(t, ctx, rc, ss, c, name)
 	// A replica's acknowledgement comes every second: wait for both to be
 	// online and caught up, as the view shows it.
 	var infos []redlock.NodeInfo

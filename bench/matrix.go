@@ -93,20 +93,16 @@ func (c Config) normalize() (Config, error) {
 	if c.Contenders, err = selectNames("contender", c.Contenders, AllContenders); err != nil {
 		return c, err
 	}
-	if c.Repeats, err = orDefault("repeats", c.Repeats, DefaultRepeats); err != nil {
-		return c, err
-	}
-	if c.Duration, err = orDefault("duration", c.Duration, DefaultDuration); err != nil {
-		return c, err
-	}
-	if c.MaxOps, err = orDefault("max ops", c.MaxOps, DefaultMaxOps); err != nil {
-		return c, err
-	}
-	if c.Hold, err = orDefault("hold", c.Hold, DefaultHold); err != nil {
-		return c, err
-	}
-	if c.HeldFor, err = orDefault("held-for", c.HeldFor, DefaultHeldFor); err != nil {
-		return c, err
+	for _, err := range []error{
+		orDefault("repeats", &c.Repeats, DefaultRepeats),
+		orDefault("duration", &c.Duration, DefaultDuration),
+		orDefault("max ops", &c.MaxOps, DefaultMaxOps),
+		orDefault("hold", &c.Hold, DefaultHold),
+		orDefault("held-for", &c.HeldFor, DefaultHeldFor),
+	} {
+		if err != nil {
+			return c, err
+		}
 	}
 	if len(c.HeldCounts) == 0 {
 		c.HeldCounts = slices.Clone(DefaultHeldCounts)
@@ -125,15 +121,16 @@ func (c Config) normalize() (Config, error) {
 	return c, nil
 }
 
-// orDefault gives def for a zero value and refuses a negative one.
-func orDefault[T int | int64 | time.Duration](field string, value, def T) (T, error) {
+// orDefault sets *value to def if it is zero, and refuses a negative one
+// naming field.
+func orDefault[T int | int64 | time.Duration](field string, value *T, def T) error {
 	switch {
-	case value < 0:
-		return value, fmt.Errorf("bench: %s %v: must be positive", field, value)
-	case value == 0:
-		return def, nil
+	case *value < 0:
+		return fmt.Errorf("bench: %s %v: must be positive", field, *value)
+	case *value == 0:
+		*value = def
 	}
-	return value, nil
+	return nil
 }
 
 // selectNames checks a selection against the known names and returns it in

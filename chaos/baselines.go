@@ -30,21 +30,23 @@ type baselineLocker struct {
 	clock skewedClock
 	ttl   time.Duration
 	// try makes one attempt: the held lock, or nil if someone else has it.
-	try func(ctx context.Context) (*baselineHeld, error)
+	try func(ctx context.Context, b *baselineLocker) (*baselineHeld, error)
 }
 
-func newBaselineLocker(name string, env SchemeEnv) (*baselineLocker, error) {
+// newBaselineLocker is the baseline name, connected to node 0, whose
+// attempts are try.
+func newBaselineLocker(name string, env SchemeEnv, try func(ctx context.Context, b *baselineLocker) (*baselineHeld, error)) (Locker, error) {
 	if len(env.Addrs) == 0 {
 		return nil, fmt.Errorf("chaos: %s needs a node address", name)
 	}
-	return &baselineLocker{name: name, rdb: nodeClient(env.Addrs[0], env.TLSConfig), clock: skewedClock{env.ClockSkew}, ttl: env.TTL}, nil
+	return &baselineLocker{name: name, rdb: nodeClient(env.Addrs[0], env.TLSConfig), clock: skewedClock{env.ClockSkew}, ttl: env.TTL, try: try}, nil
 }
 
 // Acquire retries with a small jittered delay until it wins or ctx ends.
 func (b *baselineLocker) Acquire(ctx context.Context) (Held, error) {
 	for {
 		callCtx, cancel := context.WithTimeout(ctx, b.ttl/4)
-		h, err := b.try(callCtx)
+		h, err := b.try(callCtx, b)
 		cancel()
 		if h != nil {
 			return h, nil
@@ -64,16 +66,16 @@ func (b *baselineLocker) Do(context.Context, func(context.Context, Held) error) 
 
 func (b *baselineLocker) Close() error { return b.rdb.Close() }
 
-// fenceToken takes the next token from the master's counter. On failure
-// the lock is dropped (by the scheme's own release) and the attempt lost.
-func (b *baselineLocker) fenceToken(ctx context.Context, h *baselineHeld) (*baselineHeld, error) {
+// held is the lock an attempt that started at start won, given up by
+// release, with the next token from the master's counter. If that fails
+// the lock is dropped (by release) and the attempt lost.
+func (b *baselineLocker) held(ctx context.Context, start time.Time, release func(ctx context.Context) error) (*baselineHeld, error) {
 	t, err := b.rdb.Incr(ctx, baselineFenceKey).Result()
 	if err != nil {
-		_ = h.release(context.WithoutCancel(ctx))
+		_ = release(context.WithoutCancel(ctx))
 		return nil, err
 	}
-	h.token = t
-	return h, nil
+	return &baselineHeld{token: t, deadline: start.Add(b.ttl), release: release}, nil
 }
 
 type baselineHeld struct {
@@ -101,44 +103,39 @@ func (GetSetScheme) LockKey() string { return baselineLockKey }
 
 // NewLocker connects to node 0.
 func (GetSetScheme) NewLocker(env SchemeEnv) (Locker, error) {
-	b, err := newBaselineLocker(GetSetScheme{}.Name(), env)
+	return newBaselineLocker(GetSetScheme{}.Name(), env, getSetTry)
+}
+
+func getSetTry(ctx context.Context, b *baselineLocker) (*baselineHeld, error) {
+	start := time.Now()
+	now := b.clock.Now()
+	expires := now.Add(b.ttl + time.Millisecond).UnixMilli()
+	won, err := b.rdb.SetNX(ctx, baselineLockKey, expires, 0).Result()
 	if err != nil {
 		return nil, err
 	}
-	b.try = func(ctx context.Context) (*baselineHeld, error) {
-		start := time.Now()
-		now := b.clock.Now()
-		expires := now.Add(b.ttl + time.Millisecond).UnixMilli()
-		won, err := b.rdb.SetNX(ctx, baselineLockKey, expires, 0).Result()
-		if err != nil {
+	if !won {
+		cur, err := b.rdb.Get(ctx, baselineLockKey).Int64()
+		if errors.Is(err, redis.Nil) {
+			return nil, nil // released meanwhile: try SETNX again
+		}
+		if err != nil || cur >= now.UnixMilli() {
+			return nil, err // held and not expired by our clock
+		}
+		old, err := b.rdb.GetSet(ctx, baselineLockKey, expires).Int64()
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return nil, err
 		}
-		if !won {
-			cur, err := b.rdb.Get(ctx, baselineLockKey).Int64()
-			if errors.Is(err, redis.Nil) {
-				return nil, nil // released meanwhile: try SETNX again
-			}
-			if err != nil || cur >= now.UnixMilli() {
-				return nil, err // held and not expired by our clock
-			}
-			old, err := b.rdb.GetSet(ctx, baselineLockKey, expires).Int64()
-			if err != nil && !errors.Is(err, redis.Nil) {
-				return nil, err
-			}
-			if old >= now.UnixMilli() {
-				return nil, nil // another client took it over first
-			}
+		if old >= now.UnixMilli() {
+			return nil, nil // another client took it over first
 		}
-		h := &baselineHeld{deadline: start.Add(b.ttl)}
-		h.release = func(ctx context.Context) error {
-			if b.clock.Now().UnixMilli() >= expires {
-				return nil // the recipe: past our timestamp the lock may be someone else's
-			}
-			return b.rdb.Del(ctx, baselineLockKey).Err()
-		}
-		return b.fenceToken(ctx, h)
 	}
-	return b, nil
+	return b.held(ctx, start, func(ctx context.Context) error {
+		if b.clock.Now().UnixMilli() >= expires {
+			return nil // the recipe: past our timestamp the lock may be someone else's
+		}
+		return b.rdb.Del(ctx, baselineLockKey).Err()
+	})
 }
 
 // SetNXDelScheme takes the lock with SET NX PX and releases it with a
@@ -154,21 +151,20 @@ func (SetNXDelScheme) LockKey() string { return baselineLockKey }
 
 // NewLocker connects to node 0.
 func (SetNXDelScheme) NewLocker(env SchemeEnv) (Locker, error) {
-	b, err := newBaselineLocker(SetNXDelScheme{}.Name(), env)
-	if err != nil {
+	return newBaselineLocker(SetNXDelScheme{}.Name(), env, func(ctx context.Context, b *baselineLocker) (*baselineHeld, error) {
+		return setNXTry(ctx, b, "1", func(ctx context.Context) error { return b.rdb.Del(ctx, baselineLockKey).Err() })
+	})
+}
+
+// setNXTry is one attempt of the SET NX PX recipes: the key gets value, and
+// release gives the lock up.
+func setNXTry(ctx context.Context, b *baselineLocker, value string, release func(ctx context.Context) error) (*baselineHeld, error) {
+	start := time.Now()
+	won, err := b.rdb.SetNX(ctx, baselineLockKey, value, b.ttl).Result()
+	if err != nil || !won {
 		return nil, err
 	}
-	b.try = func(ctx context.Context) (*baselineHeld, error) {
-		start := time.Now()
-		won, err := b.rdb.SetNX(ctx, baselineLockKey, "1", b.ttl).Result()
-		if err != nil || !won {
-			return nil, err
-		}
-		h := &baselineHeld{deadline: start.Add(b.ttl)}
-		h.release = func(ctx context.Context) error { return b.rdb.Del(ctx, baselineLockKey).Err() }
-		return b.fenceToken(ctx, h)
-	}
-	return b, nil
+	return b.held(ctx, start, release)
 }
 
 // compareAndDelete releases a single-instance lock only if it still holds
@@ -191,22 +187,10 @@ func (FailoverScheme) LockKey() string { return baselineLockKey }
 // NewLocker connects to node 0's proxy, which the Failover fault points
 // at the promoted replica.
 func (FailoverScheme) NewLocker(env SchemeEnv) (Locker, error) {
-	b, err := newBaselineLocker(FailoverScheme{}.Name(), env)
-	if err != nil {
-		return nil, err
-	}
-	b.try = func(ctx context.Context) (*baselineHeld, error) {
-		start := time.Now()
+	return newBaselineLocker(FailoverScheme{}.Name(), env, func(ctx context.Context, b *baselineLocker) (*baselineHeld, error) {
 		value := crand.Text()
-		won, err := b.rdb.SetNX(ctx, baselineLockKey, value, b.ttl).Result()
-		if err != nil || !won {
-			return nil, err
-		}
-		h := &baselineHeld{deadline: start.Add(b.ttl)}
-		h.release = func(ctx context.Context) error {
+		return setNXTry(ctx, b, value, func(ctx context.Context) error {
 			return compareAndDelete.Run(ctx, b.rdb, []string{baselineLockKey}, value).Err()
-		}
-		return b.fenceToken(ctx, h)
-	}
-	return b, nil
+		})
+	})
 }

@@ -342,23 +342,21 @@ func checkTokenOrder(spans []HoldSpan, add func(Violation)) {
 		if s.Token == 0 {
 			continue
 		}
+		// below reports s's token against the earlier hold's, in format's words.
+		below := func(earlier *HoldSpan, format string) {
+			add(Violation{
+				Check: CheckTokenOrder,
+				At:    s.Start,
+				Detail: fmt.Sprintf(format,
+					s.Client, s.Token, s.Start.Seconds(), earlier.Token, earlier.Client, earlier.Start.Seconds()),
+				Excerpt: append(slices.Clone(earlier.events), s.events...),
+			})
+		}
 		switch {
 		case s.Shared && bestWriter != nil && s.Token < bestWriter.Token:
-			add(Violation{
-				Check: CheckTokenOrder,
-				At:    s.Start,
-				Detail: fmt.Sprintf("reader client %d got token %d at %.3fs, below token %d of writer client %d at %.3fs",
-					s.Client, s.Token, s.Start.Seconds(), bestWriter.Token, bestWriter.Client, bestWriter.Start.Seconds()),
-				Excerpt: append(slices.Clone(bestWriter.events), s.events...),
-			})
+			below(bestWriter, "reader client %d got token %d at %.3fs, below token %d of writer client %d at %.3fs")
 		case !s.Shared && best != nil && s.Token <= best.Token:
-			add(Violation{
-				Check: CheckTokenOrder,
-				At:    s.Start,
-				Detail: fmt.Sprintf("client %d got token %d at %.3fs, not above token %d of client %d at %.3fs",
-					s.Client, s.Token, s.Start.Seconds(), best.Token, best.Client, best.Start.Seconds()),
-				Excerpt: append(slices.Clone(best.events), s.events...),
-			})
+			below(best, "client %d got token %d at %.3fs, not above token %d of client %d at %.3fs")
 		}
 		if best == nil || s.Token > best.Token {
 			best = s

@@ -76,16 +76,9 @@ type ClusterNode interface {
 // and failed commands are not retried (MOVED is still followed: that is
 // routing, not a retry).
 func clusterNodeClient(seeds []string) *redis.ClusterClient {
-	return redis.NewClusterClient(&redis.ClusterOptions{
-		Addrs:                 seeds,
-		ContextTimeoutEnabled: true,
-		MaxRetries:            -1,
-		DialTimeout:           500 * time.Millisecond,
-		ReadTimeout:           2 * time.Second,
-		WriteTimeout:          2 * time.Second,
-		PoolSize:              8,
-		DisableIdentity:       true,
-	})
+	opts := nodeOptions(seeds, nil)
+	opts.DisableIdentity = true
+	return redis.NewClusterClient(opts.Cluster())
 }
 
 // clusterSeeds are the seeds of each Cluster lock node, nil for a cluster

@@ -540,12 +540,7 @@ func (n *dockerClusterNode) replicasOf(ctx context.Context, m *dockerClusterMast
 		return nil, fmt.Errorf("CLUSTER NODES on %s: %w", m.addr, err)
 	}
 	var out []*dockerClusterMaster
-	for _, line := range strings.Split(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 || f[3] != id || strings.Contains(f[2], "fail") {
-			continue
-		}
-		addr, _, _ := strings.Cut(f[1], "@")
+	for _, addr := range redistest.ReplicaAddrs(nodes, id) {
 		for _, s := range n.servers() {
 			if s.addr == addr {
 				out = append(out, s)

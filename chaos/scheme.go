@@ -93,8 +93,14 @@ func (c skewedClock) Now() time.Time { return time.Now().Add(c.skew) }
 // ignores ctx deadlines on the socket unless told to), and no retries of its
 // own: retrying is the lock algorithm's business.
 func nodeClient(addr string, tlsConfig *tls.Config) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr:                  addr,
+	return redis.NewClient(nodeOptions([]string{addr}, tlsConfig).Simple())
+}
+
+// nodeOptions are nodeClient's settings, for a client of addrs: the first
+// of them for a plain node, the seeds of a Cluster lock node.
+func nodeOptions(addrs []string, tlsConfig *tls.Config) *redis.UniversalOptions {
+	return &redis.UniversalOptions{
+		Addrs:                 addrs,
 		TLSConfig:             tlsConfig,
 		ContextTimeoutEnabled: true,
 		MaxRetries:            -1,
@@ -102,7 +108,7 @@ func nodeClient(addr string, tlsConfig *tls.Config) *redis.Client {
 		ReadTimeout:           2 * time.Second,
 		WriteTimeout:          2 * time.Second,
 		PoolSize:              8,
-	})
+	}
 }
 
 // RedlockScheme is the library under test, through its public API only.

@@ -339,27 +339,32 @@ func (o *Observer) span(ctx context.Context, name string, e observe.Event, outco
 // Outcome classifies an operation's error into one of the Outcome
 // constants: what the metrics and spans carry instead of the message.
 func Outcome(err error) string {
-	switch {
-	case err == nil:
+	if err == nil {
 		return ""
-	case errors.Is(err, redlock.ErrLockLost):
-		return OutcomeLost
-	case errors.Is(err, redlock.ErrNotIndependent):
-		return OutcomeNotIndependent
-	case errors.Is(err, redlock.ErrInvalidConfig):
-		return OutcomeInvalidConfig
-	case errors.Is(err, redlock.ErrLocked):
-		return OutcomeLocked
-	case errors.Is(err, redlock.ErrNoQuorum):
-		return OutcomeNoQuorum
-	case errors.Is(err, redlock.ErrValidityTooShort):
-		return OutcomeValidityTooShort
-	case errors.Is(err, redlock.ErrNotHeld):
-		return OutcomeNotHeld
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		return OutcomeCanceled
+	}
+	for _, o := range outcomes {
+		if errors.Is(err, o.err) {
+			return o.outcome
+		}
 	}
 	return OutcomeError
+}
+
+// outcomes are the errors Outcome tells apart, in the order it asks: the
+// first one err is decides.
+var outcomes = []struct {
+	err     error
+	outcome string
+}{
+	{redlock.ErrLockLost, OutcomeLost},
+	{redlock.ErrNotIndependent, OutcomeNotIndependent},
+	{redlock.ErrInvalidConfig, OutcomeInvalidConfig},
+	{redlock.ErrLocked, OutcomeLocked},
+	{redlock.ErrNoQuorum, OutcomeNoQuorum},
+	{redlock.ErrValidityTooShort, OutcomeValidityTooShort},
+	{redlock.ErrNotHeld, OutcomeNotHeld},
+	{context.Canceled, OutcomeCanceled},
+	{context.DeadlineExceeded, OutcomeCanceled},
 }
 
 // waitOutcome classifies why an Acquire call stopped waiting without the

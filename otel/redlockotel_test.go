@@ -437,14 +437,12 @@ func TestOutcomeClassifiesTheLibrarysErrors(t *testing.T) {
 	}
 }
 
+// eventually polls cond until it holds, and fails the test if it does not
+// within the time given.
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %v: %s", within, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := redistest.Await(context.Background(), what, within, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
+		t.Fatal(err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"iter"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -263,10 +264,7 @@ func (s *Server) ID(ctx context.Context) (string, error) {
 // master.
 func (rc *RedisCluster) AwaitHealthy(ctx context.Context) error {
 	return await(ctx, "cluster healthy", func(ctx context.Context) (bool, error) {
-		for _, s := range rc.Servers {
-			if !s.Running() {
-				continue
-			}
+		for s := range running(rc.Servers) {
 			info, err := s.Client().ClusterInfo(ctx).Result()
 			if err != nil {
 				return false, err
@@ -317,15 +315,24 @@ func (c *Cluster) byPort(port int) *Server {
 	return nil
 }
 
+// running yields those of servers that run, each checked as the loop
+// reaches it.
+func running(servers []*Server) iter.Seq[*Server] {
+	return func(yield func(*Server) bool) {
+		for _, s := range servers {
+			if s.Running() && !yield(s) {
+				return
+			}
+		}
+	}
+}
+
 // MasterFor is the server that serves slot now, as a running server other
 // than the one asked about sees it (CLUSTER SHARDS would need 7.0.0+;
 // CLUSTER SLOTS is older and enough).
 func (rc *RedisCluster) MasterFor(ctx context.Context, slot int) (*Server, error) {
 	var last error
-	for _, s := range rc.Servers {
-		if !s.Running() {
-			continue
-		}
+	for s := range running(rc.Servers) {
 		slots, err := s.Client().ClusterSlots(ctx).Result()
 		if err != nil {
 			last = err
@@ -345,6 +352,21 @@ func (rc *RedisCluster) MasterFor(ctx context.Context, slot int) (*Server, error
 	return nil, fmt.Errorf("redistest: no server tells who serves slot %d: %v", slot, last)
 }
 
+// ReplicaAddrs lists the addresses that CLUSTER NODES (its reply, nodes)
+// shows replicating the node of ID masterID and not failed.
+func ReplicaAddrs(nodes, masterID string) []string {
+	var addrs []string
+	for _, line := range strings.Split(nodes, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 8 || f[3] != masterID || strings.Contains(f[2], "fail") {
+			continue
+		}
+		addr, _, _ := strings.Cut(f[1], "@")
+		addrs = append(addrs, addr)
+	}
+	return addrs
+}
+
 // ReplicasOf lists the running servers that replicate master now.
 func (rc *RedisCluster) ReplicasOf(ctx context.Context, master *Server) ([]*Server, error) {
 	id, err := master.ID(ctx)
@@ -356,12 +378,7 @@ func (rc *RedisCluster) ReplicasOf(ctx context.Context, master *Server) ([]*Serv
 		return nil, err
 	}
 	var out []*Server
-	for _, line := range strings.Split(nodes, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 || f[3] != id || strings.Contains(f[2], "fail") {
-			continue
-		}
-		addr, _, _ := strings.Cut(f[1], "@")
+	for _, addr := range ReplicaAddrs(nodes, id) {
 		_, port, _ := strings.Cut(addr, ":")
 		p, _ := strconv.Atoi(port)
 		if s := rc.byPort(p); s != nil && s.Running() {
@@ -379,10 +396,7 @@ func (rc *RedisCluster) awaitMaster(ctx context.Context, slot int, want *Server)
 		if err != nil || len(role) == 0 || role[0] != "master" {
 			return false, err
 		}
-		for _, s := range rc.Servers {
-			if !s.Running() {
-				continue
-			}
+		for s := range running(rc.Servers) {
 			slots, err := s.Client().ClusterSlots(ctx).Result()
 			if err != nil {
 				return false, err
@@ -730,10 +744,7 @@ func (ss *Sentinels) SentinelAddrs() []string {
 // CurrentMaster is the master every Sentinel names now.
 func (ss *Sentinels) CurrentMaster(ctx context.Context) (*Server, error) {
 	var m *Server
-	for _, s := range ss.Sentinels {
-		if !s.Running() {
-			continue
-		}
+	for s := range running(ss.Sentinels) {
 		addr, err := s.Client().Do(ctx, "sentinel", "get-master-addr-by-name", ss.Name).StringSlice()
 		if err != nil || len(addr) != 2 {
 			return nil, fmt.Errorf("redistest: SENTINEL GET-MASTER-ADDR-BY-NAME on %s: %v %v", s.Addr, addr, err)

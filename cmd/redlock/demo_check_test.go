@@ -15,12 +15,15 @@ func hold(token int64, from, to int) acquisition {
 	return acquisition{token: token, invoked: at(from), acquired: at(from + 1), heldUntil: at(to), write: writeApplied}
 }
 
+// historyCase is a history and the count a check of it must give.
+type historyCase struct {
+	name    string
+	history []acquisition
+	want    int
+}
+
 func TestTokenOrderViolations(t *testing.T) {
-	cases := []struct {
-		name    string
-		history []acquisition
-		want    int
-	}{
+	cases := []historyCase{
 		{"increasing", []acquisition{hold(1, 0, 10), hold(2, 10, 20), hold(5, 20, 30)}, 0},
 		{"a later acquisition with a lower token", []acquisition{hold(1, 0, 10), hold(3, 10, 20), hold(2, 20, 30)}, 1},
 		{"a repeated token", []acquisition{hold(1, 0, 10), hold(1, 10, 20)}, 2},
@@ -45,11 +48,7 @@ func TestTokenOrderViolations(t *testing.T) {
 }
 
 func TestOverlappingHolds(t *testing.T) {
-	cases := []struct {
-		name    string
-		history []acquisition
-		want    int
-	}{
+	cases := []historyCase{
 		{"back to back", []acquisition{hold(1, 0, 10), hold(2, 10, 20), hold(3, 20, 30)}, 0},
 		{"acquired while the previous holder was valid", []acquisition{hold(1, 0, 10), hold(2, 5, 20)}, 1},
 		{"a long holder covers two later ones", []acquisition{hold(1, 0, 100), hold(2, 10, 20), hold(3, 30, 40)}, 2},

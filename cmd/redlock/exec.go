@@ -271,22 +271,22 @@ type heldLock struct {
 	slot int
 }
 
-// acquireOnce and acquireWaiting take the lock, or a permit of sem if it is set.
-func acquireOnce(ctx context.Context, client *redlock.Client, sem *redlock.Semaphore, name string, opts []redlock.LockOption) (heldLock, error) {
+// takeLock takes the lock, or a permit of sem if it is set: in one attempt,
+// or waiting (for as long as opts allow) if wait.
+func takeLock(ctx context.Context, client *redlock.Client, sem *redlock.Semaphore, name string, opts []redlock.LockOption, wait bool) (heldLock, error) {
 	if sem == nil {
-		l, err := client.TryAcquire(ctx, name, opts...)
+		take := client.TryAcquire
+		if wait {
+			take = client.Acquire
+		}
+		l, err := take(ctx, name, opts...)
 		return heldLock{Lock: l}, err
 	}
-	p, err := sem.TryAcquire(ctx, opts...)
-	return permitHeld(p), err
-}
-
-func acquireWaiting(ctx context.Context, client *redlock.Client, sem *redlock.Semaphore, name string, opts []redlock.LockOption) (heldLock, error) {
-	if sem == nil {
-		l, err := client.Acquire(ctx, name, opts...)
-		return heldLock{Lock: l}, err
+	take := sem.TryAcquire
+	if wait {
+		take = sem.Acquire
 	}
-	p, err := sem.Acquire(ctx, opts...)
+	p, err := take(ctx, opts...)
 	return permitHeld(p), err
 }
 
@@ -310,7 +310,7 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *re
 	results := make(chan result, 1)
 	go func() {
 		var r result
-		r.lock, r.err = acquireOnce(acquireCtx, client, sem, name, lockOpts)
+		r.lock, r.err = takeLock(acquireCtx, client, sem, name, lockOpts, false)
 		if r.err != nil && wait > 0 && retryable(r.err) {
 			if verbose {
 				fmt.Fprintf(a.stderr, "redlock exec: waiting up to %v for lock %q: %v\n", wait, name, r.err)
@@ -322,7 +322,7 @@ func acquireForExec(ctx context.Context, a *app, client *redlock.Client, sem *re
 				defer close(shown)
 				status.show(newProgress(a.stderr), name, time.Now().Add(wait), stop)
 			}()
-			r.lock, r.err = acquireWaiting(acquireCtx, client, sem, name, append(lockOpts, redlock.WithMaxWait(wait)))
+			r.lock, r.err = takeLock(acquireCtx, client, sem, name, append(lockOpts, redlock.WithMaxWait(wait)), true)
 			close(stop)
 			<-shown
 		}

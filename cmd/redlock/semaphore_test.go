@@ -11,10 +11,14 @@ import (
 	"github.com/quorumlabs/redlock"
 )
 
-// holdPermits takes n permits of the semaphore name behind the CLI's back, released when the
-// test ends.
-func holdPermits(t *testing.T, sem *redlock.Semaphore, n int) []*redlock.Permit {
+// holdPermits takes n permits of the semaphore name of k permits, through c behind the CLI's
+// back, released when the test ends.
+func holdPermits(t *testing.T, c *redlock.Client, name string, k, n int) (*redlock.Semaphore, []*redlock.Permit) {
 	t.Helper()
+	sem, err := c.Semaphore(name, k)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var ps []*redlock.Permit
 	for range n {
 		p, err := sem.TryAcquire(context.Background(), redlock.WithTTL(time.Minute))
@@ -24,16 +28,12 @@ func holdPermits(t *testing.T, sem *redlock.Semaphore, n int) []*redlock.Permit 
 		t.Cleanup(func() { p.Release(context.Background()) })
 		ps = append(ps, p)
 	}
-	return ps
+	return sem, ps
 }
 
 func TestExecPermitsRunsUnderOneOfKPermits(t *testing.T) {
 	name := lockName(t)
-	sem, err := libClient(t).Semaphore(name, 2)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := holdPermits(t, sem, 2)
+	sem, held := holdPermits(t, libClient(t), name, 2, 2)
 	marker := filepath.Join(t.TempDir(), "ran")
 
 	// Both permits held by others: 75, and the command does not run.
@@ -95,11 +95,7 @@ func TestExecPermitsWithoutQuorumAndBadInput(t *testing.T) {
 func TestStatusShowsSemaphoreHolders(t *testing.T) {
 	name := lockName(t)
 	lib := libClient(t)
-	sem, err := lib.Semaphore(name, 3)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := holdPermits(t, sem, 2)
+	sem, held := holdPermits(t, lib, name, 3, 2)
 	r := run(t, "status", "--permits", "3", name)
 	if r.code != 0 {
 		t.Fatalf("want exit 0, got %v", r)
@@ -123,11 +119,7 @@ func TestStatusShowsSemaphoreHolders(t *testing.T) {
 
 func TestExecAndStatusRefuseAnotherNumberOfPermits(t *testing.T) {
 	name := lockName(t)
-	sem, err := libClient(t).Semaphore(name, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	held := holdPermits(t, sem, 1)
+	_, held := holdPermits(t, libClient(t), name, 1, 1)
 	marker := filepath.Join(t.TempDir(), "ran")
 
 	// A permit of 1 is held: 2 permits are refused at once, with 64, even when waiting.
