@@ -127,12 +127,9 @@ const releaseTimeout = 5 * time.Second
 const verboseProbeTimeout = 2 * time.Second
 
 func runExec(ctx context.Context, a *app, args []string) error {
-	var nf nodeFlags
-	var grace graceFlag
+	var nf ttlNodeFlags
 	fs := newFlagSet(a, execHelp)
-	nf.register(fs)
-	grace.register(fs)
-	ttl := fs.Duration("ttl", 10*time.Second, "lock `TTL`; extended while COMMAND runs, it bounds how long a crashed redlock keeps others out")
+	nf.register(fs, "lock `TTL`; extended while COMMAND runs, it bounds how long a crashed redlock keeps others out")
 	wait := fs.Duration("wait", 0, "how long to wait for the lock; 0 makes a single attempt")
 	killGrace := fs.Duration("grace", 5*time.Second, "after the lock is lost, how long COMMAND has between SIGTERM and SIGKILL")
 	withOTel := fs.Bool("otel", false, otelFlagUsage)
@@ -149,7 +146,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := positiveDuration("ttl", *ttl); err != nil {
+	if err := positiveDuration("ttl", nf.ttl); err != nil {
 		return err
 	}
 	if *wait < 0 {
@@ -162,8 +159,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		return usagef("--permits must be 0 (a lock) or positive, got %d", *permits)
 	}
 
-	opts := nf.options(a, *ttl)
-	opts.RestartGrace = grace.d
+	opts := nf.options(a)
 	if *withOTel {
 		obs, shutdown, err := startOTel(ctx, a)
 		if err != nil {
@@ -184,11 +180,11 @@ func runExec(ctx context.Context, a *app, args []string) error {
 		return err
 	}
 	defer client.Close()
-	if grace.d == redlock.NoRestartGrace {
+	if nf.grace.d == redlock.NoRestartGrace {
 		// Off is safe only on nodes that persist every write and never fail over,
 		// evict or get flushed: name those that do not persist.
 		probeCtx, cancel := context.WithTimeout(ctx, verboseProbeTimeout)
-		for _, w := range persistenceWarnings(client.Nodes(probeCtx), grace.d, *ttl) {
+		for _, w := range persistenceWarnings(client.Nodes(probeCtx), nf.grace.d, nf.ttl) {
 			fmt.Fprintf(a.stderr, "redlock exec: %s\n", w)
 		}
 		cancel()
@@ -213,7 +209,7 @@ func runExec(ctx context.Context, a *app, args []string) error {
 			return withExitCode(exitUsage, err)
 		}
 	}
-	lockOpts := []redlock.LockOption{redlock.WithTTL(*ttl), redlock.WithAutoExtend()}
+	lockOpts := []redlock.LockOption{redlock.WithTTL(nf.ttl), redlock.WithAutoExtend()}
 	if !*noMetadata && sem == nil { // a semaphore's permits have no holder key (WithMetadata)
 		lockOpts = append(lockOpts, redlock.WithMetadata(holderMetadata(argv, time.Now())))
 	}

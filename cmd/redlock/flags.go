@@ -356,6 +356,28 @@ func (g *graceFlag) register(fs *flag.FlagSet) {
 	fs.Var(g, "restart-grace", "how long a node that restarted sits out before its vote counts: a `duration`, or off (also for failovers, evictions and flushes), safe only on nodes with appendfsync always that never fail over, evict or get flushed (default: the lock TTL; the largest TTL in use on the nodes if longer)")
 }
 
+// ttlNodeFlags are the node flags of the commands that take the lock TTL and the restart
+// grace (exec, nodes): the grace defaults to one TTL, and the options carry both.
+type ttlNodeFlags struct {
+	nodeFlags
+	grace graceFlag
+	ttl   time.Duration
+}
+
+// register adds the node flags, --restart-grace and --ttl (default 10s, described by ttlUsage).
+func (f *ttlNodeFlags) register(fs *flag.FlagSet, ttlUsage string) {
+	f.nodeFlags.register(fs)
+	f.grace.register(fs)
+	fs.DurationVar(&f.ttl, "ttl", 10*time.Second, ttlUsage)
+}
+
+// options is nodeFlags.options for --ttl, with --restart-grace.
+func (f *ttlNodeFlags) options(a *app) redlock.Options {
+	opts := f.nodeFlags.options(a, f.ttl)
+	opts.RestartGrace = f.grace.d
+	return opts
+}
+
 // registerTimeout adds --timeout, which bounds an operator command's calls to the nodes.
 func registerTimeout(fs *flag.FlagSet) *time.Duration {
 	return fs.Duration("timeout", 5*time.Second, "give up on the nodes after this `long`")

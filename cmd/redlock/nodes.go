@@ -50,12 +50,9 @@ REDLOCK_NODES=rediss://:secret@a:6380,rediss://:secret@b:6380,rediss://:secret@c
 }
 
 func runNodes(ctx context.Context, a *app, args []string) error {
-	var nf nodeFlags
-	var grace graceFlag
+	var nf ttlNodeFlags
 	fs := newFlagSet(a, nodesHelp)
-	nf.register(fs)
-	grace.register(fs)
-	ttl := fs.Duration("ttl", 10*time.Second, "the lock `TTL` your clients use; the default restart grace is one TTL")
+	nf.register(fs, "the lock `TTL` your clients use; the default restart grace is one TTL")
 	timeout := registerTimeout(fs)
 	positional, err := parseFlags(fs, args)
 	if err != nil {
@@ -70,14 +67,13 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 			return usagef("the lock NAME must not be empty")
 		}
 	}
-	if err := positiveDuration("ttl", *ttl); err != nil {
+	if err := positiveDuration("ttl", nf.ttl); err != nil {
 		return err
 	}
 	if err := positiveDuration("timeout", *timeout); err != nil {
 		return err
 	}
-	opts := nf.options(a, *ttl)
-	opts.RestartGrace = grace.d
+	opts := nf.options(a)
 	client, refused, err := nf.connectForView(a, opts)
 	if err != nil {
 		return err
@@ -105,7 +101,7 @@ func runNodes(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintln(a.stdout)
 	printDeployments(a.stdout, infos, name, refused != nil)
 	fmt.Fprintln(a.stdout)
-	for _, warning := range persistenceWarnings(infos, grace.d, *ttl) {
+	for _, warning := range persistenceWarnings(infos, nf.grace.d, nf.ttl) {
 		fmt.Fprintln(a.stdout, warning)
 	}
 	for _, warning := range certWarnings(infos, time.Now(), certWarningPeriod) {
