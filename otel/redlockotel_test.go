@@ -76,41 +76,44 @@ func matches(set attribute.Set, want []attribute.KeyValue) bool {
 // attributes include want.
 func sum(t *testing.T, ms map[string]metricdata.Metrics, name string, want ...attribute.KeyValue) int64 {
 	t.Helper()
-	m, ok := ms[name]
-	if !ok {
-		return 0
-	}
-	data, ok := m.Data.(metricdata.Sum[int64])
-	if !ok {
-		t.Fatalf("%s is a %T, want a sum of int64", name, m.Data)
-	}
-	var total int64
-	for _, p := range data.DataPoints {
-		if matches(p.Attributes, want) {
-			total += p.Value
-		}
-	}
-	return total
+	return total[metricdata.Sum[int64]](t, ms, name, want)
 }
 
 // count gives how many values the histogram name recorded with want.
-func count(t *testing.T, ms map[string]metricdata.Metrics, name string, want ...attribute.KeyValue) uint64 {
+func count(t *testing.T, ms map[string]metricdata.Metrics, name string, want ...attribute.KeyValue) int64 {
+	t.Helper()
+	return total[metricdata.Histogram[float64]](t, ms, name, want)
+}
+
+// total adds up, over the points of the metric name whose attributes
+// include want, a sum's values or the number of values a histogram
+// recorded; the metric must be a D, or be missing (0).
+func total[D metricdata.Sum[int64] | metricdata.Histogram[float64]](t *testing.T, ms map[string]metricdata.Metrics, name string, want []attribute.KeyValue) int64 {
 	t.Helper()
 	m, ok := ms[name]
 	if !ok {
 		return 0
 	}
-	data, ok := m.Data.(metricdata.Histogram[float64])
+	data, ok := m.Data.(D)
 	if !ok {
-		t.Fatalf("%s is a %T, want a histogram of float64", name, m.Data)
+		t.Fatalf("%s is a %T, want a %T", name, m.Data, data)
 	}
-	var total uint64
-	for _, p := range data.DataPoints {
-		if matches(p.Attributes, want) {
-			total += p.Count
+	var n int64
+	switch data := any(data).(type) {
+	case metricdata.Sum[int64]:
+		for _, p := range data.DataPoints {
+			if matches(p.Attributes, want) {
+				n += p.Value
+			}
+		}
+	case metricdata.Histogram[float64]:
+		for _, p := range data.DataPoints {
+			if matches(p.Attributes, want) {
+				n += int64(p.Count)
+			}
 		}
 	}
-	return total
+	return n
 }
 
 func outcome(s string) attribute.KeyValue { return redlockotel.AttrOutcome.String(s) }
@@ -190,9 +193,9 @@ func TestMetricsAndSpansMatchWhatHappened(t *testing.T) {
 		{"releases (all)", sum(t, ms, redlockotel.MetricReleases), 2},
 		{"losses", sum(t, ms, redlockotel.MetricLosses), 2},
 		{"held", sum(t, ms, redlockotel.MetricHeld), 2}, // job-0 and job-2 again
-		{"acquire durations (acquired)", int64(count(t, ms, redlockotel.MetricAcquireDuration, outcome(redlockotel.OutcomeAcquired))), 5},
-		{"acquire durations (locked)", int64(count(t, ms, redlockotel.MetricAcquireDuration, outcome(redlockotel.OutcomeLocked))), contended},
-		{"waits (acquired)", int64(count(t, ms, redlockotel.MetricWaitDuration, outcome(redlockotel.OutcomeAcquired))), 1},
+		{"acquire durations (acquired)", count(t, ms, redlockotel.MetricAcquireDuration, outcome(redlockotel.OutcomeAcquired)), 5},
+		{"acquire durations (locked)", count(t, ms, redlockotel.MetricAcquireDuration, outcome(redlockotel.OutcomeLocked)), contended},
+		{"waits (acquired)", count(t, ms, redlockotel.MetricWaitDuration, outcome(redlockotel.OutcomeAcquired)), 1},
 		{"sit-outs", sum(t, ms, redlockotel.MetricSitOuts), 0},
 	} {
 		if check.got != check.want {
