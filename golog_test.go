@@ -56,8 +56,7 @@ func TestGoRedisLinesGoToTheLoggerOfTheClientTheyAreAbout(t *testing.T) {
 	redlock.SetGoRedisLogger(others)
 	t.Cleanup(func() { redlock.SetGoRedisLogger(quietLogger{}) })
 
-	rc := redistest.StartRedisClusterT(t, 2, 0, redistest.Options{})
-	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
+	rc, ss := redistest.StartDeploymentsT(t, ctx, 0)
 	seed, found := rc.Shards[0].Master, rc.Shards[1].Master // the URL names only the first
 	sentinelURL := "redis+sentinel://" + ss.SentinelAddrs()[0] + "?master_name=" + ss.Name
 	shared := refusedAddr(t) // down: the library's client and the program's own both dial it

@@ -155,8 +155,7 @@ func lockMasters(t *testing.T, ctx context.Context, rc *redistest.RedisCluster, 
 func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rc := redistest.StartRedisClusterT(t, 2, 0, redistest.Options{})
-	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
+	rc, ss := redistest.StartDeploymentsT(t, ctx, 0)
 	seeds := rc.Addrs()
 	clusterURL := "redis+cluster://" + seeds[0] + "?addr=" + url.QueryEscape(seeds[1])
 	sentinels := ss.SentinelAddrs()
@@ -208,11 +207,7 @@ func TestNewFromURLsClusterAndSentinel(t *testing.T) {
 func TestNodesForShowsMastersAndReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
-	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
-	if err := rc.AwaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rc, ss := redistest.StartDeploymentsT(t, ctx, 1)
 	clusterURL := "redis+cluster://" + rc.Addrs()[0]
 	sentinelURL := "redis+sentinel://" + ss.SentinelAddrs()[0] + "?master_name=" + ss.Name
 

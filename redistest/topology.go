@@ -680,6 +680,21 @@ func StartSentinelT(tb testing.TB, name string, replicas int, opts Options) *Sen
 	return stoppedAtEnd(tb, "sentinel deployment", ss, err)
 }
 
+// StartDeploymentsT starts the two kinds of node that are deployments: a
+// Redis Cluster of two masters with replicas replicas each, and a master
+// named "locks" with one replica watched by Sentinels; both stop at
+// cleanup. It returns once the cluster is healthy (AwaitHealthy, bounded by
+// ctx).
+func StartDeploymentsT(tb testing.TB, ctx context.Context, replicas int) (*RedisCluster, *Sentinels) {
+	tb.Helper()
+	rc := StartRedisClusterT(tb, 2, replicas, Options{})
+	ss := StartSentinelT(tb, "locks", 1, Options{})
+	if err := rc.AwaitHealthy(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	return rc, ss
+}
+
 func (ss *Sentinels) start(opts Options) error {
 	ctx := context.Background()
 	for _, r := range ss.Replicas {

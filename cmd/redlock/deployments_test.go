@@ -18,11 +18,7 @@ import (
 func TestDeploymentNodesView(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	rc := redistest.StartRedisClusterT(t, 2, 1, redistest.Options{})
-	ss := redistest.StartSentinelT(t, "locks", 1, redistest.Options{})
-	if err := rc.AwaitHealthy(ctx); err != nil {
-		t.Fatal(err)
-	}
+	rc, ss := redistest.StartDeploymentsT(t, ctx, 1)
 	urls := []string{
 		shared.URLs()[0],
 		"redis+cluster://" + rc.Addrs()[0] + "?addr=" + rc.Addrs()[1],
