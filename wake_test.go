@@ -52,12 +52,13 @@ func noSubscriptions(t *testing.T, cl *redistest.Cluster) bool {
 	return subscribedTo(t, cl)
 }
 
-// holderAndWaiter are two clients of cl with slowRetries: a holder, and a
-// waiter whose failed attempts come on failed.
-func holderAndWaiter(t *testing.T, cl *redistest.Cluster) (holder, waiter *redlock.Client, failed <-chan string) {
+// holderAndWaiter starts three nodes, cl, and two clients of them with
+// slowRetries: a holder, and a waiter whose failed attempts come on failed.
+func holderAndWaiter(t *testing.T) (cl *redistest.Cluster, holder, waiter *redlock.Client, failed <-chan string) {
 	t.Helper()
+	cl = redistest.StartT(t, 3, redistest.Options{})
 	wopts, failed := failures(slowRetries())
-	return newClient(t, cl, slowRetries()), newClient(t, cl, wopts), failed
+	return cl, newClient(t, cl, slowRetries()), newClient(t, cl, wopts), failed
 }
 
 // pubsubConns counts each node's pub/sub connections.
@@ -81,8 +82,7 @@ func pubsubConns(t *testing.T, cl *redistest.Cluster) []int {
 }
 
 func TestWaiterListensToItsOwnLockOnlyWhileWaiting(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder, waiter, failed := holderAndWaiter(t, cl)
+	cl, holder, waiter, failed := holderAndWaiter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
@@ -177,8 +177,7 @@ func TestNoReleaseIsMissedAfterTheSubscriptionIsConfirmed(t *testing.T) {
 }
 
 func TestForceUnlockWakesTheWaiter(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder, waiter, failed := holderAndWaiter(t, cl)
+	_, holder, waiter, failed := holderAndWaiter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "stuck"); err != nil {
@@ -199,8 +198,7 @@ func TestForceUnlockWakesTheWaiter(t *testing.T) {
 }
 
 func TestCloseLeavesNoSubscription(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder, waiter, failed := holderAndWaiter(t, cl)
+	cl, holder, waiter, failed := holderAndWaiter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if _, err := holder.TryAcquire(ctx, "c"); err != nil {
@@ -233,8 +231,7 @@ func TestCloseLeavesNoSubscription(t *testing.T) {
 // connections while it waits: go-redis makes new ones and subscribes them
 // again, and the release still wakes the waiter.
 func TestWaiterIsWokenAfterItsPubSubConnectionBroke(t *testing.T) {
-	cl := redistest.StartT(t, 3, redistest.Options{})
-	holder, waiter, failed := holderAndWaiter(t, cl)
+	cl, holder, waiter, failed := holderAndWaiter(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	l, err := holder.TryAcquire(ctx, "k")
