@@ -185,9 +185,8 @@ func TestEvictedLockKeyMakesTheNodeSitOut(t *testing.T) {
 func TestFlushedNodesSitOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
 	opts := redlock.Options{TTL: 20 * time.Second}
-	cs := guardedClients(t, cl, opts, 3)
+	cl, cs := guardedClients(t, opts, 3)
 	x, before, other := cs[0], cs[1], cs[2]
 	for _, c := range []*redlock.Client{before, other} {
 		takeAndRelease(t, ctx, c.TryAcquire, "warm-up")
@@ -431,8 +430,7 @@ func TestPromotedReplicaRestartedBeforeAFreshClientSitsOut(t *testing.T) {
 func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second}, 2)
+	cl, xy := guardedClients(t, redlock.Options{TTL: 30 * time.Second, AllowEvictingNodes: true, RestartGrace: 30 * time.Second}, 2)
 	x, y := xy[0], xy[1]
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name)

@@ -33,8 +33,7 @@ import (
 func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	cl, xy := guardedClients(t, redlock.Options{TTL: 30 * time.Second}, 2)
 	x, y := xy[0], xy[1]
 	for _, c := range []*redlock.Client{x, y} { // both meet persistent nodes
 		for i, info := range c.Nodes(ctx) {
@@ -71,8 +70,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 func TestAFlushedNodeThatRestartsStillSitsOut(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true})
-	xy := guardedClients(t, cl, redlock.Options{TTL: 30 * time.Second}, 2)
+	cl, xy := guardedClients(t, redlock.Options{TTL: 30 * time.Second}, 2)
 	x, y := xy[0], xy[1]
 	y.Nodes(ctx) // Y meets the nodes and their markers
 	const name = "job"

@@ -95,15 +95,16 @@ func testDefaults(opts redlock.Options, n int) redlock.Options {
 	return opts
 }
 
-// guardedClients are n clients of cl's nodes with opts as given: unlike
-// newClient's, their restart guard stays on.
-func guardedClients(t *testing.T, cl *redistest.Cluster, opts redlock.Options, n int) []*redlock.Client {
+// guardedClients starts three persistent nodes, cl, and n clients of them
+// with opts as given: unlike newClient's, their restart guard stays on.
+func guardedClients(t *testing.T, opts redlock.Options, n int) (cl *redistest.Cluster, cs []*redlock.Client) {
 	t.Helper()
-	cs := make([]*redlock.Client, n)
+	cl = redistest.StartT(t, 3, redistest.Options{Persistence: true})
+	cs = make([]*redlock.Client, n)
 	for i := range cs {
 		cs[i] = newClientOn(t, cl.Clients(), opts)
 	}
-	return cs
+	return cl, cs
 }
 
 // --- Locks taken, held and given back.
