@@ -31,13 +31,7 @@ func TestRestartedNodeSitsOutTheWholeGraceWithASubSecondTTL(t *testing.T) {
 	}
 	defer c.Close()
 	ctx := context.Background()
-	eventually(t, 15*time.Second, "the fresh node votes after the grace", func() bool {
-		l, err := c.TryAcquire(ctx, "warm-up")
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		return err == nil
-	})
+	eventuallyTakes(t, ctx, c, "warm-up", 15*time.Second, "the fresh node votes after the grace")
 	if _, err := c.TryAcquire(ctx, "sub-second"); err != nil {
 		t.Fatal(err)
 	}
@@ -92,13 +86,7 @@ func TestRestartGraceCoversAnotherClientsLongerTTL(t *testing.T) {
 	x := newClient(t, cl, redlock.Options{TTL: long})
 	y := newClientOn(t, cl.Clients(), redlock.Options{TTL: short})
 	ctx := context.Background()
-	eventually(t, 15*time.Second, "the fresh nodes vote for the short-TTL client", func() bool {
-		l, err := y.TryAcquire(ctx, "warm-up")
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		return err == nil
-	})
+	eventuallyTakes(t, ctx, y, "warm-up", 15*time.Second, "the fresh nodes vote for the short-TTL client")
 
 	held, err := x.TryAcquire(ctx, "shared")
 	if err != nil {
@@ -122,13 +110,7 @@ func TestRestartGraceCoversAnotherClientsLongerTTL(t *testing.T) {
 	if !errors.Is(err, redlock.ErrNodeSittingOut) || !strings.Contains(err.Error(), long.String()+" restart grace") {
 		t.Fatalf("got %v, want the restarted nodes sitting out the %v grace", err, long)
 	}
-	eventually(t, 2*long, "the restarted nodes vote again after the long grace", func() bool {
-		l, err := y.TryAcquire(ctx, "shared")
-		if err == nil {
-			_ = l.Release(ctx)
-		}
-		return err == nil
-	})
+	eventuallyTakes(t, ctx, y, "shared", 2*long, "the restarted nodes vote again after the long grace")
 }
 
 // X holds a lock on nodes 0-2 of 5; node 0's clock jumps 20s and drops X's

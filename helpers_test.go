@@ -109,6 +109,21 @@ func guardedClients(t *testing.T, opts redlock.Options, n int) (cl *redistest.Cl
 
 // --- Locks taken, held and given back.
 
+// eventuallyTakes tries, until it wins within the given time (else it
+// fails the test, naming what), to take the lock name with c at one attempt
+// and give it back: how a test waits for nodes to vote again once their
+// restart grace is over.
+func eventuallyTakes(t *testing.T, ctx context.Context, c *redlock.Client, name string, within time.Duration, what string) {
+	t.Helper()
+	eventually(t, within, what, func() bool {
+		l, err := c.TryAcquire(ctx, name)
+		if err == nil {
+			_ = l.Release(ctx)
+		}
+		return err == nil
+	})
+}
+
 // takeAndRelease takes the lock name with take (a client's Acquire, which
 // waits, or TryAcquire, which must win at once) and gives it back: how a
 // test waits out fresh servers' grace, makes a client meet its nodes, or
