@@ -285,11 +285,14 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		ps := newNodePipes(rdb)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
-		ps.acquire.slotted, ps.renew.slotted = ns[i].slotted, ns[i].slotted
-		if opts.DurableVotes {
-			// Every write of the node's pipes waits for its replicas.
-			ps.acquire.durable, ps.renew.durable = ns[i], ns[i]
-		}
+		ps.each(func(p *pipe) {
+			p.slotted = ns[i].slotted
+			if opts.DurableVotes {
+				// Every write of the node's pipes waits for its
+				// replicas, with a WAIT on the write's own connection.
+				p.durable = ns[i]
+			}
+		})
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)
