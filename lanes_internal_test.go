@@ -355,3 +355,24 @@ func TestLanesUnderManyWorkersKeepExclusionAndLeaveNoKey(t *testing.T) {
 		}
 	}
 }
+
+// A node's slow-node signals read every lane: the oldest write still
+// unanswered on any of its pipes, and the latest answered one.
+func TestSlowNodeSignalsReadEveryLane(t *testing.T) {
+	ps := newNodePipes(nil)
+	if got := ps.stuckSince(); got != 0 {
+		t.Fatalf("no write in flight: stuck since %d, want 0", got)
+	}
+	ps.acquire[1].writtenAt.Store(300)
+	ps.acquire[pipeLanes-1].writtenAt.Store(200)
+	ps.renew.writtenAt.Store(400)
+	if got := ps.stuckSince(); got != 200 {
+		t.Errorf("writes in flight since 300, 200 and 400: stuck since %d, want the oldest, 200", got)
+	}
+	ps.acquire[0].answeredWrite.Store(50)
+	ps.acquire[pipeLanes-1].answeredWrite.Store(150)
+	ps.renew.answeredWrite.Store(100)
+	if got := ps.lastAnswered(); got != 150 {
+		t.Errorf("answered writes sent at 50, 150 and 100: last answered %d, want 150", got)
+	}
+}
