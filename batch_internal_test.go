@@ -613,7 +613,7 @@ func sameLane(c *Client, prefix string, n int) []string {
 	var names []string
 	for i := 0; len(names) < n; i++ {
 		name := fmt.Sprint(prefix, i)
-		if laneOf(c.lockKey(name)) == 0 {
+		if laneOf(c.lockKey(name), len(c.nodes[0].pipes.acquire)) == 0 {
 			names = append(names, name)
 		}
 	}

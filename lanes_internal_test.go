@@ -87,6 +87,9 @@ func queuedOn(n *node) int {
 	return q
 }
 
+// testLanes is the lanes of the tests' clients.
+const testLanes = 4
+
 // The key of every call of one lock picks the same lane, for every kind's
 // keys, and the lanes are all used.
 func TestEveryKeyOfALockHasItsLane(t *testing.T) {
@@ -95,16 +98,19 @@ func TestEveryKeyOfALockHasItsLane(t *testing.T) {
 	for i := range 64 {
 		name := fmt.Sprint("lock-", i)
 		key := c.lockKey(name)
-		lane := laneOf(key)
+		lane := laneOf(key, testLanes)
 		used[lane] = true
 		for _, k := range []string{key + fenceSuffix, key + readersSuffix, key + intentsSuffix, key + releasedSuffix, c.releaseChannel(name)} {
-			if laneOf(k) != lane {
-				t.Errorf("%s: key %s on lane %d, the lock key %s on %d", name, k, laneOf(k), key, lane)
+			if laneOf(k, testLanes) != lane {
+				t.Errorf("%s: key %s on lane %d, the lock key %s on %d", name, k, laneOf(k, testLanes), key, lane)
 			}
 		}
 	}
-	if len(used) != pipeLanes {
-		t.Errorf("64 locks used %d of the %d lanes", len(used), pipeLanes)
+	if len(used) != testLanes {
+		t.Errorf("64 locks used %d of the %d lanes", len(used), testLanes)
+	}
+	if got := laneOf("p:{lock-1}", 1); got != 0 {
+		t.Errorf("one lane: lane %d, want 0", got)
 	}
 	if got := crc16("123456789"); got != 0x31c3 {
 		t.Errorf("crc16 of the check string: %#x, want 0x31c3 (CRC-16/XMODEM)", got)
@@ -119,7 +125,7 @@ func TestEveryKeyOfALockHasItsLane(t *testing.T) {
 // its acquire's key and every second acquire finds the lock free.
 func TestLanesKeepEachLocksCallsInOrder(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
-	c, err := New(cl.Clients(), Options{AllowNoFaultTolerance: true, TTL: 30 * time.Second, RestartGrace: NoRestartGrace})
+	c, err := New(cl.Clients(), Options{AllowNoFaultTolerance: true, TTL: 30 * time.Second, RestartGrace: NoRestartGrace, Lanes: testLanes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,18 +149,18 @@ func TestLanesKeepEachLocksCallsInOrder(t *testing.T) {
 		rw.first = (&rwCall{}).attempt(c, rw.name, c.opts.TTL)
 		rw.then = (&rwCall{write: true}).attempt(c, rw.name, c.opts.TTL)
 		locks = append(locks, m, rw)
-		lanes[laneOf(c.lockKey(m.name))] = true
-		lanes[laneOf(c.lockKey(rw.name))] = true
+		lanes[laneOf(c.lockKey(m.name), testLanes)] = true
+		lanes[laneOf(c.lockKey(rw.name), testLanes)] = true
 	}
-	if len(lanes) != pipeLanes {
-		t.Fatalf("the locks use %d of the %d lanes", len(lanes), pipeLanes)
+	if len(lanes) != testLanes || len(n.pipes.acquire) != testLanes {
+		t.Fatalf("the locks use %d of the %d lanes of the node's %d", len(lanes), testLanes, len(n.pipes.acquire))
 	}
 
 	// The lanes are let go last first: a call queued on a lane other than
 	// its lock's would run before the calls queued ahead of it.
-	held := make([]*pipe, pipeLanes)
+	held := make([]*pipe, testLanes)
 	for i, p := range n.pipes.acquire {
-		held[pipeLanes-1-i] = p
+		held[testLanes-1-i] = p
 	}
 	letGo := holdLanes(t, held)
 	steps := []struct {
@@ -220,7 +226,7 @@ func TestQuietCleanUpFollowsALateAcquireOnItsLane(t *testing.T) {
 		t.Cleanup(func() { _ = rdb.Close() })
 		nodes[i] = rdb
 	}
-	opts := Options{TTL: time.Minute, NodeTimeout: 2 * time.Second, RestartGrace: NoRestartGrace}
+	opts := Options{TTL: time.Minute, NodeTimeout: 2 * time.Second, RestartGrace: NoRestartGrace, Lanes: testLanes}
 	holder, err := New(nodes, opts)
 	if err != nil {
 		t.Fatal(err)
@@ -301,7 +307,7 @@ func TestQuietCleanUpFollowsALateAcquireOnItsLane(t *testing.T) {
 // and no lock key is left once the client closed.
 func TestLanesUnderManyWorkersKeepExclusionAndLeaveNoKey(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
-	c, err := New(cl.Clients(), Options{TTL: 30 * time.Second, NodeTimeout: 2 * time.Second, RestartGrace: NoRestartGrace})
+	c, err := New(cl.Clients(), Options{TTL: 30 * time.Second, NodeTimeout: 2 * time.Second, RestartGrace: NoRestartGrace, Lanes: testLanes})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -359,20 +365,42 @@ func TestLanesUnderManyWorkersKeepExclusionAndLeaveNoKey(t *testing.T) {
 // A node's slow-node signals read every lane: the oldest write still
 // unanswered on any of its pipes, and the latest answered one.
 func TestSlowNodeSignalsReadEveryLane(t *testing.T) {
-	ps := newNodePipes(nil)
+	ps := newNodePipes(nil, testLanes)
 	if got := ps.stuckSince(); got != 0 {
 		t.Fatalf("no write in flight: stuck since %d, want 0", got)
 	}
 	ps.acquire[1].writtenAt.Store(300)
-	ps.acquire[pipeLanes-1].writtenAt.Store(200)
+	ps.acquire[testLanes-1].writtenAt.Store(200)
 	ps.renew.writtenAt.Store(400)
 	if got := ps.stuckSince(); got != 200 {
 		t.Errorf("writes in flight since 300, 200 and 400: stuck since %d, want the oldest, 200", got)
 	}
 	ps.acquire[0].answeredWrite.Store(50)
-	ps.acquire[pipeLanes-1].answeredWrite.Store(150)
+	ps.acquire[testLanes-1].answeredWrite.Store(150)
 	ps.renew.answeredWrite.Store(100)
 	if got := ps.lastAnswered(); got != 150 {
 		t.Errorf("answered writes sent at 50, 150 and 100: last answered %d, want 150", got)
+	}
+}
+
+// Options.Lanes: one lane by default, as many as asked up to maxLanes, and
+// a number out of range refused.
+func TestLanesOption(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never dialled: DeferNodeChecks
+	t.Cleanup(func() { _ = rdb.Close() })
+	for _, tc := range []struct{ lanes, want int }{{0, 1}, {1, 1}, {testLanes, testLanes}, {maxLanes, maxLanes}} {
+		c, err := New([]redis.UniversalClient{rdb}, Options{AllowNoFaultTolerance: true, DeferNodeChecks: true, Lanes: tc.lanes})
+		if err != nil {
+			t.Fatalf("Lanes %d: %v", tc.lanes, err)
+		}
+		if got := len(c.nodes[0].pipes.acquire); got != tc.want {
+			t.Errorf("Lanes %d: %d lanes, want %d", tc.lanes, got, tc.want)
+		}
+		_ = c.Close()
+	}
+	for _, lanes := range []int{-1, maxLanes + 1} {
+		if _, err := New([]redis.UniversalClient{rdb}, Options{AllowNoFaultTolerance: true, DeferNodeChecks: true, Lanes: lanes}); !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("Lanes %d: %v, want ErrInvalidConfig", lanes, err)
+		}
 	}
 }

@@ -102,8 +102,8 @@ var errNotSent = errors.New("not sent: waited in the client's queue for the node
 // ordered by the attempt's own record of the calls running there
 // (quorum.go) and by Lock.extendMu, not by the pipe.
 //
-// The acquire stream has pipeLanes lanes, each a pipe of its own with its
-// own connection, so that several writes are in flight to the node at once:
+// The acquire stream has Options.Lanes lanes, each a pipe of its own with
+// its own connection, so that several writes can be in flight to the node at once:
 // while the node runs one lane's write, the client reads the answers of
 // another and builds the next, and neither side waits for the other's
 // turn. A call goes to the lane of its keys' hash slot (lane). The keys of
@@ -120,7 +120,7 @@ var errNotSent = errors.New("not sent: waited in the client's queue for the node
 // own calls (grouper), and a batched send of calls of several lanes
 // (runPlan) splits them by lane first.
 type nodePipes struct {
-	acquire [pipeLanes]*pipe
+	acquire []*pipe // the lanes, at least one
 	renew   *pipe
 	// sharded: the node is a Redis Cluster whose masters all have
 	// SPUBLISH, so its scripts announce releases with it (their sharded
@@ -133,13 +133,13 @@ type nodePipes struct {
 	native, nativeRefused atomic.Uint32
 }
 
-// pipeLanes is how many lanes a node's acquire stream has: enough writes in
-// flight to keep a client and a server on two cores both busy, few enough
-// that the calls queued under load still share writes and batched runs.
-const pipeLanes = 4
+// maxLanes bounds Options.Lanes: each lane holds a connection to every node.
+const maxLanes = 16
 
-func newNodePipes(rdb redis.UniversalClient) *nodePipes {
-	ps := &nodePipes{renew: &pipe{rdb: rdb}}
+// newNodePipes makes the pipes of a node whose acquire stream has lanes
+// lanes (1 if fewer).
+func newNodePipes(rdb redis.UniversalClient, lanes int) *nodePipes {
+	ps := &nodePipes{acquire: make([]*pipe, max(lanes, 1)), renew: &pipe{rdb: rdb}}
 	for i := range ps.acquire {
 		ps.acquire[i] = &pipe{rdb: rdb}
 	}
@@ -154,13 +154,18 @@ func (ps *nodePipes) each(f func(p *pipe)) {
 	f(ps.renew)
 }
 
-// laneOf is the lane of the acquire stream that the calls on key go to: a
-// function of its hash slot, so that every key of one call, and of one
-// lock, has the same.
-func laneOf(key string) int { return keySlot(key) % pipeLanes }
+// laneOf is the lane, of lanes, that the calls on key go to: a function of
+// its hash slot, so that every key of one call, and of one lock, has the
+// same. A single lane needs no hash.
+func laneOf(key string, lanes int) int {
+	if lanes <= 1 {
+		return 0
+	}
+	return keySlot(key) % lanes
+}
 
 // lane is the acquire stream's lane of the calls on key.
-func (ps *nodePipes) lane(key string) *pipe { return ps.acquire[laneOf(key)] }
+func (ps *nodePipes) lane(key string) *pipe { return ps.acquire[laneOf(key, len(ps.acquire))] }
 
 // of is the pipe a call of s with args (built by s.args, or a batched run
 // of calls of one lane) goes to.

@@ -167,7 +167,7 @@ func TestPipeCallThatTimesOutQueuedIsNotSent(t *testing.T) {
 	}
 	// Not the node's fault: the client does not mark it down.
 	c := &Client{clock: systemClock{}}
-	ps := newNodePipes(p.rdb)
+	ps := newNodePipes(p.rdb, 1)
 	ps.acquire[0] = p
 	n := &node{pipes: ps}
 	c.failed(n, err, 100*time.Millisecond)

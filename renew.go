@@ -318,7 +318,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				// lock (of its kind, standalone or Cluster) is the same.
 				slotted := n.slotted()
 				p := &plans[b2i(slotted)]
-				p.once.Do(func() { p.cmds = planBatched(kinds, args, slotted) })
+				p.once.Do(func() { p.cmds = planBatched(kinds, args, slotted, len(n.pipes.acquire)) })
 				vals, errs = runPlan(ctx, n, p.cmds, len(args))
 			} else {
 				vals, errs = runBatched(ctx, n, kinds, args)
@@ -388,7 +388,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 		}
 		return vals, errs
 	}
-	return runPlan(ctx, n, planBatched(scripts, args, n.slotted()), len(args))
+	return runPlan(ctx, n, planBatched(scripts, args, n.slotted(), len(n.pipes.acquire)), len(args))
 }
 
 // batchCommand is one command of a batched send: a lone call, or a chunk of
@@ -401,10 +401,12 @@ type batchCommand struct {
 }
 
 // planBatched groups the calls args[i] of scripts[i] into the commands
-// runPlan sends (see runBatched); slotted groups them by hash slot too. The
-// plan depends only on the calls, so nodes sent the same calls share one:
-// its commands are only read.
-func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
+// runPlan sends (see runBatched); slotted groups them by hash slot too, and
+// the calls of scripts that go on the lanes of the nodes' acquire streams by
+// their lane of lanes. The plan depends only on the calls, so nodes sent the
+// same calls share one (every node of a client has as many lanes): its
+// commands are only read.
+func planBatched(scripts []*script, args [][]any, slotted bool, lanes int) []batchCommand {
 	type group struct {
 		s    *script
 		slot int // the calls' hash slot, where it decides; -1 for any
@@ -412,8 +414,8 @@ func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
 	}
 	var order []group
 	members := make(map[group][]int)
-	if same := !slotted && len(scripts) > 0 && scripts[0].renewal && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
-		// The common case: one renewal script (one pipe), no slots.
+	if same := !slotted && len(scripts) > 0 && (scripts[0].renewal || lanes <= 1) && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
+		// The common case: one script on one pipe, no slots.
 		all := make([]int, len(scripts))
 		for i := range all {
 			all[i] = i
@@ -429,7 +431,7 @@ func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
 			case !s.renewal:
 				// A batched run goes to one lane (nodePipes.of): its
 				// calls must all belong there.
-				g.lane = laneOf(scriptKey(args[i]))
+				g.lane = laneOf(scriptKey(args[i]), lanes)
 			}
 			if _, ok := members[g]; !ok {
 				order = append(order, g)
