@@ -558,22 +558,23 @@ func batchClientWith(t *testing.T, nodes []redis.UniversalClient, opts Options) 
 	return c, runs
 }
 
-// holdPipes makes every node's acquire pipe busy, as a write in flight
-// does: the calls made meanwhile queue, until free ends that write and
-// they go out together.
+// holdPipes makes every lane of every node's acquire stream busy, as a
+// write in flight does: the calls made meanwhile queue, until free ends
+// that write and they go out together.
 func holdPipes(t *testing.T, c *Client) (free func()) {
 	t.Helper()
 	var ps []*pipe
 	for _, n := range c.nodes {
-		p := n.pipes.acquire
-		p.mu.Lock()
-		busy := p.busy
-		p.busy = true
-		p.mu.Unlock()
-		if busy {
-			t.Fatal("a pipe is busy with no call made")
+		for _, p := range n.pipes.acquire {
+			p.mu.Lock()
+			busy := p.busy
+			p.busy = true
+			p.mu.Unlock()
+			if busy {
+				t.Fatal("a pipe is busy with no call made")
+			}
+			ps = append(ps, p)
 		}
-		ps = append(ps, p)
 	}
 	var once sync.Once
 	free = func() {
@@ -587,17 +588,36 @@ func holdPipes(t *testing.T, c *Client) (free func()) {
 	return free
 }
 
-// waitQueued waits until every node's acquire pipe holds n calls.
+// waitQueued waits until the lanes of every node's acquire stream hold n
+// calls in all.
 func waitQueued(t *testing.T, c *Client, n int) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("%d calls queued on every node", n), func() bool {
 		for _, node := range c.nodes {
-			if node.pipes.acquire.queued() < n {
+			queued := 0
+			for _, p := range node.pipes.acquire {
+				queued += p.queued()
+			}
+			if queued < n {
 				return false
 			}
 		}
 		return true
 	})
+}
+
+// sameLane gives n lock names made of prefix and a number whose calls all
+// go to one lane of a node's acquire stream: calls of them queued together
+// share writes and batched runs, as on a node with one lane.
+func sameLane(c *Client, prefix string, n int) []string {
+	var names []string
+	for i := 0; len(names) < n; i++ {
+		name := fmt.Sprint(prefix, i)
+		if laneOf(c.lockKey(name), len(c.nodes[0].pipes.acquire)) == 0 {
+			names = append(names, name)
+		}
+	}
+	return names
 }
 
 // acquireBurst acquires names on c, all queued while a write is in flight,
@@ -624,12 +644,13 @@ func waitWritten(t *testing.T, c *Client) {
 	t.Helper()
 	waitFor(t, "every node's calls answered", func() bool {
 		for _, n := range c.nodes {
-			p := n.pipes.acquire
-			p.mu.Lock()
-			busy := p.busy
-			p.mu.Unlock()
-			if busy {
-				return false
+			for _, p := range n.pipes.acquire {
+				p.mu.Lock()
+				busy := p.busy
+				p.mu.Unlock()
+				if busy {
+					return false
+				}
 			}
 		}
 		return true
@@ -644,10 +665,7 @@ func TestQueuedAcquiresAndReleasesGoAsOneRunPerNode(t *testing.T) {
 	c, runs := batchClient(t, cl.Clients())
 	ctx := context.Background()
 	const burst = 20
-	names := make([]string, burst)
-	for i := range names {
-		names[i] = fmt.Sprint("burst-", i)
-	}
+	names := sameLane(c, "burst-", burst)
 	locks, errs := acquireBurst(t, c, names...)
 	for i, r := range runs {
 		if plain, batched := r.reset(); plain != 0 || batched != 1 {
@@ -692,9 +710,10 @@ func TestQueuedAcquireOfAWrongTypeKeyFailsAlone(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{})
 	c, runs := batchClient(t, cl.Clients())
 	ctx := context.Background()
-	names := []string{"wt-0", "wt-1", "wt-bad", "wt-3", "wt-4"}
+	names := sameLane(c, "wt-", 5)
+	bad := names[2]
 	for _, rdb := range cl.Clients() {
-		if err := rdb.RPush(ctx, c.lockKey("wt-bad"), "x").Err(); err != nil {
+		if err := rdb.RPush(ctx, c.lockKey(bad), "x").Err(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -707,7 +726,7 @@ func TestQueuedAcquireOfAWrongTypeKeyFailsAlone(t *testing.T) {
 	for i, err := range errs {
 		var qe *QuorumError
 		switch {
-		case names[i] == "wt-bad":
+		case names[i] == bad:
 			if !errors.As(err, &qe) || qe.Won != 0 || !strings.Contains(err.Error(), "WRONGTYPE") {
 				t.Errorf("the lock on a list: %v, want a quorum error of WRONGTYPE from every node", err)
 			}
@@ -725,7 +744,9 @@ func TestGroupingKeepsTheOrderOfAKeysCalls(t *testing.T) {
 	cl := redistest.StartT(t, 1, redistest.Options{})
 	c, runs := batchClient(t, cl.Clients())
 	ctx := context.Background()
-	held, err := c.TryAcquire(ctx, "k")
+	names := sameLane(c, "g-", 3) // of one lane, so they share a write
+	a, k, b := names[0], names[1], names[2]
+	held, err := c.TryAcquire(ctx, k)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -735,10 +756,10 @@ func TestGroupingKeepsTheOrderOfAKeysCalls(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make([]error, 4)
 	steps := []func() error{
-		func() error { _, err := c.TryAcquire(ctx, "a"); return err },
+		func() error { _, err := c.TryAcquire(ctx, a); return err },
 		func() error { return held.Release(ctx) },
-		func() error { _, err := c.TryAcquire(ctx, "k"); return err },
-		func() error { _, err := c.TryAcquire(ctx, "b"); return err },
+		func() error { _, err := c.TryAcquire(ctx, k); return err },
+		func() error { _, err := c.TryAcquire(ctx, b); return err },
 	}
 	for i, step := range steps {
 		wg.Go(func() { errs[i] = step() })
@@ -835,7 +856,7 @@ func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
-	names := []string{"durable-0", "durable-1", "durable-2", "durable-3", "durable-4"}
+	names := sameLane(c, "durable-", 5)
 	locks, errs := acquireBurst(t, c, names...)
 	for i, err := range errs {
 		if err != nil {

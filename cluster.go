@@ -107,11 +107,20 @@ func keySlot(key string) int {
 }
 
 // crc16 is the CRC-16/XMODEM checksum (polynomial 0x1021, initial value 0)
-// that Redis Cluster hashes keys with.
+// that Redis Cluster hashes keys with. Every script call hashes its lock's
+// tag to pick its lane (nodePipes.lane): a byte a step, from a table.
 func crc16(s string) uint16 {
 	var crc uint16
 	for i := 0; i < len(s); i++ {
-		crc ^= uint16(s[i]) << 8
+		crc = crc<<8 ^ crc16Table[byte(crc>>8)^s[i]]
+	}
+	return crc
+}
+
+// crc16Table is the CRC of each byte value, shifted in alone.
+var crc16Table = func() (t [256]uint16) {
+	for b := range t {
+		crc := uint16(b) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -119,9 +128,10 @@ func crc16(s string) uint16 {
 				crc <<= 1
 			}
 		}
+		t[b] = crc
 	}
-	return crc
-}
+	return t
+}()
 
 // probeCluster reads the cluster state and the slots a node in cluster mode
 // serves, in one round trip.

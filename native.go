@@ -154,7 +154,7 @@ func nativeRefusal(err error) (fallback, refused bool) {
 // that it cannot run it, which switches the node back to the script.
 func (a *attempt) nativeDelete(ctx context.Context, n *node) (deleted, done bool, err error) {
 	ps := n.pipes
-	if ps == nil || !a.quieted || !a.spec.bare || ps.acquire.durable != nil {
+	if ps == nil || !a.quieted || !a.spec.bare || ps.renew.durable != nil {
 		// A test fake, a release that announces, a kind whose release
 		// does more, or durable votes (whose writes are grouped by a
 		// script's key).
@@ -169,7 +169,7 @@ func (a *attempt) nativeDelete(ctx context.Context, n *node) (deleted, done bool
 		return false, false, nil
 	}
 	cmd := redis.NewIntCmd(ctx, args...)
-	if err := ps.acquire.do(ctx, cmd); err != nil {
+	if err := ps.lane(a.keys[0]).do(ctx, cmd); err != nil { // the lane of the acquire it cleans up after
 		return false, true, err
 	}
 	if fallback, refused := nativeRefusal(cmd.Err()); fallback {

@@ -12,11 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// pipe is the one ordered stream of script calls from this client to one
-// node. Calls from every goroutine queue on it; what arrives while a write
-// to the node is in flight goes out together in the next write, as one
-// go-redis pipeline. A call that finds the pipe idle is written at once, by
-// its own goroutine, with no hand-off: a lone caller pays nothing for the
+// pipe is one ordered stream of script calls from this client to one
+// node: one lane of the node's acquire stream, or its renewal stream (see
+// nodePipes). Calls from every goroutine queue on it; what arrives while a
+// write to the node is in flight goes out together in the next write, as
+// one go-redis pipeline. A call that finds the pipe idle is written at once,
+// by its own goroutine, with no hand-off: a lone caller pays nothing for the
 // coalescing. At most one write is in flight, so calls reach the node in
 // the order they were queued, on one connection at a time.
 //
@@ -92,15 +93,35 @@ const (
 // client: it never reached the node.
 var errNotSent = errors.New("not sent: waited in the client's queue for the node past the node timeout")
 
-// nodePipes are a node's two pipes: one for acquires and releases, one for
-// renewals (and the TTL register they depend on), so that a burst of
-// acquisitions, however far above what the nodes can serve, never delays
-// the renewals of the locks already held. Nothing is lost by splitting the
-// stream: the calls whose order on a node matters (an attempt's acquire,
-// extends and release) are ordered by the attempt's own record of the calls
-// running there (quorum.go) and by Lock.extendMu, not by the pipe.
+// nodePipes are a node's streams of calls: the lanes of acquires and
+// releases, and one pipe for renewals (and the TTL register they depend
+// on), so that a burst of acquisitions, however far above what the nodes
+// can serve, never delays the renewals of the locks already held. Nothing
+// is lost by splitting the renewals off: the calls whose order on a node
+// matters across the two (an attempt's acquire, extends and release) are
+// ordered by the attempt's own record of the calls running there
+// (quorum.go) and by Lock.extendMu, not by the pipe.
+//
+// The acquire stream has Options.Lanes lanes, each a pipe of its own with
+// its own connection, so that several writes can be in flight to the node at once:
+// while the node runs one lane's write, the client reads the answers of
+// another and builds the next, and neither side waits for the other's
+// turn. A call goes to the lane of its keys' hash slot (lane). The keys of
+// one call always share a hash slot (a Cluster node refuses them
+// otherwise, and the library builds every lock's keys with the lock's name
+// as their hash tag): two calls that touch a common key therefore have the
+// same slot, go to the same lane, and reach the node in the order they
+// were queued, as on one pipe. All the calls of one lock (its acquire,
+// releases, quiet clean-up, a semaphore's other slots, a read-write lock's
+// intents, a fair lock's queue calls) share its name's tag and so its
+// lane. Calls on keys of distinct slots commute: a script touches only the
+// keys it is given. A command that carries the calls of several locks (a
+// batched run) is made of one lane's calls only: a pipe groups only its
+// own calls (grouper), and a batched send of calls of several lanes
+// (runPlan) splits them by lane first.
 type nodePipes struct {
-	acquire, renew *pipe
+	acquire []*pipe // the lanes, at least one
+	renew   *pipe
 	// sharded: the node is a Redis Cluster whose masters all have
 	// SPUBLISH, so its scripts announce releases with it (their sharded
 	// forms) and waiters listen with SSUBSCRIBE (wait.go). Set by the
@@ -112,15 +133,47 @@ type nodePipes struct {
 	native, nativeRefused atomic.Uint32
 }
 
-func newNodePipes(rdb redis.UniversalClient) *nodePipes {
-	return &nodePipes{acquire: &pipe{rdb: rdb}, renew: &pipe{rdb: rdb}}
+// maxLanes bounds Options.Lanes: each lane holds a connection to every node.
+const maxLanes = 16
+
+// newNodePipes makes the pipes of a node whose acquire stream has lanes
+// lanes (1 if fewer).
+func newNodePipes(rdb redis.UniversalClient, lanes int) *nodePipes {
+	ps := &nodePipes{acquire: make([]*pipe, max(lanes, 1)), renew: &pipe{rdb: rdb}}
+	for i := range ps.acquire {
+		ps.acquire[i] = &pipe{rdb: rdb}
+	}
+	return ps
 }
 
-func (ps *nodePipes) of(s *script) *pipe {
+// each calls f with every pipe of the node.
+func (ps *nodePipes) each(f func(p *pipe)) {
+	for _, p := range ps.acquire {
+		f(p)
+	}
+	f(ps.renew)
+}
+
+// laneOf is the lane, of lanes, that the calls on key go to: a function of
+// its hash slot, so that every key of one call, and of one lock, has the
+// same. A single lane needs no hash.
+func laneOf(key string, lanes int) int {
+	if lanes <= 1 {
+		return 0
+	}
+	return keySlot(key) % lanes
+}
+
+// lane is the acquire stream's lane of the calls on key.
+func (ps *nodePipes) lane(key string) *pipe { return ps.acquire[laneOf(key, len(ps.acquire))] }
+
+// of is the pipe a call of s with args (built by s.args, or a batched run
+// of calls of one lane) goes to.
+func (ps *nodePipes) of(s *script, args []any) *pipe {
 	if s.renewal {
 		return ps.renew
 	}
-	return ps.acquire
+	return ps.lane(scriptKey(args))
 }
 
 func (ps *nodePipes) run(ctx context.Context, s *script, args []any) ([]int64, error) {
@@ -132,22 +185,27 @@ func (ps *nodePipes) run(ctx context.Context, s *script, args []any) ([]int64, e
 		sharded[0], sharded[1] = s.sharded.head()
 		s, args = s.sharded, sharded
 	}
-	return ps.of(s).run(ctx, s, args)
+	return ps.of(s, args).run(ctx, s, args)
 }
 
-// stuckSince is when the oldest write still unanswered went out
-// (nanoseconds since writeEpoch), 0 if none is.
+// stuckSince is when the oldest write still unanswered, of all the node's
+// pipes, went out (nanoseconds since writeEpoch), 0 if none is.
 func (ps *nodePipes) stuckSince() int64 {
-	a, r := ps.acquire.writtenAt.Load(), ps.renew.writtenAt.Load()
-	if a == 0 || (r != 0 && r < a) {
-		return r
-	}
-	return a
+	var oldest int64
+	ps.each(func(p *pipe) {
+		if at := p.writtenAt.Load(); at != 0 && (oldest == 0 || at < oldest) {
+			oldest = at
+		}
+	})
+	return oldest
 }
 
-// lastAnswered is when the last write that was answered went out.
+// lastAnswered is when the last write that was answered, of all the node's
+// pipes, went out.
 func (ps *nodePipes) lastAnswered() int64 {
-	return max(ps.acquire.answeredWrite.Load(), ps.renew.answeredWrite.Load())
+	var last int64
+	ps.each(func(p *pipe) { last = max(last, p.answeredWrite.Load()) })
+	return last
 }
 
 // run runs a script call through the pipe, falling back to EVAL when the

@@ -167,7 +167,9 @@ func TestPipeCallThatTimesOutQueuedIsNotSent(t *testing.T) {
 	}
 	// Not the node's fault: the client does not mark it down.
 	c := &Client{clock: systemClock{}}
-	n := &node{pipes: &nodePipes{acquire: p, renew: &pipe{rdb: p.rdb}}}
+	ps := newNodePipes(p.rdb, 1)
+	ps.acquire[0] = p
+	n := &node{pipes: ps}
 	c.failed(n, err, 100*time.Millisecond)
 	if n.downUntil.Load() != 0 {
 		t.Fatal("a call that waited in our own queue marked the node down")

@@ -221,6 +221,17 @@ type Options struct {
 	// set of nodes, such as the CLI's nodes and status commands; a client
 	// that takes locks is better refused at once.
 	DeferNodeChecks bool
+	// Lanes is how many writes of acquires and releases the client keeps
+	// in flight to each node at once, each on a connection of its own
+	// (between 1 and 16). A call goes to the lane of its lock's hash slot,
+	// so the calls of one lock keep their order whatever the number. Calls
+	// that queue while their lane's write is in flight share its next
+	// write, so more lanes mean smaller writes: on this project's 2-core
+	// benchmark machine, where the client and the servers share the
+	// cores, 2 or 4 lanes raised the CPU spent per operation more than
+	// they cut the waiting, and cost throughput on 5 nodes
+	// (docs/BENCHMARKS.md). Default 1: one write in flight per node.
+	Lanes int
 }
 
 // Client takes locks on a fixed set of independent Redis masters. It is safe
@@ -283,13 +294,16 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		if isFailoverClient(rdb) && !opts.DurableVotes && !opts.AllowFailoverNodes {
 			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
 		}
-		ps := newNodePipes(rdb)
+		ps := newNodePipes(rdb, opts.Lanes)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
-		ps.acquire.slotted, ps.renew.slotted = ns[i].slotted, ns[i].slotted
-		if opts.DurableVotes {
-			// Every write of the node's pipes waits for its replicas.
-			ps.acquire.durable, ps.renew.durable = ns[i], ns[i]
-		}
+		ps.each(func(p *pipe) {
+			p.slotted = ns[i].slotted
+			if opts.DurableVotes {
+				// Every write of the node's pipes waits for its
+				// replicas, with a WAIT on the write's own connection.
+				p.durable = ns[i]
+			}
+		})
 		ns[i].stale.Store(true)
 	}
 	c, err := newClient(ns, opts)
@@ -483,6 +497,8 @@ func (o *Options) setDefaults() error {
 		return configErr("ClockJumpThreshold", o.ClockJumpThreshold, "must be -1 (guard off), 0 or positive")
 	case o.FenceLifetime < noFenceExpiry:
 		return configErr("FenceLifetime", o.FenceLifetime, "must be -1 (no expiry), 0 or positive")
+	case o.Lanes < 0 || o.Lanes > maxLanes:
+		return configErr("Lanes", o.Lanes, fmt.Sprintf("must be between 1 and %d (0 for the default, 1)", maxLanes))
 	case o.FenceLifetime > 0 && o.FenceLifetime < time.Hour:
 		return configErr("FenceLifetime", o.FenceLifetime, "must be at least 1h: tokens rely on client clocks agreeing within it")
 	}

@@ -318,7 +318,7 @@ func (c *Client) extendBatch(parent context.Context, batch []*Lock, cmds [][]any
 				// lock (of its kind, standalone or Cluster) is the same.
 				slotted := n.slotted()
 				p := &plans[b2i(slotted)]
-				p.once.Do(func() { p.cmds = planBatched(kinds, args, slotted) })
+				p.once.Do(func() { p.cmds = planBatched(kinds, args, slotted, len(n.pipes.acquire)) })
 				vals, errs = runPlan(ctx, n, p.cmds, len(args))
 			} else {
 				vals, errs = runBatched(ctx, n, kinds, args)
@@ -388,7 +388,7 @@ func runBatched(ctx context.Context, n *node, scripts []*script, args [][]any) (
 		}
 		return vals, errs
 	}
-	return runPlan(ctx, n, planBatched(scripts, args, n.slotted()), len(args))
+	return runPlan(ctx, n, planBatched(scripts, args, n.slotted(), len(n.pipes.acquire)), len(args))
 }
 
 // batchCommand is one command of a batched send: a lone call, or a chunk of
@@ -401,29 +401,37 @@ type batchCommand struct {
 }
 
 // planBatched groups the calls args[i] of scripts[i] into the commands
-// runPlan sends (see runBatched); slotted groups them by hash slot too. The
-// plan depends only on the calls, so nodes sent the same calls share one:
-// its commands are only read.
-func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
+// runPlan sends (see runBatched); slotted groups them by hash slot too, and
+// the calls of scripts that go on the lanes of the nodes' acquire streams by
+// their lane of lanes. The plan depends only on the calls, so nodes sent the
+// same calls share one (every node of a client has as many lanes): its
+// commands are only read.
+func planBatched(scripts []*script, args [][]any, slotted bool, lanes int) []batchCommand {
 	type group struct {
 		s    *script
-		slot int
+		slot int // the calls' hash slot, where it decides; -1 for any
+		lane int // the calls' lane (laneOf), for scripts not sent on the renewal pipe; -1 for any
 	}
 	var order []group
 	members := make(map[group][]int)
-	if same := !slotted && len(scripts) > 0 && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
-		// The common case: one script, no slots.
+	if same := !slotted && len(scripts) > 0 && (scripts[0].renewal || lanes <= 1) && !slices.ContainsFunc(scripts, func(s *script) bool { return s != scripts[0] }); same {
+		// The common case: one script on one pipe, no slots.
 		all := make([]int, len(scripts))
 		for i := range all {
 			all[i] = i
 		}
-		order = append(order, group{scripts[0], -1})
+		order = append(order, group{scripts[0], -1, -1})
 		members[order[0]] = all
 	} else {
 		for i, s := range scripts {
-			g := group{s, -1}
-			if slotted {
-				g.slot = keySlot(scriptKey(args[i]))
+			g := group{s, -1, -1}
+			switch {
+			case slotted:
+				g.slot = keySlot(scriptKey(args[i])) // the slot decides the lane too
+			case !s.renewal:
+				// A batched run goes to one lane (nodePipes.of): its
+				// calls must all belong there.
+				g.lane = laneOf(scriptKey(args[i]), lanes)
 			}
 			if _, ok := members[g]; !ok {
 				order = append(order, g)
@@ -452,21 +460,28 @@ func planBatched(scripts []*script, args [][]any, slotted bool) []batchCommand {
 }
 
 // runPlan sends the commands of plan, which answer calls calls in all, to
-// n, each pipe's in one write, and gives each call's reply and error.
+// n, each pipe's in one write, the pipes' writes at once, and gives each
+// call's reply and error.
 func runPlan(ctx context.Context, n *node, plan []batchCommand, calls int) ([][]int64, []error) {
 	vals := make([][]int64, calls)
 	errs := make([]error, calls)
-	// Each pipe's commands in one write (renewal scripts all go on one).
-	for _, p := range []*pipe{n.pipes.renew, n.pipes.acquire} {
-		var mine []batchCommand
-		for _, c := range plan {
-			if n.pipes.of(c.s) == p {
-				mine = append(mine, c)
-			}
+	// Each command goes to its pipe: the renewal scripts all to the
+	// renewal pipe, the others to their lanes (planBatched made each
+	// batched run of one lane's calls).
+	var pipes []*pipe
+	var parts [][]batchCommand
+	for _, c := range plan {
+		p := n.pipes.of(c.s, c.args)
+		i := slices.Index(pipes, p)
+		if i < 0 {
+			i = len(pipes)
+			pipes, parts = append(pipes, p), append(parts, nil)
 		}
-		if len(mine) == 0 {
-			continue
-		}
+		parts[i] = append(parts[i], c)
+	}
+	// A call is answered by one command, so the sends fill disjoint
+	// entries of vals and errs.
+	send := func(p *pipe, mine []batchCommand) {
 		runs := make([]*script, len(mine))
 		cargs := make([][]any, len(mine))
 		rcmds := make([]redis.Cmder, len(mine))
@@ -487,6 +502,14 @@ func runPlan(ctx context.Context, n *node, plan []batchCommand, calls int) ([][]
 			splitBatch(c.of, rcmds[j].(*redis.IntSliceCmd), rerrs[j], c.calls, vals, errs)
 		}
 	}
+	var wg sync.WaitGroup
+	for i := 1; i < len(pipes); i++ {
+		wg.Go(func() { send(pipes[i], parts[i]) })
+	}
+	if len(pipes) > 0 {
+		send(pipes[0], parts[0])
+	}
+	wg.Wait()
 	return vals, errs
 }
 
