@@ -85,8 +85,11 @@ func TestFairClaimNeedsAQuorumOfClaims(t *testing.T) {
 		t.Fatalf("one claim of three: %v, %v; want ErrNoQuorum and no lock", l, err)
 	}
 	_ = c.Close() // waits for the cleanup
+	// A node's call may not have been sent before the attempt was decided
+	// (two of three answers make a quorum impossible); one that was sent
+	// is cleaned up after.
 	for i, f := range fs[:2] {
-		if !f.saw("release") {
+		if f.saw("take") && !f.saw("release") {
 			t.Errorf("node %d: no cleanup after the failed claim (ops %v)", i, f.ops)
 		}
 	}
