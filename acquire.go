@@ -80,6 +80,9 @@ func (c *Client) params(name string, opts []LockOption) (lockConfig, time.Durati
 	if len(name) > maxNameLen {
 		return lc, 0, configErr("lock name", fmt.Sprintf("%.20q... (%d bytes)", name, len(name)), fmt.Sprintf("is longer than %d bytes", maxNameLen))
 	}
+	if why := emptyTagReason(c.opts.KeyPrefix, name); why != "" {
+		return lc, 0, configErr("lock name", fmt.Sprintf("%q", name), why)
+	}
 	if lc.maxWait < 0 {
 		return lc, 0, configErr("MaxWait", lc.maxWait, "must not be negative")
 	}

@@ -98,12 +98,38 @@ func (c *Client) keySlotOf(name string) int { return keySlot(c.lockKey(name)) }
 // part between the first "{" and the next "}", if not empty) or of the
 // whole key, modulo 16384.
 func keySlot(key string) int {
-	if open := strings.IndexByte(key, '{'); open >= 0 {
-		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
-			key = key[open+1 : open+1+end]
-		}
+	if tag := hashTag(key); tag != "" {
+		key = tag
 	}
 	return int(crc16(key) % slotCount)
+}
+
+// hashTag is key's hash tag: the part between its first "{" and the next
+// "}", "" if there is none or it is empty (Redis Cluster then hashes the
+// whole key).
+func hashTag(key string) string {
+	if open := strings.IndexByte(key, '{'); open >= 0 {
+		if end := strings.IndexByte(key[open+1:], '}'); end > 0 {
+			return key[open+1 : open+1+end]
+		}
+	}
+	return ""
+}
+
+// emptyTagReason says why a lock's keys would not share a hash slot: the
+// tag of its base key (prefix{name}) is empty, so each key is hashed whole
+// and the keys of one lock (its readers, slots, queue) land in different
+// slots; a Cluster node refuses them, and on any node the calls of one
+// lock would go to different lanes of the node's stream (Options.Lanes),
+// where a release could overtake its acquire. "" when the tag is fine.
+func emptyTagReason(prefix, name string) string {
+	if hashTag(prefix+"{"+name+"}") != "" {
+		return ""
+	}
+	if strings.Contains(prefix, "{") {
+		return "gives every lock's keys an empty hash tag (its first \"{\" is closed at once), so the keys of one lock would not share a hash slot"
+	}
+	return "must not start with \"}\": the lock's keys would get an empty hash tag and not share a hash slot"
 }
 
 // crc16 is the CRC-16/XMODEM checksum (polynomial 0x1021, initial value 0)

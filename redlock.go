@@ -511,6 +511,9 @@ func (o *Options) setDefaults() error {
 	if o.KeyPrefix == "" {
 		o.KeyPrefix = DefaultKeyPrefix
 	}
+	if why := emptyTagReason(o.KeyPrefix, "name"); why != "" {
+		return configErr("KeyPrefix", fmt.Sprintf("%q", o.KeyPrefix), why)
+	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

@@ -443,6 +443,9 @@ func TestLockErrors(t *testing.T) {
 			{"ok", []redlock.LockOption{redlock.WithTTL(10 * time.Millisecond)}, "TTL 10ms: is below the minimum TTL of 100ms: the drift"},
 			{"ok", []redlock.LockOption{redlock.WithTTL(100 * time.Millisecond), redlock.WithTTL(redlock.MinTTL - 1)}, "TTL 99.999999ms: is below the minimum TTL"},
 			{"ok", []redlock.LockOption{redlock.WithMaxWait(-1)}, "MaxWait"},
+			// An empty hash tag would put the lock's keys in different
+			// slots (and, with Options.Lanes, on different lanes).
+			{"}r4", nil, `lock name "}r4": must not start with "}"`},
 		} {
 			_, err := c.TryAcquire(ctx, tc.name, tc.opts...)
 			var ce *redlock.ConfigError
@@ -465,6 +468,7 @@ func TestLockErrors(t *testing.T) {
 			{redlock.Options{TTL: 5 * time.Millisecond}, "TTL 5ms: is below the minimum TTL of 100ms"},
 			{redlock.Options{TTL: redlock.MinTTL, DriftFactor: 0.99}, "leaves no validity: the drift allowance alone is 101ms"},
 			{redlock.Options{TTL: time.Second, NodeTimeout: 500 * time.Microsecond}, "NodeTimeout 500µs"},
+			{redlock.Options{KeyPrefix: "svc{}:"}, `KeyPrefix "svc{}:": gives every lock's keys an empty hash tag`},
 		} {
 			_, err := redlock.New(cl.Clients(), tc.opts)
 			if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
