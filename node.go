@@ -68,6 +68,24 @@ type node struct {
 	replicas atomic.Int64
 	waitAOF  atomic.Bool
 
+	// durableVotes and fsyncedVotes are Options.DurableVotes and
+	// Options.FsyncedVotes: what the node's durable writes wait for.
+	durableVotes, fsyncedVotes bool
+	// fsyncRequired: with fsyncedVotes, the node's master had, at its last
+	// probe, a WAITAOF that can be trusted and its AOF on
+	// (probeResult.fsyncMode), so a vote whose WAITAOF does not confirm
+	// the master's own fsync does not count (durable.go), whether this
+	// client counts the node as persistent or not.
+	fsyncRequired atomic.Bool
+	// unconfirmed counts the votes of the node that were answered without
+	// a WAITAOF confirming their fsync (with fsyncedVotes only). A guard
+	// that counted the node as persistent through WAITAOF holds its value
+	// from before its probe: a vote counted unconfirmed since then (one
+	// sent before the node's persistence was learned, or one of a master
+	// that stopped confirming) was perhaps never fsynced, so a restart
+	// after it is not excused (guard.go, refresh).
+	unconfirmed atomic.Int64
+
 	tls       atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg       atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
 	raising   atomic.Bool                     // a background raise of the register is under way
