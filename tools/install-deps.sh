@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine:
 # redis-server (the real nodes), faketime (clock faults in the chaos suite),
-# strace (break_fsynced_test.go watches a server's writes and fsyncs to play a
-# power loss before its next fsync; without it those tests skip) and spin with
+# strace (fsynced_powerloss_test.go and break2_fsynced_test.go watch a server's
+# writes and fsyncs to play a power loss before its next fsync; without it those
+# tests skip) and spin with
 # gcc (the model checker behind `make model`).
 # Safe to run repeatedly: it does nothing when all are present.
 set -euo pipefail
