@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +34,7 @@ func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 	cc, ok := n.rdb.(*redis.ClusterClient)
 	if !ok {
 		g := n.guard.Load()
-		m := n.masterWrite("", int(n.replicas.Load()), n.waitAOF.Load(), n.fsyncRequired.Load(), g != nil && g.cluster != nil)
+		m := n.masterWrite("", int(n.replicas.Load()), n.waitAOF.Load(), aofView(n.aofView.Load()), g != nil && g.cluster != nil)
 		w, err := writeWaited(ctx, n.rdb, cmds, m)
 		n.judged(w)
 		// The next writes wait for every replica listed now: the most
@@ -89,7 +90,7 @@ func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 		go func() {
 			defer wg.Done()
 			var w waited
-			m := n.masterWrite("its master "+sh.addr, sh.replicas, sh.waitAOF, sh.fsyncRequired, true)
+			m := n.masterWrite("its master "+sh.addr, sh.replicas, sh.waitAOF, sh.aofView, true)
 			w, errs[i] = writeWaited(ctx, g.m, g.cmds, m)
 			n.judged(w)
 			if w.listed > sh.replicas {
@@ -104,34 +105,57 @@ func (n *node) writeDurable(ctx context.Context, cmds []redis.Cmder) error {
 }
 
 // masterWrite is what a durable write of n to one of its masters waits
-// for; who names a Cluster node's master in errors, need is its replicas as last
-// learned, waitAOF whether it has WAITAOF and its AOF on, fsyncRequired
-// whether, with FsyncedVotes, its WAITAOF can be trusted and its AOF is on
-// (probeResult.fsyncMode).
-func (n *node) masterWrite(who string, need int, waitAOF, fsyncRequired, cluster bool) masterReplicas {
-	m := masterReplicas{who: who, waitAOF: waitAOF, cluster: cluster, fsyncOnly: !n.durableVotes, countUnconfirmed: n.fsyncedVotes}
+// for; who names a Cluster node's master in errors, need is its replicas as
+// last learned, waitAOF whether it has WAITAOF and its AOF on, view what
+// the last probe saw of its AOF (only to tell news from what was known).
+func (n *node) masterWrite(who string, need int, waitAOF bool, view aofView, cluster bool) masterReplicas {
+	m := masterReplicas{who: who, waitAOF: waitAOF, cluster: cluster, fsyncOnly: !n.durableVotes, view: view}
 	if n.durableVotes {
 		m.need = need
 	}
-	if n.fsyncedVotes && waitAOF && fsyncRequired {
-		// Every vote on such a master waits for its fsync, and counts
-		// only once it is confirmed, also while this client counts the
-		// master as not persistent (appendfsync no, a rewrite running):
-		// another client with FsyncedVotes whose last probe saw it
-		// persistent excuses its restart, and so relies on every vote
-		// counted there being fsynced, this client's too
-		// (TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient). Where
-		// WAITAOF cannot confirm (appendfsync no, a rewrite with
-		// no-appendfsync-on-rewrite yes, the first rewrite of an AOF
-		// turned on at run time) the vote waits out its timeout and does
-		// not count: availability, never safety.
-		m.fsync, m.fsyncRequired = true, true
-	}
+	// With FsyncedVotes every vote on every master waits for its fsync,
+	// whatever the last probe saw of the master (its AOF off, no WAITAOF,
+	// a build whose WAITAOF is not trusted, a rewrite, appendfsync no, or
+	// no probe yet): another client with FsyncedVotes whose last probe saw
+	// the master persistent excuses its restart, and so relies on every
+	// vote counted there being fsynced, whoever counted it. A probe is
+	// never the master at the vote: its AOF may have been turned on since
+	// (TestBreak2AOFTurnedOnAfterTheProbe, TestBreak2ExtendAfterAOFTurnedOn),
+	// and a probe that could not ask (an ACL user without command|info)
+	// knows nothing (TestBreak2ClientWithoutCommandInfo). Only the
+	// master's own answer to the WAITAOF sent behind the vote decides
+	// (withWait, fsyncVerdict).
+	m.fsyncRequired = n.fsyncedVotes
 	return m
 }
 
-// judged records what a durable write told of the node: votes counted
-// without a confirmed fsync, and a master that did not confirm one.
+// aofView is what a node's last probe saw of a master's AOF, kept beside
+// the guard for the durable step: it only tells whether a WAITAOF answer
+// is news (the master changed since), never whether to send one.
+type aofView uint32
+
+const (
+	// aofSeenOff: the probe saw the AOF off (aof_enabled:0).
+	aofSeenOff aofView = 1 << iota
+	// waitAOFSeenMissing: the probe's COMMAND INFO waitaof answered that
+	// the server has no WAITAOF (Redis before 7.2), not an error.
+	waitAOFSeenMissing
+)
+
+// viewOf is the aofView of a probe of one server.
+func viewOf(r probeResult) aofView {
+	var v aofView
+	if !r.appendOnly {
+		v |= aofSeenOff
+	}
+	if r.noWaitAOF {
+		v |= waitAOFSeenMissing
+	}
+	return v
+}
+
+// judged records what a durable write told of the node: votes whose fsync
+// was not confirmed, and a master whose answer was news.
 func (n *node) judged(w waited) {
 	if w.unconfirmed > 0 {
 		n.unconfirmed.Add(int64(w.unconfirmed))
@@ -147,28 +171,29 @@ func (n *node) judged(w waited) {
 type masterReplicas struct {
 	who     string // a Cluster node's master, for errors ("" for a node that is one server: the quorum names the node)
 	need    int    // the replicas to wait for, as last learned (0 without DurableVotes)
-	waitAOF bool   // the master has WAITAOF and its AOF on
+	waitAOF bool   // the master has WAITAOF and its AOF on, as last learned
 	// cluster: the master is in cluster mode, and its CLUSTER NODES lists
 	// its replicas whether their link is up or not
 	cluster bool
 	// fsyncOnly: without Options.DurableVotes (FsyncedVotes alone), the
 	// master's replicas are neither waited for nor read.
 	fsyncOnly bool
-	// fsync: Options.FsyncedVotes on a master with WAITAOF: the write is
-	// followed by WAITAOF 1 <need>, which asks for the master's own fsync.
-	// fsyncRequired: the node counts as persistent through it, so a vote
-	// whose fsync is not confirmed does not count.
-	fsync, fsyncRequired bool
-	// countUnconfirmed: Options.FsyncedVotes: count the votes that are
-	// answered without a confirmed fsync (node.unconfirmed).
-	countUnconfirmed bool
+	// fsyncRequired: Options.FsyncedVotes. Every vote is followed by a
+	// WAITAOF that asks for the master's own fsync, and counts only once
+	// the master confirms it (numlocal >= 1), or, unconfirmed, where the
+	// master itself answers that it has no AOF to fsync (fsyncVerdict).
+	// Every vote whose fsync is not confirmed moves node.unconfirmed.
+	fsyncRequired bool
+	// view is what the last probe saw of the master's AOF: an answer that
+	// disagrees with it makes the node probed again.
+	view aofView
 }
 
 // waited is what the answer of a durable write told.
 type waited struct {
 	listed      int  // replicas the master listed (0 if not read)
-	unconfirmed int  // votes counted without a confirmed fsync
-	relearn     bool // the master's fsync was asked for and not confirmed: probe it again
+	unconfirmed int  // votes answered without a confirmed fsync (counted or not)
+	relearn     bool // the master's answer is news to the last probe: probe it again
 }
 
 // writeWaited sends cmds to one master as one pipeline, followed by what
@@ -230,14 +255,26 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 		return cmds, func() waited { return waited{} }
 	}
 	sent := cmds[:len(cmds):len(cmds)]
-	ms := waitTimeout(ctx)
-	var wait redis.Cmder
+	ms, aofMS := waitTimeout(ctx), int64(0)
+	// wait asks for the replicas' acknowledgements (and is aof too when
+	// one WAITAOF asks for both), aof for the master's own fsync.
+	var wait, aof redis.Cmder
 	switch {
-	case m.fsync:
+	case m.fsyncRequired && (m.need <= 0 || m.waitAOF):
 		// An fsync comes about once a second with everysec, not at a
 		// timeout: give the WAITAOF most of the time left.
 		ms = fsyncTimeout(ctx)
+		aofMS = ms
 		wait = redis.NewIntSliceCmd(ctx, "waitaof", 1, m.need, ms)
+		aof = wait
+	case m.fsyncRequired:
+		// Replicas to wait for on a master whose AOF was off (or whose
+		// WAITAOF was not seen) at the last probe: a WAIT for them, then
+		// a WAITAOF for the master's own fsync all the same, whose
+		// answer tells whether the AOF is still off.
+		wait = redis.NewIntCmd(ctx, "wait", m.need, ms)
+		aofMS = fsyncTimeout(ctx)
+		aof = redis.NewIntSliceCmd(ctx, "waitaof", 1, 0, aofMS)
 	case m.need <= 0:
 	case m.waitAOF:
 		wait = redis.NewIntSliceCmd(ctx, "waitaof", 1, m.need, ms)
@@ -246,6 +283,9 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 	}
 	if wait != nil {
 		sent = append(sent, wait)
+	}
+	if aof != nil && aof != wait {
+		sent = append(sent, aof)
 	}
 	var info, nodes *redis.StringCmd
 	if !m.fsyncOnly {
@@ -268,20 +308,30 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 				err = fmt.Errorf("%w: the master lists %d replicas now, and the write waited for %d (the next write waits for them all)", ErrVoteNotDurable, w.listed, max(m.need, 0))
 			}
 		}
+		var local error // the master's own fsync was asked for and not confirmed
 		fsynced := false
 		if err == nil && wait != nil {
-			var local error
 			fsynced, local, err = waitShort(wait, m.need, ms)
-			switch {
-			case local == nil:
-			case m.fsyncRequired || (!m.fsyncOnly && m.need > 0):
-				// The node counts as persistent through this fsync (or,
-				// with DurableVotes, its WAITAOF asked for both).
+			if local != nil && !m.fsyncRequired {
+				// DurableVotes alone: its WAITAOF asked for the master's
+				// fsync and the replicas' together.
 				err = local
 			}
-			if local != nil && m.fsync {
-				w.relearn = true
+		}
+		if err == nil && aof != nil && aof != wait {
+			fsynced, local, _ = waitShort(aof, 0, aofMS)
+		}
+		if m.fsyncRequired && err == nil {
+			counts, news := fsyncVerdict(aof, local, m.view)
+			switch {
+			case local == nil:
+			case counts && aof != wait || counts && m.need <= 0:
+				// The master has no AOF (or no WAITAOF) to fsync: the
+				// vote counts, unconfirmed (below).
+			default:
+				err = local
 			}
+			w.relearn = news
 		}
 		if err != nil && m.who != "" {
 			err = fmt.Errorf("%w (on %s)", err, m.who)
@@ -290,16 +340,57 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 			if !judged(cmd) || cmd.Err() != nil {
 				continue
 			}
+			if m.fsyncRequired && !fsynced && !isScript(cmd, ttlRegisterScript) {
+				// Answered without a confirmed fsync, counted or not:
+				// this client no longer excuses the master's restart
+				// (unconfirmedSince). (A raise of the register is no
+				// vote: on a master that is persistent it is fsynced or
+				// covered, see above.)
+				w.unconfirmed++
+			}
 			if err != nil {
 				cmd.SetErr(err)
-			} else if m.countUnconfirmed && !fsynced && !isScript(cmd, ttlRegisterScript) {
-				// (A raise of the register is no vote: on a master that
-				// is persistent it is fsynced or covered, see above.)
-				w.unconfirmed++
 			}
 		}
 		return w
 	}
+}
+
+// fsyncVerdict judges a WAITAOF 1 that followed votes with FsyncedVotes,
+// whose local error (waitShort) is not nil when it did not confirm the
+// master's own fsync. counts: the vote counts all the same, unconfirmed,
+// because the master itself answered that it has nothing to fsync, and
+// the last probe saw the same: its AOF is off ("WAITAOF cannot be used
+// when numlocal is set but appendonly is disabled") as the probe saw it
+// (aof_enabled:0), or it has no WAITAOF at all ("unknown command", Redis
+// before 7.2) as the probe's COMMAND INFO told. Such a master counts as
+// persistent through WAITAOF for no client at that moment (probe.go,
+// persistent, asks for its AOF on and a trusted WAITAOF), and the vote
+// moves node.unconfirmed, so this client's guard excuses no restart after
+// it. Every other answer fails the vote and is news (the node is probed
+// again): numlocal 0 (no fsync within the timeout, as with appendfsync
+// no, a rewrite with no-appendfsync-on-rewrite yes, or the first rewrite
+// of an AOF turned on at run time); NOPERM (an ACL user without
+// +waitaof); a replica's refusal; no answer; and the two answers above
+// where the probe saw the AOF on or WAITAOF there: the AOF was turned off
+// since the probe, and another client whose last probe saw the master
+// persistent would excuse a restart that loses the vote, or the answer
+// did not come from the server the probe saw.
+func fsyncVerdict(aof redis.Cmder, local error, view aofView) (counts, news bool) {
+	if local == nil {
+		return false, false
+	}
+	var rerr redis.Error
+	if err := aof.Err(); err != nil && errors.As(err, &rerr) {
+		msg := rerr.Error()
+		switch {
+		case strings.HasPrefix(msg, "ERR ") && strings.Contains(msg, "appendonly is disabled"):
+			counts = view&aofSeenOff != 0
+		case strings.HasPrefix(msg, "ERR unknown command"):
+			counts = view&waitAOFSeenMissing != 0
+		}
+	}
+	return counts, !counts
 }
 
 // listedReplicas reads how many replicas a master has from its INFO

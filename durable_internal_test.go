@@ -136,3 +136,95 @@ func TestWaitTimeoutStaysWithinTheDeadline(t *testing.T) {
 		t.Errorf("deadline passed: %dms, want 1 (never 0)", got)
 	}
 }
+
+// With FsyncedVotes every vote is followed by a WAITAOF 1 whatever the
+// last probe saw of the master (its AOF off, no WAITAOF, nothing yet), and
+// its answer alone decides: confirmed, the vote counts; the master's own
+// "appendonly is disabled" (or "unknown command", Redis before 7.2) where
+// the probe saw the same, it counts unconfirmed; anything else fails it.
+// Every vote without a confirmed fsync moves the node's unconfirmed count,
+// and an answer the probe did not expect makes the node probed again.
+func TestFsyncedVotesWaitForWAITAOFWhateverTheProbeSaw(t *testing.T) {
+	ctx := context.Background()
+	vote := func() redis.Cmder { return redis.NewIntSliceCmd(ctx, acquireScript.args([]string{"k"}, 1)...) }
+	aofOff := serverError("ERR WAITAOF cannot be used when numlocal is set but appendonly is disabled.")
+	unknown := serverError("ERR unknown command 'waitaof', with args beginning with: '1' '0' '10' ")
+	noPerm := serverError("NOPERM User u has no permissions to run the 'waitaof' command")
+	for _, tc := range []struct {
+		what        string
+		view        aofView
+		answer      func(redis.Cmder)
+		counts      bool
+		unconfirmed bool
+		relearn     bool
+	}{
+		{"confirmed", 0, func(w redis.Cmder) { w.(*redis.IntSliceCmd).SetVal([]int64{1, 0}) }, true, false, false},
+		{"confirmed where the probe saw the AOF off", aofSeenOff, func(w redis.Cmder) { w.(*redis.IntSliceCmd).SetVal([]int64{1, 0}) }, true, false, false},
+		{"confirmed where the probe saw no WAITAOF", waitAOFSeenMissing, func(w redis.Cmder) { w.(*redis.IntSliceCmd).SetVal([]int64{1, 0}) }, true, false, false},
+		{"numlocal 0", 0, func(w redis.Cmder) { w.(*redis.IntSliceCmd).SetVal([]int64{0, 0}) }, false, true, true},
+		{"numlocal 0 where the probe saw the AOF off", aofSeenOff, func(w redis.Cmder) { w.(*redis.IntSliceCmd).SetVal([]int64{0, 0}) }, false, true, true},
+		{"AOF off, as the probe saw", aofSeenOff, func(w redis.Cmder) { w.SetErr(aofOff) }, true, true, false},
+		{"AOF off since the probe", 0, func(w redis.Cmder) { w.SetErr(aofOff) }, false, true, true},
+		{"no WAITAOF, as the probe saw", waitAOFSeenMissing | aofSeenOff, func(w redis.Cmder) { w.SetErr(unknown) }, true, true, false},
+		{"no WAITAOF, where the probe saw one", 0, func(w redis.Cmder) { w.SetErr(unknown) }, false, true, true},
+		{"NOPERM", aofSeenOff | waitAOFSeenMissing, func(w redis.Cmder) { w.SetErr(noPerm) }, false, true, true},
+		{"no answer", aofSeenOff, func(w redis.Cmder) { w.SetErr(errors.New("i/o timeout")) }, false, true, true},
+	} {
+		for _, need := range []int{-1, 0} { // -1: FsyncedVotes alone
+			m := masterReplicas{fsyncRequired: true, fsyncOnly: need < 0, view: tc.view}
+			cmds := []redis.Cmder{vote(), vote()}
+			sent, judge := withWait(ctx, cmds, m)
+			wait := sent[len(cmds)]
+			if args := wait.Args(); wait.Name() != "waitaof" || args[1] != 1 || args[2] != 0 {
+				t.Fatalf("%s: sent %v after the votes, want WAITAOF 1 0", tc.what, args)
+			}
+			if need == 0 {
+				sent[len(cmds)+1].(*redis.StringCmd).SetVal("# Replication\r\nrole:master\r\nconnected_slaves:0\r\n")
+			}
+			tc.answer(wait)
+			w := judge()
+			for i, cmd := range cmds {
+				if err := cmd.Err(); tc.counts != (err == nil) || err != nil && !errors.Is(err, ErrVoteNotDurable) {
+					t.Errorf("%s (need %d): vote %d: %v, want counted %v", tc.what, need, i, err, tc.counts)
+				}
+			}
+			if (w.unconfirmed == len(cmds)) != tc.unconfirmed || (w.unconfirmed != 0 && w.unconfirmed != len(cmds)) {
+				t.Errorf("%s (need %d): %d votes unconfirmed of %d, want all: %v", tc.what, need, w.unconfirmed, len(cmds), tc.unconfirmed)
+			}
+			if w.relearn != tc.relearn {
+				t.Errorf("%s (need %d): probe again %v, want %v", tc.what, need, w.relearn, tc.relearn)
+			}
+		}
+	}
+	// With replicas to wait for on a master whose AOF was off at the
+	// probe: a WAIT for them, and a WAITAOF 1 0 all the same.
+	cmds := []redis.Cmder{vote()}
+	sent, judge := withWait(ctx, cmds, masterReplicas{fsyncRequired: true, need: 1, view: aofSeenOff})
+	if len(sent) != 4 || sent[1].Name() != "wait" || sent[2].Name() != "waitaof" || sent[2].Args()[2] != 0 {
+		t.Fatalf("replicas and the AOF off at the probe: sent %v, want the vote, WAIT, WAITAOF 1 0 and INFO", sent)
+	}
+	sent[1].(*redis.IntCmd).SetVal(1)
+	sent[2].SetErr(aofOff)
+	sent[3].(*redis.StringCmd).SetVal("# Replication\r\nrole:master\r\nconnected_slaves:1\r\n")
+	if w := judge(); cmds[0].Err() != nil || w.unconfirmed != 1 {
+		t.Errorf("replicas acknowledged, AOF off as the probe saw: %v, %d unconfirmed; want counted, unconfirmed", cmds[0].Err(), w.unconfirmed)
+	}
+	// One WAITAOF asking for the replicas too (the probe saw the AOF on):
+	// its failure leaves the replicas unconfirmed, so the vote fails.
+	cmds = []redis.Cmder{vote()}
+	sent, judge = withWait(ctx, cmds, masterReplicas{fsyncRequired: true, need: 1, waitAOF: true, view: aofSeenOff})
+	if len(sent) != 3 || sent[1].Name() != "waitaof" || sent[1].Args()[2] != 1 {
+		t.Fatalf("replicas and the AOF on at the probe: sent %v, want the vote, WAITAOF 1 1 and INFO", sent)
+	}
+	sent[1].SetErr(aofOff)
+	sent[2].(*redis.StringCmd).SetVal("# Replication\r\nrole:master\r\nconnected_slaves:1\r\n")
+	if judge(); !errors.Is(cmds[0].Err(), ErrVoteNotDurable) {
+		t.Errorf("WAITAOF 1 1 refused: the vote's error is %v, want ErrVoteNotDurable", cmds[0].Err())
+	}
+}
+
+// serverError is an error as the server answers it (a redis.Error).
+type serverError string
+
+func (e serverError) Error() string { return string(e) }
+func (serverError) RedisError()     {}

@@ -100,12 +100,10 @@ type shardGuard struct {
 	// acknowledgements. waitAOF as node.waitAOF.
 	replicas int
 	waitAOF  bool
-	// fsyncRequired: with FsyncedVotes, the master's WAITAOF can be
-	// trusted and its AOF is on (probeResult.fsyncMode), so a vote there
-	// counts only with its fsync confirmed, whether the master counts as
-	// persistent or not: another client may count it so. fsynced: it
-	// counts as persistent through WAITAOF (unconfirmedSince).
-	fsyncRequired, fsynced bool
+	// aofView is what the probe saw of its AOF, as node.aofView. fsynced:
+	// it counts as persistent through WAITAOF (unconfirmedSince).
+	aofView aofView
+	fsynced bool
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
@@ -231,7 +229,7 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	g.unconfirmedAt = unconfirmedAt
 	if res.shards == nil {
 		g.fsynced = res.fsyncMode && res.persistent()
-		n.fsyncRequired.Store(res.fsyncMode)
+		n.aofView.Store(uint32(viewOf(res)))
 	}
 	g.grace = c.graceFor()
 	if old != nil {
@@ -340,7 +338,7 @@ func epochsOf(old *nodeGuard, res probeResult, lastAnswer time.Time) *nodeGuard 
 		m := r.marks()
 		m.failover = res.failover // the node's: a promoted master may have no replica left
 		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, m, lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF,
-			fsyncRequired: r.fsyncMode, fsynced: r.fsyncMode && r.persistent()}
+			aofView: viewOf(r), fsynced: r.fsyncMode && r.persistent()}
 	}
 	return g
 }

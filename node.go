@@ -71,19 +71,16 @@ type node struct {
 	// durableVotes and fsyncedVotes are Options.DurableVotes and
 	// Options.FsyncedVotes: what the node's durable writes wait for.
 	durableVotes, fsyncedVotes bool
-	// fsyncRequired: with fsyncedVotes, the node's master had, at its last
-	// probe, a WAITAOF that can be trusted and its AOF on
-	// (probeResult.fsyncMode), so a vote whose WAITAOF does not confirm
-	// the master's own fsync does not count (durable.go), whether this
-	// client counts the node as persistent or not.
-	fsyncRequired atomic.Bool
+	// aofView is what the last probe saw of the master's AOF (an aofView):
+	// with fsyncedVotes every vote waits for a WAITAOF whatever it says;
+	// it only tells whether the answer is news (durable.go, fsyncVerdict).
+	aofView atomic.Uint32
 	// unconfirmed counts the votes of the node that were answered without
-	// a WAITAOF confirming their fsync (with fsyncedVotes only). A guard
-	// that counted the node as persistent through WAITAOF holds its value
-	// from before its probe: a vote counted unconfirmed since then (one
-	// sent before the node's persistence was learned, or one of a master
-	// that stopped confirming) was perhaps never fsynced, so a restart
-	// after it is not excused (guard.go, refresh).
+	// a WAITAOF confirming their fsync (with fsyncedVotes only), whether
+	// they counted (the master answered that its AOF is off) or failed. A
+	// guard that counted the node as persistent through WAITAOF holds its
+	// value from before its probe: after such a vote a restart is not
+	// excused (guard.go, refresh).
 	unconfirmed atomic.Int64
 
 	tls       atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one

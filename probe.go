@@ -41,6 +41,7 @@ type probeResult struct {
 	replicas     int           // replicas connected to the master(s); for a Cluster's master, listed for it
 	links        []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF      bool          // the server has WAITAOF (7.2+) and its AOF on
+	noWaitAOF    bool          // COMMAND INFO answered that the server has no WAITAOF (not an error: a refusal tells nothing)
 	spublish     bool          // a Cluster node whose masters all have SPUBLISH (sharded wake-ups)
 	native       nativeCaps    // the native compare-and-act commands the server (every master of a Cluster node) has
 	servers      []string      // the run_ids behind the node (one, or a Cluster's masters)
@@ -300,6 +301,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	res.aofRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
 	if waitAOFInfo != nil {
 		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+		res.noWaitAOF = waitAOFInfo.Err() == nil && !hasCommand(waitAOFInfo.Val())
 	}
 	if spublishInfo != nil {
 		res.spublish = hasCommand(spublishInfo.Val())
@@ -484,11 +486,19 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 // every connection's writes: the barrier covers the votes any client's
 // earlier writes made there, also those sent before the client learned
 // that the node is persistent, which carried no WAITAOF of their own.
+//
+// Any error fails it: without its own write (an INCR refused, NOPERM for
+// an ACL user without +incr, or OOM) the WAITAOF covers only what the
+// connection wrote before, or nothing (a WAITAOF on a connection that never
+// wrote answers [1 0] at once), and proves nothing of the other clients'
+// writes (TestBreak2BarrierWithoutIncr).
 func fsyncBarrier(ctx context.Context, rdb redis.UniversalClient, key string) bool {
 	pipe := rdb.Pipeline()
-	pipe.Incr(ctx, key)
+	incr := pipe.Incr(ctx, key)
 	wait := pipe.Do(ctx, "waitaof", 1, 0, fsyncTimeout(ctx))
-	_, _ = pipe.Exec(ctx)
+	if _, err := pipe.Exec(ctx); err != nil || incr.Err() != nil {
+		return false
+	}
 	v, err := wait.Int64Slice()
 	return err == nil && len(v) == 2 && v[0] >= 1
 }
