@@ -64,9 +64,9 @@ type probeResult struct {
 	timeSent, timeRecv time.Time
 	// fsyncMode: Options.FsyncedVotes, waitAOF and fsyncTrusted: the
 	// server's persistence is judged by the fsyncs WAITAOF confirms
-	// (persistent), and every vote on it waits for one and counts only
-	// once it is confirmed, whether the server is persistent now or not
-	// (durable.go, masterWrite). fsynced: the probe's barrier (a write and
+	// (persistent). (With the option every vote on every server waits for
+	// a WAITAOF whatever the probe saw, fsyncMode or not: durable.go,
+	// masterWrite.) fsynced: the probe's barrier (a write and
 	// a WAITAOF 1 0 behind it) confirmed that the server fsynced every
 	// write it took before the probe, or no barrier was asked (see probe).
 	fsyncMode, fsynced bool
@@ -97,12 +97,15 @@ type probeResult struct {
 // never confirms one. (A vote counted unconfirmed since the probe undoes
 // it: unconfirmedSince.)
 //
-// That a vote never counts unconfirmed on such a server, even while this
-// client counts it as not persistent (a rewrite running, appendfsync no),
-// is what makes the rule hold across clients: another client with
-// FsyncedVotes whose last probe saw the server persistent excuses its
-// restart, and so relies on every vote counted there having been fsynced,
-// whoever counted it.
+// That a vote never counts unconfirmed on a server with its AOF on, even
+// while this client counts it as not persistent (a rewrite running,
+// appendfsync no) or saw its AOF off, or could not ask, is what makes the
+// rule hold across clients: another client with FsyncedVotes whose last
+// probe saw the server persistent excuses its restart, and so relies on
+// every vote counted there having been fsynced, whoever counted it. So
+// every vote waits for a WAITAOF, and only the server's own answer that
+// its AOF is off (as the probe saw) counts one unconfirmed
+// (durable.go, fsyncVerdict).
 //
 // An AOF rewrite in progress or scheduled does not count: INFO cannot tell
 // a routine rewrite (durable) from the first one of an AOF turned on at
