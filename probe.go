@@ -487,8 +487,9 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 // connection. WAITAOF waits for the server's fsynced replication offset to
 // reach the one its connection's last write left, and that offset counts
 // every connection's writes: the barrier covers the votes any client's
-// earlier writes made there, also those sent before the client learned
-// that the node is persistent, which carried no WAITAOF of their own.
+// earlier writes made there, also those counted unconfirmed while the
+// AOF was off (PROTOCOL §13, rule 1) and any client's writes that no
+// WAITAOF of theirs confirmed.
 //
 // Any error fails it: without its own write (an INCR refused, NOPERM for
 // an ACL user without +incr, or OOM) the WAITAOF covers only what the
