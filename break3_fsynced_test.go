@@ -51,6 +51,13 @@ import (
 // excused the restart that lost it. Fixed, X's vote on node 0 fails (or Y
 // makes node 0 sit out), and Y is refused while X holds the lock.
 //
+// Scope: this needs an operator's CONFIG SET appendonly no at run time,
+// which docs/PROTOCOL.md §13 ("Persistence changed at run time under an
+// idle client") states as a limit ("Change persistence at run time only on
+// nodes that serve no lock"). It is outside the documented precondition;
+// it shows that the limit is real, and that the vote X counts on the
+// master's "appendonly is disabled" answer is exactly what it costs.
+//
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3AOFOffVoteExcusedByAnotherClient .
 func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
