@@ -205,7 +205,17 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 		l, err := x.TryAcquire(ctx, name)
 		got <- result{l, err}
 	}()
-	time.Sleep(30 * time.Millisecond) // the votes are written; their WAITAOF waits for the next fsync
+	// Once a server has X's key, the vote's write is in its AOF file (the
+	// server writes its AOF buffer before it reads the next command), and
+	// its WAITAOF waits for the next fsync.
+	for _, s := range cl.Servers {
+		for s.Client().Exists(ctx, key).Val() == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: X's vote never came", s.Addr)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
 	big := strings.Repeat("b", 1<<20)
 	done := make(chan error, len(cl.Servers))
 	for _, s := range cl.Servers {
