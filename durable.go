@@ -180,9 +180,12 @@ type masterReplicas struct {
 	fsyncOnly bool
 	// fsyncRequired: Options.FsyncedVotes. Every vote is followed by a
 	// WAITAOF that asks for the master's own fsync, and counts only once
-	// the master confirms it (numlocal >= 1), or, unconfirmed, where the
-	// master itself answers that it has no AOF to fsync (fsyncVerdict).
-	// Every vote whose fsync is not confirmed moves node.unconfirmed.
+	// the master confirms it (numlocal >= 1) and no AOF rewrite started
+	// between the vote and that answer (INFO persistence read before the
+	// votes and after the WAITAOF: rewriteStarted), or, unconfirmed, where
+	// the master itself answers that it has no AOF to fsync
+	// (fsyncVerdict). Every vote whose fsync is not confirmed moves
+	// node.unconfirmed.
 	fsyncRequired bool
 	// view is what the last probe saw of the master's AOF: an answer that
 	// disagrees with it makes the node probed again.
@@ -226,6 +229,10 @@ func writeWaited(ctx context.Context, rdb redis.UniversalClient, cmds []redis.Cm
 // (the master's replication offset after the connection's last write),
 // so one covers a batch; a vote script that answers yes always writes
 // (lua/acquire.lua), so a vote's yes is never covered by nothing.
+//
+// With FsyncedVotes the write starts with an INFO persistence, and the
+// WAITAOF is followed by another: a confirmation with a rewrite started
+// in between does not count (rewriteStarted).
 func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redis.Cmder, func() waited) {
 	// With FsyncedVotes alone, a raise of the TTL register on a node that
 	// is one server waits for no fsync of its own: the votes that rely on
@@ -255,6 +262,15 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 		return cmds, func() waited { return waited{} }
 	}
 	sent := cmds[:len(cmds):len(cmds)]
+	// With FsyncedVotes the master's AOF rewrites are read just before the
+	// votes and just after their WAITAOF, on the same connection: a
+	// rewrite that starts in between may have the WAITAOF confirm an fsync
+	// that has not happened (rewriteStarted).
+	var rwBefore, rwAfter *redis.StringCmd
+	if m.fsyncRequired {
+		rwBefore = redis.NewStringCmd(ctx, "info", "persistence")
+		sent = append([]redis.Cmder{rwBefore}, cmds...)
+	}
 	ms, aofMS := waitTimeout(ctx), int64(0)
 	// wait asks for the replicas' acknowledgements (and is aof too when
 	// one WAITAOF asks for both), aof for the master's own fsync.
@@ -286,6 +302,10 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 	}
 	if aof != nil && aof != wait {
 		sent = append(sent, aof)
+	}
+	if rwBefore != nil {
+		rwAfter = redis.NewStringCmd(ctx, "info", "persistence")
+		sent = append(sent, rwAfter)
 	}
 	var info, nodes *redis.StringCmd
 	if !m.fsyncOnly {
@@ -320,6 +340,14 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 		}
 		if err == nil && aof != nil && aof != wait {
 			fsynced, local, _ = waitShort(aof, 0, aofMS)
+		}
+		if fsynced && rwBefore != nil {
+			if why := rewriteStarted(rwBefore, rwAfter); why != nil {
+				// The confirmation may precede the fsync: the vote
+				// fails (fsyncVerdict makes it news, so the node is
+				// probed again), unconfirmed.
+				fsynced, local = false, why
+			}
 		}
 		if m.fsyncRequired && err == nil {
 			counts, news := fsyncVerdict(aof, local, m.view)
@@ -391,6 +419,66 @@ func fsyncVerdict(aof redis.Cmder, local error, view aofView) (counts, news bool
 		}
 	}
 	return counts, !counts
+}
+
+// rewriteStarted tells whether a WAITAOF's confirmation of the master's
+// own fsync (numlocal >= 1) may have come before that fsync: before and
+// after are the master's INFO persistence, read on the WAITAOF's
+// connection just before the writes it covers and just after its answer.
+// It returns nil when they show no AOF rewrite started in between, and
+// otherwise, or when they cannot be read, an error wrapping
+// ErrVoteNotDurable.
+//
+// A rewrite's start (rewriteAppendOnlyFileBackground, Redis 7.0+ aof.c)
+// switches the master to a new incremental AOF file and hands the old one
+// to a background job that fsyncs and closes it; on Redis 8.x
+// (openNewIncrAofForAppend) it also resets the fsynced and written sizes
+// of the incremental file to 0, so the next flush with nothing to write
+// takes everything as fsynced and releases the blocked WAITAOFs while the
+// old file's fsync may still be running: a vote written to the old file
+// is confirmed before it is on disk
+// (TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart). The
+// start moves aof_rewrites (INFO persistence, Redis 7.0+), which is
+// counted before the fork, so also for a rewrite whose fork fails after
+// the files were switched (measured on 8.6: aof_rewrites +1,
+// aof_last_bgrewrite_status:err, aof_rewrite_in_progress stays 0).
+// CONFIG RESETSTAT sets aof_rewrites back to 0: any change counts, and so
+// does aof_rewrite_in_progress going from 0 to 1 and any change of
+// aof_last_bgrewrite_status, so that a reset in between hides only a
+// rewrite that started, and ended well, within the vote's wait, with as
+// many rewrites counted after the reset as before it (docs/PROTOCOL.md
+// §13). A rewrite that started before the first read sends the votes to
+// the new file, whose own fsync the WAITAOF waits for.
+func rewriteStarted(before, after *redis.StringCmd) error {
+	b, err := rewriteMarks(before)
+	if err == nil {
+		var a rewriteMarkSet
+		if a, err = rewriteMarks(after); err == nil {
+			switch {
+			case a.rewrites != b.rewrites, b.inProgress == "0" && a.inProgress == "1", a.status != b.status:
+				return fmt.Errorf("%w: an AOF rewrite started on the master between the write and WAITAOF's answer (aof_rewrites %s, then %s; aof_rewrite_in_progress %s, then %s): its confirmation may precede the old AOF file's fsync",
+					ErrVoteNotDurable, b.rewrites, a.rewrites, b.inProgress, a.inProgress)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: the master's AOF rewrites could not be read around the WAITAOF, so its confirmation may precede an fsync: %w", ErrVoteNotDurable, err)
+}
+
+// rewriteMarkSet is what rewriteStarted compares of INFO persistence.
+type rewriteMarkSet struct{ rewrites, inProgress, status string }
+
+// rewriteMarks reads the rewriteMarkSet of an INFO persistence answer.
+func rewriteMarks(info *redis.StringCmd) (rewriteMarkSet, error) {
+	if err := info.Err(); err != nil {
+		return rewriteMarkSet{}, err
+	}
+	f := parseInfo(info.Val())
+	r := rewriteMarkSet{f["aof_rewrites"], f["aof_rewrite_in_progress"], f["aof_last_bgrewrite_status"]}
+	if r.rewrites == "" || r.inProgress == "" || r.status == "" {
+		return r, errors.New("INFO persistence has no aof_rewrites, aof_rewrite_in_progress or aof_last_bgrewrite_status")
+	}
+	return r, nil
 }
 
 // listedReplicas reads how many replicas a master has from its INFO

@@ -496,15 +496,22 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 // connection wrote before, or nothing (a WAITAOF on a connection that never
 // wrote answers [1 0] at once), and proves nothing of the other clients'
 // writes (TestBreak2BarrierWithoutIncr).
+//
+// Its WAITAOF, as a vote's, may confirm before the fsync when an AOF
+// rewrite starts while it waits: the master's INFO persistence read
+// before the INCR and after the WAITAOF must show none started
+// (rewriteStarted, durable.go).
 func fsyncBarrier(ctx context.Context, rdb redis.UniversalClient, key string) bool {
 	pipe := rdb.Pipeline()
+	before := pipe.Info(ctx, "persistence")
 	incr := pipe.Incr(ctx, key)
 	wait := pipe.Do(ctx, "waitaof", 1, 0, fsyncTimeout(ctx))
+	after := pipe.Info(ctx, "persistence")
 	if _, err := pipe.Exec(ctx); err != nil || incr.Err() != nil {
 		return false
 	}
 	v, err := wait.Int64Slice()
-	return err == nil && len(v) == 2 && v[0] >= 1
+	return err == nil && len(v) == 2 && v[0] >= 1 && rewriteStarted(before, after) == nil
 }
 
 // barrierKey is the key fsyncBarrier writes, in the hash slot of tag.
