@@ -40,24 +40,23 @@ import (
 //     counts (unconfirmed).
 //  4. Node 0 is killed (kill -9) and restarted on its own data; node 2's
 //     other owner lets go.
-//  5. Y, idle since step 1, takes the lock: node 0 restarted persistent
+//  5. Y, idle since step 1, probes the nodes: node 0 restarted persistent
 //     and was persistent at Y's last probe, so Y excuses the restart and
-//     counts node 0 (which lost X's key) with node 2.
+//     counts node 0 (which lost X's key) voting, with node 2.
 //
-// The promise held: "every write a vote relies on is followed by WAITAOF
-// and counts only once the master confirms its fsync, so such a node
-// counts as persistent and sits out no grace" (the docs: "as long as
-// every vote on it, by every client, was confirmed fsynced"). X counted a
-// vote on node 0 that no fsync confirmed, and Y, which cannot know it,
-// excused the restart that lost it. Fixed, X's vote on node 0 fails (or Y
-// makes node 0 sit out), and Y is refused while X holds the lock.
-//
-// Scope: this needs an operator's CONFIG SET appendonly no at run time,
-// which docs/PROTOCOL.md §13 ("Persistence changed at run time under an
-// idle client") states as a limit ("Change persistence at run time only on
-// nodes that serve no lock"). It is outside the documented precondition;
-// it shows that the limit is real, and that the vote X counts on the
-// master's "appendonly is disabled" answer is exactly what it costs.
+// This is the limit docs/PROTOCOL.md §13 states ("Persistence changed at
+// run time under an idle client": "Change persistence at run time only on
+// nodes that serve no lock"): it needs an operator's CONFIG SET appendonly
+// no at run time, outside the documented precondition. The library keeps
+// it: closing it would mean failing every vote on a master whose AOF is
+// off, so a client with the option could not use nodes without an AOF
+// (or Redis 7.0 nodes) at all. The test asserts the limit as documented,
+// and fails when it no longer holds (then update §13): X counts its vote
+// on node 0 on the "appendonly is disabled" answer, the restart loses it,
+// and Y counts node 0 voting at once, without a grace. Y's acquire that
+// follows may then take the lock within X's validity (the second holder
+// the limit costs, logged as such), or be refused when its WAITAOF on the
+// restarted node times out: timing, not a guard.
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3AOFOffVoteExcusedByAnotherClient .
 func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
@@ -91,15 +90,17 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	}
 	held, err := x.TryAcquire(ctx, name)
 	if err != nil {
-		t.Fatalf("X: %v", err)
+		t.Fatalf("X: %v (the limit's schedule needs X's vote on node 0 counted on \"appendonly is disabled\")", err)
 	}
 	defer func() { _ = held.Release(context.Background()) }()
-	if info, err := cl.Servers[0].Client().Info(ctx, "errorstats").Result(); err == nil {
-		for _, l := range strings.Split(info, "\n") {
-			if strings.HasPrefix(l, "errorstat_") {
-				t.Logf("node 0 %s", strings.TrimSpace(l))
-			}
-		}
+	// X's WAITAOF on node 0 was refused ("appendonly is disabled"), and X
+	// counted the vote all the same (unconfirmed).
+	info, err := cl.Servers[0].Client().Info(ctx, "errorstats").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(info, "errorstat_ERR:") {
+		t.Fatalf("node 0 refused no WAITAOF of X's:\n%s", info)
 	}
 	if err := cl.Servers[0].Kill(); err != nil {
 		t.Fatal(err)
@@ -113,16 +114,27 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	if err := cl.Servers[2].Client().Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
+	// The limit: Y, whose last probe saw node 0 persistent, excuses its
+	// restart, and counts it voting although it lost a vote X counts.
+	nodes := y.Nodes(ctx)
+	if i := nodes[0]; i.Err != nil || !i.Voting {
+		t.Fatalf("Y, node 0 after the restart: %+v: Y no longer excuses the restart of a node whose AOF was turned off under it; the limit docs/PROTOCOL.md §13 states (\"Persistence changed at run time under an idle client\") is closed: update §13 and this test", i)
+	}
+	if time.Now().After(held.Deadline()) {
+		t.Fatalf("Y's probe came after X's validity (a machine too slow to judge)")
+	}
 	l, errY := y.TryAcquire(ctx, name)
 	if errY == nil {
 		defer func() { _ = l.Release(context.Background()) }()
 		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X counted a vote on node 0 that no fsync confirmed (its AOF was off: \"appendonly is disabled\"); node 0 was killed and restarted on its AOF, which lacks X's key; Y (FsyncedVotes, whose last probe saw node 0 persistent) excused the restart and took %q with %v of X's validity left",
+			t.Logf("LIMIT (docs/PROTOCOL.md §13, persistence changed at run time under an idle client): X counted a vote on node 0 while its AOF was off; node 0 was killed and restarted on its AOF, which lacks X's key; Y excused the restart and took %q with %v of X's validity left",
 				name, time.Until(held.Deadline()).Round(time.Millisecond))
+			return
 		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+		t.Logf("Y took %q only after X's validity (a slow machine)", name)
+		return
 	}
-	t.Logf("Y refused: %v", errY)
+	t.Logf("Y counted node 0 voting without a grace, and was refused this time (timing): %v", errY)
 }
 
 // A routine AOF rewrite (BGREWRITEAOF, or the one auto-aof-rewrite-percentage
