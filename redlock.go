@@ -204,9 +204,13 @@ type Options struct {
 	// appendfsync always does. It applies to a Redis 8.0 or later master:
 	// every write a vote relies on there (the lock's keys, the fence and
 	// TTL registers) is followed, on the same connection, by WAITAOF, and
-	// the vote counts only once the master confirms its own fsync of it;
-	// one that does not fails with ErrVoteNotDurable, naming the node, and
-	// the node's persistence is learned again before its next vote. That
+	// the vote counts only once the master confirms its own fsync of it
+	// and no AOF rewrite started between the vote and that confirmation
+	// (INFO persistence, read on the same connection before the vote and
+	// after the WAITAOF): at a rewrite's start Redis 8.x may confirm
+	// before the old AOF file's fsync. A vote that is not confirmed so
+	// fails with ErrVoteNotDurable, naming the node, and the node's
+	// persistence is learned again before its next vote. That
 	// holds on every such master with its AOF on, also while this client
 	// counts it as not persistent (a rewrite running, appendfsync no):
 	// another client may count it as persistent and excuse its restart. So
