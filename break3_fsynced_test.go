@@ -88,9 +88,19 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	for i, info := range x.Nodes(ctx) {
 		t.Logf("X, node %d: voting %v %s", i, info.Voting, info.SitOutReason)
 	}
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("X: %v (the limit's schedule needs X's vote on node 0 counted on \"appendonly is disabled\")", err)
+	var err error
+	// X's vote on node 1 waits for its next everysec fsync, which may come
+	// after the WAITAOF's timeout on a loaded machine: X tries again.
+	var held *redlock.Lock
+	for try := 1; ; try++ {
+		held, err = x.TryAcquire(ctx, name)
+		if err == nil {
+			break
+		}
+		if try == 5 || !errors.Is(err, redlock.ErrVoteNotDurable) {
+			t.Fatalf("X: %v (the limit's schedule needs X's vote on node 0 counted on \"appendonly is disabled\")", err)
+		}
+		t.Logf("X, try %d: %v", try, err)
 	}
 	defer func() { _ = held.Release(context.Background()) }()
 	// X's WAITAOF on node 0 was refused ("appendonly is disabled"), and X
