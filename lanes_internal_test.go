@@ -27,13 +27,7 @@ import (
 func holdLanes(t *testing.T, ps []*pipe) (letGo func()) {
 	t.Helper()
 	for _, p := range ps {
-		p.mu.Lock()
-		busy := p.busy
-		p.busy = true
-		p.mu.Unlock()
-		if busy {
-			t.Fatal("a lane is busy with no call made")
-		}
+		occupy(t, p)
 	}
 	var once sync.Once
 	letGo = func() {
@@ -52,6 +46,19 @@ func holdLanes(t *testing.T, ps []*pipe) (letGo func()) {
 		})
 	})
 	return letGo
+}
+
+// occupy marks p busy, as a write in flight does, and fails t if it was
+// busy already.
+func occupy(t *testing.T, p *pipe) {
+	t.Helper()
+	p.mu.Lock()
+	busy := p.busy
+	p.busy = true
+	p.mu.Unlock()
+	if busy {
+		t.Fatal("a pipe is busy with no call made")
+	}
 }
 
 func (p *pipe) isBusy() bool {

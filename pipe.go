@@ -112,9 +112,8 @@ var errNotSent = errors.New("not sent: waited in the client's queue for the node
 // as their hash tag): two calls that touch a common key therefore have the
 // same slot, go to the same lane, and reach the node in the order they
 // were queued, as on one pipe. All the calls of one lock (its acquire,
-// releases, quiet clean-up, a semaphore's other slots, a read-write lock's
-// intents, a fair lock's queue calls) share its name's tag and so its
-// lane. Calls on keys of distinct slots commute: a script touches only the
+// releases, quiet clean-up, and the calls on every other key its kind
+// adds) share its name's tag and so its lane. Calls on keys of distinct slots commute: a script touches only the
 // keys it is given. A command that carries the calls of several locks (a
 // batched run) is made of one lane's calls only: a pipe groups only its
 // own calls (grouper), and a batched send of calls of several lanes

@@ -158,7 +158,7 @@ func TestPipeCallThatTimesOutQueuedIsNotSent(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the pipe idle", func() bool { p.mu.Lock(); defer p.mu.Unlock(); return !p.busy })
+	waitFor(t, "the pipe idle", func() bool { return !p.isBusy() })
 	if writes, _ := wc.counts(); writes != 1 {
 		t.Fatalf("%d writes, want the first call's alone", writes)
 	}
