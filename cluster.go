@@ -123,13 +123,18 @@ func hashTag(key string) string {
 // lock would go to different lanes of the node's stream (Options.Lanes),
 // where a release could overtake its acquire. "" when the tag is fine.
 func emptyTagReason(prefix, name string) string {
-	if hashTag(prefix+"{"+name+"}") != "" {
+	// Read in place, not on a built key: this runs on every acquire.
+	if open := strings.IndexByte(prefix, '{'); open >= 0 {
+		// The prefix opens the tag, whatever the name.
+		if strings.HasPrefix(prefix[open+1:], "}") {
+			return "gives every lock's keys an empty hash tag (its first \"{\" is closed at once), so the keys of one lock would not share a hash slot"
+		}
 		return ""
 	}
-	if strings.Contains(prefix, "{") {
-		return "gives every lock's keys an empty hash tag (its first \"{\" is closed at once), so the keys of one lock would not share a hash slot"
+	if strings.HasPrefix(name, "}") {
+		return "must not start with \"}\": the lock's keys would get an empty hash tag and not share a hash slot"
 	}
-	return "must not start with \"}\": the lock's keys would get an empty hash tag and not share a hash slot"
+	return ""
 }
 
 // crc16 is the CRC-16/XMODEM checksum (polynomial 0x1021, initial value 0)
