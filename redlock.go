@@ -198,6 +198,43 @@ type Options struct {
 	// failover of a quorum of a lock's nodes while it is held ends that
 	// lock: liveness, not safety.
 	DurableVotes bool
+	// FsyncedVotes lets a node whose AOF is on with appendfsync everysec
+	// count as persistent, so that it needs no restart grace after a crash
+	// and restart of its server (kill -9 included), as a node with
+	// appendfsync always does. It applies to a Redis 8.0 or later master:
+	// every write a vote relies on there (the lock's keys, the fence and
+	// TTL registers) is followed, on the same connection, by WAITAOF, and
+	// the vote counts only once the master confirms its own fsync of it
+	// and no AOF rewrite started between the vote and that confirmation
+	// (INFO persistence, read on the same connection before the vote and
+	// after the WAITAOF): at a rewrite's start Redis 8.x may confirm
+	// before the old AOF file's fsync. A vote that is not confirmed so
+	// fails with ErrVoteNotDurable, naming the node, and the node's
+	// persistence is learned again before its next vote. That
+	// holds on every such master with its AOF on, also while this client
+	// counts it as not persistent (a rewrite running, appendfsync no):
+	// another client may count it as persistent and excuse its restart. So
+	// a node with appendfsync no, or one rewriting its AOF with
+	// no-appendfsync-on-rewrite yes, takes no vote of a client with this
+	// option.
+	//
+	// Every client of the nodes must set it: a client without it counts
+	// votes on an everysec node that a power loss may take, while the
+	// clients with it excuse the restart.
+	//
+	// Valkey and Redis before 8.0 keep the rule without this option
+	// (persistent only with appendfsync always), and Nodes says why: their
+	// WAITAOF may answer that the fsync is done when it is not (Valkey
+	// 9.1.2; Redis 7.4 until redis/redis#13793), so a power loss could
+	// take votes counted as fsynced.
+	//
+	// The cost is latency: everysec fsyncs about once a second, so a vote
+	// waits up to a second for it (half a second on average). NodeTimeout
+	// must leave room for that, 2s or more: the WAITAOF gets the time left
+	// less a margin of up to 500ms. A node with appendfsync always answers
+	// at once. Persistence never excuses a promotion, a slot gained, an
+	// eviction or a flush (docs/PROTOCOL.md §11, §13).
+	FsyncedVotes bool
 	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
 	// quorum is every node, so a single node down or restarting stops
 	// every lock; New refuses such a set unless this is set (tests, a
@@ -296,11 +333,12 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		ps := newNodePipes(rdb, opts.Lanes)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
+		ns[i].durableVotes, ns[i].fsyncedVotes = opts.DurableVotes, opts.FsyncedVotes
 		ps.each(func(p *pipe) {
 			p.slotted = ns[i].slotted
-			if opts.DurableVotes {
-				// Every write of the node's pipes waits for its
-				// replicas, with a WAIT on the write's own connection.
+			if opts.DurableVotes || opts.FsyncedVotes {
+				// Every write of the node's pipes waits for its replicas,
+				// or for its master's fsync, or both (durable.go).
 				p.durable = ns[i]
 			}
 		})
@@ -341,7 +379,7 @@ func (c *Client) probeAtStart() error {
 	defer cancel()
 	res := make([]probeResult, len(c.nodes))
 	errs := make([]error, len(c.nodes))
-	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0) })
+	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0, false) })
 	for i, n := range c.nodes {
 		if err := replicaRefusal(n, res[i]); errs[i] == nil && err != nil {
 			return err
