@@ -268,7 +268,7 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 	// that has not happened (rewriteStarted).
 	var rwBefore, rwAfter *redis.StringCmd
 	if m.fsyncRequired {
-		rwBefore = redis.NewStringCmd(ctx, "info", "persistence")
+		rwBefore = redis.NewStringCmd(ctx, "info", "persistence", "stats")
 		sent = append([]redis.Cmder{rwBefore}, cmds...)
 	}
 	ms, aofMS := waitTimeout(ctx), int64(0)
@@ -304,7 +304,7 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 		sent = append(sent, aof)
 	}
 	if rwBefore != nil {
-		rwAfter = redis.NewStringCmd(ctx, "info", "persistence")
+		rwAfter = redis.NewStringCmd(ctx, "info", "persistence", "stats")
 		sent = append(sent, rwAfter)
 	}
 	var info, nodes *redis.StringCmd
@@ -442,22 +442,27 @@ func fsyncVerdict(aof redis.Cmder, local error, view aofView) (counts, news bool
 // counted before the fork, so also for a rewrite whose fork fails after
 // the files were switched (measured on 8.6: aof_rewrites +1,
 // aof_last_bgrewrite_status:err, aof_rewrite_in_progress stays 0).
-// CONFIG RESETSTAT sets aof_rewrites back to 0: any change counts, and so
-// does aof_rewrite_in_progress going from 0 to 1 and any change of
-// aof_last_bgrewrite_status, so that a reset in between hides only a
-// rewrite that started, and ended well, within the vote's wait, with as
-// many rewrites counted after the reset as before it (docs/PROTOCOL.md
-// §13). A rewrite that started before the first read sends the votes to
-// the new file, whose own fsync the WAITAOF waits for.
+// CONFIG RESETSTAT sets aof_rewrites back to 0, so a count alone can be
+// fooled: a rewrite running at the first read may end, the statistics be
+// reset, and another start, leaving the same marks
+// (TestBreak4RewriteSwapHiddenByResetStat). So a rewrite running at
+// either read fails the votes (it may have ended and another started
+// unseen), and so do any change of aof_rewrites or of
+// aof_last_bgrewrite_status, and total_commands_processed going back (a
+// reset in between). What a reset still hides is a rewrite that starts
+// and ends within the wait, on a server that processes more commands
+// after the reset than it had before the first read (docs/PROTOCOL.md
+// §13). A rewrite makes a node's votes fail while it runs: the quorum
+// rides on the others.
 func rewriteStarted(before, after *redis.StringCmd) error {
 	b, err := rewriteMarks(before)
 	if err == nil {
 		var a rewriteMarkSet
 		if a, err = rewriteMarks(after); err == nil {
 			switch {
-			case a.rewrites != b.rewrites, b.inProgress == "0" && a.inProgress == "1", a.status != b.status:
-				return fmt.Errorf("%w: an AOF rewrite started on the master between the write and WAITAOF's answer (aof_rewrites %s, then %s; aof_rewrite_in_progress %s, then %s): its confirmation may precede the old AOF file's fsync",
-					ErrVoteNotDurable, b.rewrites, a.rewrites, b.inProgress, a.inProgress)
+			case a.rewrites != b.rewrites, b.inProgress != "0", a.inProgress != "0", a.status != b.status, a.commands < b.commands:
+				return fmt.Errorf("%w: an AOF rewrite ran or started on the master around the write and WAITAOF's answer, or its statistics were reset (aof_rewrites %s, then %s; aof_rewrite_in_progress %s, then %s; total_commands_processed %d, then %d): its confirmation may precede the old AOF file's fsync",
+					ErrVoteNotDurable, b.rewrites, a.rewrites, b.inProgress, a.inProgress, b.commands, a.commands)
 			}
 			return nil
 		}
@@ -465,8 +470,12 @@ func rewriteStarted(before, after *redis.StringCmd) error {
 	return fmt.Errorf("%w: the master's AOF rewrites could not be read around the WAITAOF, so its confirmation may precede an fsync: %w", ErrVoteNotDurable, err)
 }
 
-// rewriteMarkSet is what rewriteStarted compares of INFO persistence.
-type rewriteMarkSet struct{ rewrites, inProgress, status string }
+// rewriteMarkSet is what rewriteStarted compares of INFO persistence and
+// stats.
+type rewriteMarkSet struct {
+	rewrites, inProgress, status string
+	commands                     int64 // total_commands_processed: CONFIG RESETSTAT sets it back to 0
+}
 
 // rewriteMarks reads the rewriteMarkSet of an INFO persistence answer.
 func rewriteMarks(info *redis.StringCmd) (rewriteMarkSet, error) {
@@ -474,10 +483,12 @@ func rewriteMarks(info *redis.StringCmd) (rewriteMarkSet, error) {
 		return rewriteMarkSet{}, err
 	}
 	f := parseInfo(info.Val())
-	r := rewriteMarkSet{f["aof_rewrites"], f["aof_rewrite_in_progress"], f["aof_last_bgrewrite_status"]}
-	if r.rewrites == "" || r.inProgress == "" || r.status == "" {
-		return r, errors.New("INFO persistence has no aof_rewrites, aof_rewrite_in_progress or aof_last_bgrewrite_status")
+	r := rewriteMarkSet{rewrites: f["aof_rewrites"], inProgress: f["aof_rewrite_in_progress"], status: f["aof_last_bgrewrite_status"]}
+	commands, err := strconv.ParseInt(f["total_commands_processed"], 10, 64)
+	if r.rewrites == "" || r.inProgress == "" || r.status == "" || err != nil {
+		return r, errors.New("INFO persistence stats has no aof_rewrites, aof_rewrite_in_progress, aof_last_bgrewrite_status or total_commands_processed")
 	}
+	r.commands = commands
 	return r, nil
 }
 

@@ -231,20 +231,28 @@ func TestFsyncedVotesWaitForWAITAOFWhateverTheProbeSaw(t *testing.T) {
 func answerPersistence(t *testing.T, before, after redis.Cmder, rewrites, then string) {
 	t.Helper()
 	for i, c := range []redis.Cmder{before, after} {
-		if args := c.Args(); c.Name() != "info" || len(args) != 2 || args[1] != "persistence" {
-			t.Fatalf("sent %v where INFO persistence belongs (%d)", args, i)
+		if args := c.Args(); c.Name() != "info" || len(args) != 3 || args[1] != "persistence" || args[2] != "stats" {
+			t.Fatalf("sent %v where INFO persistence stats belongs (%d)", args, i)
 		}
 	}
 	before.(*redis.StringCmd).SetVal(persistenceInfo(rewrites, "0", "ok"))
 	after.(*redis.StringCmd).SetVal(persistenceInfo(then, "0", "ok"))
 }
 
-// persistenceInfo is an INFO persistence answer of an AOF on, as Redis 8.6
-// gives it, with the rewrite fields given.
+// persistenceInfo is an INFO persistence stats answer of an AOF on, as
+// Redis 8.6 gives it, with the rewrite fields given and 1000 commands
+// processed.
 func persistenceInfo(rewrites, inProgress, status string) string {
+	return persistenceStatsInfo(rewrites, inProgress, status, "1000")
+}
+
+// persistenceStatsInfo is persistenceInfo with total_commands_processed
+// given.
+func persistenceStatsInfo(rewrites, inProgress, status, commands string) string {
 	return "# Persistence\r\nloading:0\r\naof_enabled:1\r\naof_rewrite_in_progress:" + inProgress +
 		"\r\naof_rewrite_scheduled:0\r\naof_last_bgrewrite_status:" + status +
-		"\r\naof_rewrites:" + rewrites + "\r\naof_rewrites_consecutive_failures:0\r\naof_pending_bio_fsync:0\r\n"
+		"\r\naof_rewrites:" + rewrites + "\r\naof_rewrites_consecutive_failures:0\r\naof_pending_bio_fsync:0\r\n" +
+		"\r\n# Stats\r\ntotal_connections_received:12\r\ntotal_commands_processed:" + commands + "\r\n"
 }
 
 // A WAITAOF's confirmation counts only when the master's INFO persistence,
@@ -253,36 +261,41 @@ func persistenceInfo(rewrites, inProgress, status string) string {
 // Redis 8.x may confirm before the old AOF file's fsync
 // (TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart). Such a
 // vote fails, unconfirmed, and the node is probed again; so does one whose
-// INFO cannot be read. A rewrite that was running before the votes and
-// still is does not fail them: they went to the new file.
+// INFO cannot be read. A rewrite running at either read fails them too: it
+// may have ended and another started, hidden by a CONFIG RESETSTAT
+// (TestBreak4RewriteSwapHiddenByResetStat), and so does a reset seen in
+// total_commands_processed.
 func TestFsyncedVotesFailWhenARewriteStartedBeforeTheConfirmation(t *testing.T) {
 	ctx := context.Background()
 	vote := func() redis.Cmder { return redis.NewIntSliceCmd(ctx, acquireScript.args([]string{"k"}, 1)...) }
-	type info struct{ rewrites, inProgress, status string }
+	type info struct{ rewrites, inProgress, status, commands string }
 	for _, tc := range []struct {
 		what          string
 		before, after info
 		unreadable    bool
 		counts        bool
 	}{
-		{"no rewrite", info{"4", "0", "ok"}, info{"4", "0", "ok"}, false, true},
-		{"a rewrite running all along", info{"4", "1", "ok"}, info{"4", "1", "ok"}, false, true},
-		{"a rewrite started and running", info{"4", "0", "ok"}, info{"5", "1", "ok"}, false, false},
-		{"a rewrite started and ended", info{"4", "0", "ok"}, info{"5", "0", "ok"}, false, false},
-		{"a rewrite whose fork failed after the files were switched", info{"4", "0", "ok"}, info{"5", "0", "err"}, false, false},
-		{"a rewrite ended and another started", info{"4", "1", "ok"}, info{"5", "1", "ok"}, false, false},
-		{"CONFIG RESETSTAT, then a rewrite started", info{"1", "0", "ok"}, info{"1", "1", "ok"}, false, false},
-		{"CONFIG RESETSTAT alone", info{"4", "0", "ok"}, info{"0", "0", "ok"}, false, false},
-		{"a failed rewrite's retry failed too", info{"4", "0", "err"}, info{"4", "0", "ok"}, false, false},
-		{"INFO persistence refused", info{"4", "0", "ok"}, info{"4", "0", "ok"}, true, false},
+		{"no rewrite", info{"4", "0", "ok", "1000"}, info{"4", "0", "ok", "1000"}, false, true},
+		{"a rewrite running all along", info{"4", "1", "ok", "1000"}, info{"4", "1", "ok", "1000"}, false, false},
+		{"a rewrite running at the first read, ended, CONFIG RESETSTAT, another started", info{"1", "1", "ok", "1000"}, info{"1", "1", "ok", "1000"}, false, false},
+		{"a rewrite started and ended, CONFIG RESETSTAT", info{"0", "0", "ok", "1000"}, info{"0", "0", "ok", "40"}, false, false},
+		{"commands processed in between", info{"4", "0", "ok", "1000"}, info{"4", "0", "ok", "1003"}, false, true},
+		{"a rewrite started and running", info{"4", "0", "ok", "1000"}, info{"5", "1", "ok", "1000"}, false, false},
+		{"a rewrite started and ended", info{"4", "0", "ok", "1000"}, info{"5", "0", "ok", "1000"}, false, false},
+		{"a rewrite whose fork failed after the files were switched", info{"4", "0", "ok", "1000"}, info{"5", "0", "err", "1000"}, false, false},
+		{"a rewrite ended and another started", info{"4", "1", "ok", "1000"}, info{"5", "1", "ok", "1000"}, false, false},
+		{"CONFIG RESETSTAT, then a rewrite started", info{"1", "0", "ok", "1000"}, info{"1", "1", "ok", "1000"}, false, false},
+		{"CONFIG RESETSTAT alone", info{"4", "0", "ok", "1000"}, info{"0", "0", "ok", "1000"}, false, false},
+		{"a failed rewrite's retry failed too", info{"4", "0", "err", "1000"}, info{"4", "0", "ok", "1000"}, false, false},
+		{"INFO persistence refused", info{"4", "0", "ok", "1000"}, info{"4", "0", "ok", "1000"}, true, false},
 	} {
 		for _, need := range []int{-1, 0} { // -1: FsyncedVotes alone
 			cmds := []redis.Cmder{vote(), vote()}
 			sent, judge := withWait(ctx, cmds, masterReplicas{fsyncRequired: true, fsyncOnly: need < 0})
 			before, after := sent[0], sent[2+len(cmds)]
 			answerPersistence(t, before, after, "0", "0")
-			before.(*redis.StringCmd).SetVal(persistenceInfo(tc.before.rewrites, tc.before.inProgress, tc.before.status))
-			after.(*redis.StringCmd).SetVal(persistenceInfo(tc.after.rewrites, tc.after.inProgress, tc.after.status))
+			before.(*redis.StringCmd).SetVal(persistenceStatsInfo(tc.before.rewrites, tc.before.inProgress, tc.before.status, tc.before.commands))
+			after.(*redis.StringCmd).SetVal(persistenceStatsInfo(tc.after.rewrites, tc.after.inProgress, tc.after.status, tc.after.commands))
 			if tc.unreadable {
 				after.SetErr(serverError("NOPERM User u has no permissions to run the 'info' command"))
 			}

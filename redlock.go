@@ -205,10 +205,11 @@ type Options struct {
 	// every write a vote relies on there (the lock's keys, the fence and
 	// TTL registers) is followed, on the same connection, by WAITAOF, and
 	// the vote counts only once the master confirms its own fsync of it
-	// and no AOF rewrite started between the vote and that confirmation
-	// (INFO persistence, read on the same connection before the vote and
-	// after the WAITAOF): at a rewrite's start Redis 8.x may confirm
-	// before the old AOF file's fsync. A vote that is not confirmed so
+	// and no AOF rewrite ran or started between the vote and that
+	// confirmation (INFO persistence stats, read on the same connection
+	// before the vote and after the WAITAOF): at a rewrite's start Redis
+	// 8.x may confirm before the old AOF file's fsync. So a node's votes
+	// fail while it rewrites its AOF. A vote that is not confirmed so
 	// fails with ErrVoteNotDurable, naming the node, and the node's
 	// persistence is learned again before its next vote. That
 	// holds on every such master with its AOF on, also while this client

@@ -3,7 +3,7 @@
 # redis-server (the real nodes), faketime (clock faults in the chaos suite),
 # strace (fsynced_powerloss_test.go and break2_fsynced_test.go watch a server's
 # writes and fsyncs to play a power loss before its next fsync; without it those
-# tests skip) and spin with
+# tests fail) and spin with
 # gcc (the model checker behind `make model`).
 # Safe to run repeatedly: it does nothing when all are present.
 set -euo pipefail
