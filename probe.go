@@ -498,15 +498,15 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 // writes (TestBreak2BarrierWithoutIncr).
 //
 // Its WAITAOF, as a vote's, may confirm before the fsync when an AOF
-// rewrite starts while it waits: the master's INFO persistence read
+// rewrite starts while it waits: the master's INFO persistence stats read
 // before the INCR and after the WAITAOF must show none started
 // (rewriteStarted, durable.go).
 func fsyncBarrier(ctx context.Context, rdb redis.UniversalClient, key string) bool {
 	pipe := rdb.Pipeline()
-	before := pipe.Info(ctx, "persistence")
+	before := pipe.Info(ctx, "persistence", "stats")
 	incr := pipe.Incr(ctx, key)
 	wait := pipe.Do(ctx, "waitaof", 1, 0, fsyncTimeout(ctx))
-	after := pipe.Info(ctx, "persistence")
+	after := pipe.Info(ctx, "persistence", "stats")
 	if _, err := pipe.Exec(ctx); err != nil || incr.Err() != nil {
 		return false
 	}
