@@ -216,6 +216,9 @@ func TestBreak5EveryLaneWaitsOnItsOwnConnection(t *testing.T) {
 	opts := fsyncedOptions()
 	opts.Lanes = 4
 	opts.RestartGrace = redlock.NoRestartGrace // fresh nodes: this test is about the votes, not the grace
+	// Room for the queue: with 3s, calls queued behind a write that waits
+	// for its fsync miss theirs (TestBreak5QueuedVotesMissTheirFsync).
+	opts.NodeTimeout = 8 * time.Second
 	x := newClient(t, cl, opts)
 	names := make([]string, 6)
 	for i := range names {
@@ -260,5 +263,64 @@ func TestBreak5EveryLaneWaitsOnItsOwnConnection(t *testing.T) {
 	_ = ml.Release(ctx)
 	for _, l := range locks {
 		_ = l.Release(ctx)
+	}
+}
+
+// PROTOCOL §13 "Latency" and the FsyncedVotes comment: "NodeTimeout must
+// leave room for that, 2s or more: the WAITAOF gets the time left less a
+// margin of up to 500ms". The time left is counted from the call's start,
+// not from its write: a node's pipe has one write in flight, and with
+// FsyncedVotes every write that holds a vote waits for the next everysec
+// fsync, about a second. A call queued behind it (an acquire behind
+// another lock's acquire on its lane, or the TTL register's raise behind
+// an extension on the renewal pipe, then the vote behind another vote)
+// goes out with a second or two of its node timeout gone, its WAITAOF gets
+// 600-700ms, the fsync a second after the last one misses it, and WAITAOF
+// answers [0 0]: the vote fails with ErrVoteNotDurable on every node. No
+// safety is lost; uncontended locks are refused.
+//
+// Schedule: three Redis 8.6 everysec nodes, one client with
+// fsyncedOptions (NodeTimeout 3s, as documented), 12 goroutines that each
+// take an uncontended lock and extend it, five rounds. Every call must
+// succeed. Timing: on this 2-core machine it failed in 2 of 3 runs (20 and
+// 21 of 60 calls, WAITAOF timeouts of 133-690ms), and 3 of 4 runs of the
+// lanes test with NodeTimeout 3s.
+//
+// Run: go test -race -count=1 -run TestBreak5QueuedVotesMissTheirFsync .
+func TestBreak5QueuedVotesMissTheirFsync(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
+	opts := fsyncedOptions()
+	opts.RestartGrace = redlock.NoRestartGrace // fresh nodes: this test is about latency, not the grace
+	x := newClient(t, cl, opts)
+	failed, total := 0, 0
+	for round := range 5 {
+		errs := make(chan error, 12)
+		for i := range 12 {
+			go func() {
+				l, err := x.TryAcquire(ctx, fmt.Sprintf("job-%d-%d", round, i))
+				if err == nil {
+					err = l.Extend(ctx)
+					if err != nil {
+						err = fmt.Errorf("extend: %w", err)
+					}
+					_ = l.Release(ctx)
+				}
+				errs <- err
+			}()
+		}
+		for range 12 {
+			total++
+			if err := <-errs; err != nil {
+				failed++
+				if failed <= 3 {
+					t.Logf("round %d: %v", round, err)
+				}
+			}
+		}
+	}
+	if failed > 0 {
+		t.Errorf("BROKEN: %d of %d uncontended acquires/extends failed with NodeTimeout %v (the documented 2s or more): votes queued behind a write that waits for its fsync are left too little time for theirs", failed, total, opts.NodeTimeout)
 	}
 }
