@@ -65,7 +65,7 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
 	started := time.Now()
 	t.Logf("server: %s", cl.Servers[0].Build())
-	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 2 * time.Second, RestartGrace: 8 * time.Second, FsyncedVotes: true}
+	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 8 * time.Second, FsyncedVotes: true}
 	y := newClientOn(t, cl.Clients(), opts)
 	for i, info := range y.Nodes(ctx) {
 		if info.Err != nil || !info.Voting {
@@ -101,6 +101,14 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 			t.Fatalf("X: %v (the limit's schedule needs X's vote on node 0 counted on \"appendonly is disabled\")", err)
 		}
 		t.Logf("X, try %d: %v", try, err)
+		// The failed attempt's keys are swept in the background: the
+		// next one would find them held by another owner (its own
+		// earlier attempt).
+		eventually(t, 10*time.Second, "the failed attempt's keys swept", func() bool {
+			n0, _ := cl.Servers[0].Client().Exists(ctx, key).Result()
+			n1, _ := cl.Servers[1].Client().Exists(ctx, key).Result()
+			return n0 == 0 && n1 == 0
+		})
 	}
 	defer func() { _ = held.Release(context.Background()) }()
 	// X's WAITAOF on node 0 was refused ("appendonly is disabled"), and X
