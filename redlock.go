@@ -340,6 +340,9 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		if isFailoverClient(rdb) && !opts.DurableVotes && !opts.AllowFailoverNodes {
 			return nil, &ConfigError{Field: "node", Value: name, Reason: fmt.Sprintf("is a master managed by Sentinel (node %d of %d): a failover may promote a replica that lacks the lock's key; set Options.DurableVotes to make votes wait for the replicas, or Options.AllowFailoverNodes to accept that", i+1, len(nodes)), Err: ErrFailoverNode}
 		}
+		if size, need := poolSize(rdb), max(opts.Lanes, 1)+2; size > 0 && size < need {
+			return nil, configErr("PoolSize of node "+name, size, fmt.Sprintf("is below %d: the client keeps a connection of the node busy for each of its %d lanes, one for renewals and one for a probe, and a call that finds the pool empty waits for PoolTimeout and fails; raise PoolSize or lower Options.Lanes", need, max(opts.Lanes, 1)))
+		}
 		ps := newNodePipes(rdb, opts.Lanes)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
 		ns[i].durableVotes, ns[i].fsyncedVotes = opts.DurableVotes, opts.FsyncedVotes
@@ -499,6 +502,19 @@ func nodeName(rdb redis.UniversalClient, i int) string {
 		return fmt.Sprintf("ClusterClient#%d", i+1)
 	}
 	return fmt.Sprintf("node-%d", i)
+}
+
+// poolSize is the size of rdb's connection pool, per server for a
+// deployment; 0 where it is not known (go-redis's default then applies,
+// 10 per CPU for a server).
+func poolSize(rdb redis.UniversalClient) int {
+	switch c := rdb.(type) {
+	case *redis.Client:
+		return c.Options().PoolSize
+	case *redis.ClusterClient:
+		return c.Options().PoolSize
+	}
+	return 0
 }
 
 // failoverAddr is the address go-redis gives the clients of

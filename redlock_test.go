@@ -482,6 +482,27 @@ func TestLockErrors(t *testing.T) {
 		if _, err := redlock.New(twice, redlock.Options{}); !errors.Is(err, redlock.ErrNotIndependent) {
 			t.Errorf("the same node twice: got %v", err)
 		}
+		// Each lane, the renewals and a probe hold a connection at once:
+		// a pool smaller than that would leave calls waiting for
+		// PoolTimeout, so New names the pool instead.
+		var small []redis.UniversalClient
+		for _, s := range cl.Servers {
+			rdb := redis.NewClient(&redis.Options{Addr: s.Addr, PoolSize: 3})
+			defer rdb.Close()
+			small = append(small, rdb)
+		}
+		want := fmt.Sprintf("PoolSize of node %s 3: is below 4", cl.Servers[0].Addr)
+		if _, err := redlock.New(small, redlock.Options{Lanes: 2}); !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), want) {
+			t.Errorf("a pool of 3 with 2 lanes: got %v, want an error about %s", err, want)
+		}
+		if _, err := redlock.New(cl.Clients(), redlock.Options{Lanes: 17}); !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "Lanes 17") {
+			t.Errorf("17 lanes: got %v, want an error about Lanes 17", err)
+		}
+		one, err := redlock.New(small, redlock.Options{})
+		if err != nil {
+			t.Fatalf("a pool of 3 with one lane: %v", err)
+		}
+		_ = one.Close()
 	})
 
 	t.Run("release twice", func(t *testing.T) {
