@@ -266,10 +266,10 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 	// votes and just after their WAITAOF, on the same connection: a
 	// rewrite that starts in between may have the WAITAOF confirm an fsync
 	// that has not happened (rewriteStarted).
-	var rwBefore, rwAfter *redis.StringCmd
+	var marksBefore, marksAfter *redis.StringCmd
 	if m.fsyncRequired {
-		rwBefore = redis.NewStringCmd(ctx, "info", "persistence", "stats")
-		sent = append([]redis.Cmder{rwBefore}, cmds...)
+		marksBefore = redis.NewStringCmd(ctx, "info", "persistence", "stats")
+		sent = append([]redis.Cmder{marksBefore}, cmds...)
 	}
 	ms, aofMS := waitTimeout(ctx), int64(0)
 	// wait asks for the replicas' acknowledgements (and is aof too when
@@ -303,9 +303,9 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 	if aof != nil && aof != wait {
 		sent = append(sent, aof)
 	}
-	if rwBefore != nil {
-		rwAfter = redis.NewStringCmd(ctx, "info", "persistence", "stats")
-		sent = append(sent, rwAfter)
+	if marksBefore != nil {
+		marksAfter = redis.NewStringCmd(ctx, "info", "persistence", "stats")
+		sent = append(sent, marksAfter)
 	}
 	var info, nodes *redis.StringCmd
 	if !m.fsyncOnly {
@@ -341,8 +341,8 @@ func withWait(ctx context.Context, cmds []redis.Cmder, m masterReplicas) ([]redi
 		if err == nil && aof != nil && aof != wait {
 			fsynced, local, _ = waitShort(aof, 0, aofMS)
 		}
-		if fsynced && rwBefore != nil {
-			if why := rewriteStarted(rwBefore, rwAfter); why != nil {
+		if fsynced && marksBefore != nil {
+			if why := rewriteStarted(marksBefore, marksAfter); why != nil {
 				// The confirmation may precede the fsync: the vote
 				// fails (fsyncVerdict makes it news, so the node is
 				// probed again), unconfirmed.
