@@ -21,7 +21,8 @@ import (
 // those are, for a node that is one server (standalone, or the master a
 // Sentinel names) and for each master of a Cluster node alike:
 //
-//   - a start without persistence (appendonly yes, appendfsync always),
+//   - a start without persistence (appendonly yes, appendfsync always;
+//     with FsyncedVotes and WAITAOF, everysec too: probe.go, persistent),
 //     or of a server that was not persistent at the last probe (a setting
 //     changed at run time is undone by a restart that reads the config
 //     file, and the AOF it loads lacks what it did not log or fsync), or
@@ -52,7 +53,7 @@ type serverEpoch struct {
 	replID      string      // master_replid at the last probe
 	evicted     int64       // evicted_keys at the last probe
 	evicting    bool        // it could evict at the last probe (maxmemory and a policy other than noeviction)
-	persistent  bool        // it was persistent at the last probe (appendonly yes, appendfsync always)
+	persistent  bool        // it was persistent at the last probe (probeResult.persistent)
 	marker      string      // the data-kept marker's value after the last probe; "" if unknown
 	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost
@@ -68,7 +69,8 @@ type serverMarks struct {
 	addr, runID, replID string
 	uptime              time.Duration
 	persistent          bool
-	promoted            bool // second_repl_offset set: a replica turned master since it started
+	notPersistent       string // why not, for the reason of a start without persistence
+	promoted            bool   // second_repl_offset set: a replica turned master since it started
 	// failover: the node may fail over (Sentinel's, or servers with
 	// replicas now or before). A promotion before the server's last start
 	// no longer shows in INFO (second_repl_offset is -1 again), so
@@ -118,7 +120,11 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		}
 		switch start := dateStart(m, lastAnswer, old != nil); {
 		case !m.persistent:
-			lost(start, what+" without persistence (it keeps its keys only with appendonly yes and appendfsync always)")
+			why := m.notPersistent
+			if why == "" {
+				why = "it keeps its keys only with appendonly yes and appendfsync always"
+			}
+			lost(start, what+" without persistence ("+why+")")
 		case old != nil && !old.persistent:
 			// Persistent now, but not at the last probe: an AOF turned off
 			// (or fsynced less often) with CONFIG SET is back on after a

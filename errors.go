@@ -84,13 +84,16 @@ var (
 	// being asked, for a short hold-off: a dead node would otherwise make
 	// every split decision wait for its timeout.
 	ErrNodeDown = errors.New("redlock: node is down")
-	// ErrVoteNotDurable: with Options.DurableVotes, a node's vote (an
-	// acquire or an extension) was written, but fewer of its master's
-	// replicas than could be promoted acknowledged it in time (WAIT came
-	// back short, timed out or failed). The vote does not count, and the
-	// key may be set on the node: the attempt releases it as it does on a
-	// node whose answer is unknown.
-	ErrVoteNotDurable = errors.New("redlock: vote not acknowledged by every replica that could be promoted")
+	// ErrVoteNotDurable: a node's vote (an acquire or an extension) was
+	// written, but not made durable in time: with Options.DurableVotes,
+	// fewer of its master's replicas than could be promoted acknowledged
+	// it (WAIT came back short, timed out or failed); with
+	// Options.FsyncedVotes, on a node counted as persistent through
+	// WAITAOF, the master did not confirm its own fsync of it (its AOF was
+	// turned off, its fsync policy changed, or the fsync came too late).
+	// The vote does not count, and the key may be set on the node: the
+	// attempt releases it as it does on a node whose answer is unknown.
+	ErrVoteNotDurable = errors.New("redlock: vote not made durable (a replica's acknowledgement or the master's own fsync is missing)")
 )
 
 // LockedError reports that another owner holds the lock: the nodes that

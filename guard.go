@@ -59,6 +59,14 @@ type nodeGuard struct {
 	// (and sat out if it disagreed). From then on the node's own history
 	// of samples shows any jump.
 	clockVetted bool
+	// unconfirmedAt is node.unconfirmed read before the probe that made
+	// the guard was sent; fsynced tells that the guard counted the node,
+	// one server, as persistent through the fsyncs WAITAOF confirms
+	// (FsyncedVotes; a Cluster's masters: shardGuard.fsynced). A
+	// vote counted unconfirmed since then undoes that persistence:
+	// unconfirmedSince.
+	unconfirmedAt int64
+	fsynced       bool
 }
 
 // voteErr tells why the node's vote does not count at now, or nil. grace
@@ -92,6 +100,10 @@ type shardGuard struct {
 	// acknowledgements. waitAOF as node.waitAOF.
 	replicas int
 	waitAOF  bool
+	// aofView is what the probe saw of its AOF, as node.aofView. fsynced:
+	// it counts as persistent through WAITAOF (unconfirmedSince).
+	aofView aofView
+	fsynced bool
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
@@ -169,14 +181,24 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		// (registered, durable.go).
 		raise = 0
 	}
+	if _, cluster := n.rdb.(*redis.ClusterClient); cluster && c.opts.FsyncedVotes {
+		// The same on a Cluster node for the master's fsync: the
+		// register's key sits on its own master, where no vote's WAITAOF
+		// covers a raise the probe made. The raise a vote relies on goes
+		// through the node's pipe, with a WAITAOF of its own (withWait).
+		raise = 0
+	}
+	// Before the probe: a vote counted unconfirmed from now on may be
+	// missed by its barrier (fsyncBarrier).
+	unconfirmedAt := n.unconfirmed.Load()
 	n.stale.Store(false)
-	res, err := c.probe(ctx, n, raise)
+	res, err := c.probe(ctx, n, raise, !unconfirmedSince(n.guard.Load(), unconfirmedAt).fsyncedAll())
 	if err != nil {
 		n.stale.Store(true) // try again next time
 		return res, err
 	}
 	lastAnswer := c.base.Add(time.Duration(n.lastAnswer.Swap(int64(res.sent.Sub(c.base)))))
-	old := n.guard.Load()
+	old := unconfirmedSince(n.guard.Load(), n.unconfirmed.Load())
 	res.failover = isFailoverClient(n.rdb) || res.replicas > 0 || n.replicas.Load() > 0 || old.hadReplicas()
 	// Any event that may have lost keys may have lost the node's register
 	// of the largest TTL in use too.
@@ -201,9 +223,14 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
-	old = n.guard.Load() // another probe may have installed one meanwhile
+	old = unconfirmedSince(n.guard.Load(), n.unconfirmed.Load()) // another probe may have installed one meanwhile
 	g := epochsOf(old, res, lastAnswer)
 	g.runID, g.servers, g.role, g.cluster, g.probed = res.runID, res.servers, res.role, res.cluster, res.recv
+	g.unconfirmedAt = unconfirmedAt
+	if res.shards == nil {
+		g.fsynced = res.fsyncMode && res.persistent()
+		n.aofView.Store(uint32(viewOf(res)))
+	}
 	g.grace = c.graceFor()
 	if old != nil {
 		g.sitOut, g.reason, g.clockVetted = old.sitOut, old.reason, old.clockVetted
@@ -310,9 +337,54 @@ func epochsOf(old *nodeGuard, res probeResult, lastAnswer time.Time) *nodeGuard 
 		}
 		m := r.marks()
 		m.failover = res.failover // the node's: a promoted master may have no replica left
-		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, m, lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF}
+		g.shards[i] = shardGuard{serverEpoch: nextEpoch(prev, m, lastAnswer, old != nil), replicas: r.replicas, waitAOF: r.waitAOF,
+			aofView: viewOf(r), fsynced: r.fsyncMode && r.persistent()}
 	}
 	return g
+}
+
+// unconfirmedSince is g as the next probe must judge it, given the node's
+// count of votes answered without a confirmed fsync (node.unconfirmed): a
+// guard that counted its servers as persistent through WAITAOF
+// (FsyncedVotes) no longer does if a vote was counted unconfirmed since
+// its probe was sent. Such a vote was perhaps never fsynced (it was sent
+// before the node was known to be persistent, or its master stopped
+// confirming fsyncs), so a restart seen next is one without persistence
+// (epoch.go). A guard without that persistence is g itself.
+func unconfirmedSince(g *nodeGuard, unconfirmed int64) *nodeGuard {
+	if g == nil || g.unconfirmedAt == unconfirmed {
+		return g
+	}
+	c := *g
+	if c.fsynced {
+		c.server.persistent, c.fsynced = false, false
+	}
+	c.shards = slices.Clone(g.shards)
+	for i := range c.shards {
+		if sh := &c.shards[i]; sh.fsynced {
+			sh.persistent, sh.fsynced = false, false
+		}
+	}
+	return &c
+}
+
+// fsyncedAll tells whether g counted every server of the node as
+// persistent through WAITAOF: a probe then needs no barrier, as every
+// vote counted since carried its own confirmation (or moved
+// node.unconfirmed, which undoes g's persistence: unconfirmedSince).
+func (g *nodeGuard) fsyncedAll() bool {
+	if g == nil {
+		return false
+	}
+	if g.shards == nil {
+		return g.fsynced
+	}
+	for _, sh := range g.shards {
+		if !sh.fsynced {
+			return false
+		}
+	}
+	return true
 }
 
 // hadReplicas tells whether a Cluster node's guard listed a replica for

@@ -68,6 +68,21 @@ type node struct {
 	replicas atomic.Int64
 	waitAOF  atomic.Bool
 
+	// durableVotes and fsyncedVotes are Options.DurableVotes and
+	// Options.FsyncedVotes: what the node's durable writes wait for.
+	durableVotes, fsyncedVotes bool
+	// aofView is what the last probe saw of the master's AOF (an aofView):
+	// with fsyncedVotes every vote waits for a WAITAOF whatever it says;
+	// it only tells whether the answer is news (durable.go, fsyncVerdict).
+	aofView atomic.Uint32
+	// unconfirmed counts the votes of the node that were answered without
+	// a WAITAOF confirming their fsync (with fsyncedVotes only), whether
+	// they counted (the master answered that its AOF is off) or failed. A
+	// guard that counted the node as persistent through WAITAOF holds its
+	// value from before its probe: after such a vote a restart is not
+	// excused (guard.go, refresh).
+	unconfirmed atomic.Int64
+
 	tls       atomic.Pointer[nodeTLS]         // what the last connection showed of TLS (tls.go); nil before one
 	reg       atomic.Pointer[ttlRegistration] // the node's register of the largest TTL in use (ttlregister.go)
 	raising   atomic.Bool                     // a background raise of the register is under way

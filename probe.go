@@ -41,6 +41,7 @@ type probeResult struct {
 	replicas     int           // replicas connected to the master(s); for a Cluster's master, listed for it
 	links        []ReplicaInfo // the master's replicas, as its INFO replication lists them
 	waitAOF      bool          // the server has WAITAOF (7.2+) and its AOF on
+	noWaitAOF    bool          // COMMAND INFO answered that the server has no WAITAOF (not an error: a refusal tells nothing)
 	spublish     bool          // a Cluster node whose masters all have SPUBLISH (sharded wake-ups)
 	native       nativeCaps    // the native compare-and-act commands the server (every master of a Cluster node) has
 	servers      []string      // the run_ids behind the node (one, or a Cluster's masters)
@@ -61,11 +62,50 @@ type probeResult struct {
 	sent, recv time.Time // the pipelined round trip that read INFO and the register
 	// timeSent and timeRecv bracket the TIME call that read nodeTime.
 	timeSent, timeRecv time.Time
+	// fsyncMode: Options.FsyncedVotes, waitAOF and fsyncTrusted: the
+	// server's persistence is judged by the fsyncs WAITAOF confirms
+	// (persistent). (With the option every vote on every server waits for
+	// a WAITAOF whatever the probe saw, fsyncMode or not: durable.go,
+	// masterWrite.) fsynced: the probe's barrier (a write and
+	// a WAITAOF 1 0 behind it) confirmed that the server fsynced every
+	// write it took before the probe, or no barrier was asked (see probe).
+	fsyncMode, fsynced bool
+	// build is the server's name and version as INFO server tells them
+	// ("redis 8.6.3", "valkey 9.1.2"), for the reasons the guard gives.
+	// fsyncTrusted: its WAITAOF confirms the local fsync only once the
+	// fsync returned (fsyncTrustedBuild). fsyncUntrusted: with
+	// Options.FsyncedVotes, a server with WAITAOF and its AOF on that is
+	// not trusted so, which the reasons name.
+	build                        string
+	fsyncTrusted, fsyncUntrusted bool
 }
 
 // persistent tells whether the node keeps every acknowledged write across
 // a restart: the lock keys and the fence registers survive, and the node
 // needs no restart grace (DESIGN §3).
+//
+// Without Options.FsyncedVotes, or on a server whose WAITAOF is not
+// trusted (none, or one that may confirm before it fsyncs:
+// fsyncTrustedBuild), that takes appendfsync always: the server fsyncs
+// every write before it answers. With them (fsyncMode), appendfsync
+// everysec counts too, and always only so: every vote on the server is
+// then followed by a WAITAOF and counts only once the server confirms its
+// fsync (durable.go), and the probe confirmed that every write the server
+// took before it is fsynced (fsynced), so that votes counted before the
+// node was known to be persistent are covered too. appendfsync no never
+// counts: that server leaves the fsync to the kernel, and its WAITAOF
+// never confirms one. (A vote counted unconfirmed since the probe undoes
+// it: unconfirmedSince.)
+//
+// That a vote never counts unconfirmed on a server with its AOF on, even
+// while this client counts it as not persistent (a rewrite running,
+// appendfsync no) or saw its AOF off, or could not ask, is what makes the
+// rule hold across clients: another client with FsyncedVotes whose last
+// probe saw the server persistent excuses its restart, and so relies on
+// every vote counted there having been fsynced, whoever counted it. So
+// every vote waits for a WAITAOF, and only the server's own answer that
+// its AOF is off (as the probe saw) counts one unconfirmed
+// (durable.go, fsyncVerdict).
 //
 // An AOF rewrite in progress or scheduled does not count: INFO cannot tell
 // a routine rewrite (durable) from the first one of an AOF turned on at
@@ -74,7 +114,68 @@ type probeResult struct {
 // persistence. That costs a grace after a restart during a routine
 // rewrite; docs/PROTOCOL.md §11 states what no probe can see.
 func (r probeResult) persistent() bool {
-	return r.appendOnly && r.appendFsync == "always" && !r.aofRewriting
+	if r.fsyncMode {
+		return r.fsynced && r.fsyncs()
+	}
+	return r.appendOnly && !r.aofRewriting && r.appendFsync == "always"
+}
+
+// notPersistent tells why persistent is false, for the reason a sit-out
+// gives (epoch.go); "" if it is true.
+func (r probeResult) notPersistent() string {
+	switch {
+	case r.persistent():
+		return ""
+	case r.fsyncMode && r.fsyncs():
+		return "its AOF is on, but it did not confirm with WAITAOF that it fsynced the writes before the probe"
+	case r.fsyncMode:
+		return "it keeps its keys only with appendonly yes, appendfsync everysec or always, and no AOF rewrite running"
+	case r.fsyncUntrusted && r.appendFsync == "everysec":
+		return fmt.Sprintf("it keeps its keys only with appendonly yes and appendfsync always: FsyncedVotes counts everysec only on Redis 8.0 or later, and %s may confirm WAITAOF before it fsyncs (redis/redis#13793)", r.build)
+	}
+	return "it keeps its keys only with appendonly yes and appendfsync always"
+}
+
+// fsyncTrustedBuild tells whether a server's WAITAOF, by the fields of its
+// INFO server, confirms the local fsync (numlocal 1) only once fsync
+// returned for every write it covers. Redis 7.4 brought a bug in
+// flushAppendOnlyFile: with everysec, a write made less than a second
+// after the last fsync, found with the AOF buffer already written, moved
+// the fsynced offset forward without an fsync, so WAITAOF 1 0 answered 1
+// for a write only in the page cache; a power loss then loses a vote
+// counted as fsynced. Redis 8.0 fixed it (redis/redis#13793). Valkey
+// 9.1.2 still answers so (fsynced_powerloss_test.go traces it with strace),
+// and no Valkey release is known to have fixed it: a Valkey server is not
+// trusted, whatever its version. Nor is Redis before 8.0, nor a server
+// that does not say what it is.
+func fsyncTrustedBuild(fields map[string]string) bool {
+	if fields["server_name"] != "" || fields["valkey_version"] != "" {
+		return false // Valkey (server_name:valkey), or another fork naming itself
+	}
+	major, _, _ := strings.Cut(fields["redis_version"], ".")
+	v, err := strconv.Atoi(major)
+	return err == nil && v >= 8
+}
+
+// buildOf names the server by its INFO server fields: "valkey 9.1.2",
+// "redis 8.6.3".
+func buildOf(fields map[string]string) string {
+	if v := fields["valkey_version"]; v != "" {
+		return "valkey " + v
+	}
+	if name := fields["server_name"]; name != "" {
+		return name + " " + fields["redis_version"]
+	}
+	return "redis " + fields["redis_version"]
+}
+
+// fsyncs tells whether the server's AOF settings let WAITAOF confirm an
+// fsync soon: the AOF on, no rewrite (the first one of an AOF turned on at
+// run time confirms nothing until it ends), and appendfsync everysec or
+// always. A probe asks no barrier of a server that cannot confirm one, and
+// its votes wait for none: it is not persistent either way.
+func (r probeResult) fsyncs() bool {
+	return r.appendOnly && !r.aofRewriting && (r.appendFsync == "always" || r.appendFsync == "everysec")
 }
 
 // evicting tells whether the server may evict keys: a maxmemory and any
@@ -85,7 +186,7 @@ func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "no
 // marks are what nextEpoch reads of the server the probe read.
 func (r probeResult) marks() serverMarks {
 	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
-		persistent: r.persistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
+		persistent: r.persistent(), notPersistent: r.notPersistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
 		markerWas: r.markerWas, markerIs: r.markerIs, claims: r.claims, sent: r.sent, recv: r.recv}
 }
 
@@ -93,18 +194,24 @@ func (r probeResult) marks() serverMarks {
 // persistence and its register of the largest TTL in use, in one
 // pipelined round trip, then its time, timed on a warm connection. raise, if positive, raises that register first (see
 // ttlRegister).
-func (c *Client) probe(ctx context.Context, n *node, raise time.Duration) (probeResult, error) {
+//
+// barrier asks each server that counts as persistent through WAITAOF
+// (FsyncedVotes) to confirm that every write it took before the probe is
+// fsynced (fsyncBarrier): refresh asks it when the node's last guard did
+// not count it so, as votes counted meanwhile carried no confirmation of
+// their own. Without it such a server's fsynced stands on that guard.
+func (c *Client) probe(ctx context.Context, n *node, raise time.Duration, barrier bool) (probeResult, error) {
 	if cc, ok := n.rdb.(*redis.ClusterClient); ok {
-		return c.probeCluster(ctx, n, cc, raise)
+		return c.probeCluster(ctx, n, cc, raise, barrier)
 	}
-	res, err := c.probeServer(ctx, n.rdb, raise, true)
+	res, err := c.probeServer(ctx, n.rdb, raise, true, barrier)
 	res.servers = []string{res.runID}
 	return res, err
 }
 
 // probeServer probes one server; with register, it also reads (and
 // raises) the register of the largest TTL in use there.
-func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register bool) (probeResult, error) {
+func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, raise time.Duration, register, barrier bool) (probeResult, error) {
 	var res probeResult
 	pipe := rdb.Pipeline()
 	info := pipe.Info(ctx, "server", "replication", "persistence", "cluster", "memory", "stats")
@@ -118,7 +225,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	}
 	learnScripts := loadScripts(ctx, pipe)
 	var waitAOFInfo *redis.Cmd
-	if c.opts.DurableVotes {
+	if c.opts.DurableVotes || c.opts.FsyncedVotes {
 		waitAOFInfo = pipe.Do(ctx, "command", "info", "waitaof")
 	}
 	// Without register, rdb is a master of a Cluster node: does it have
@@ -197,6 +304,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	res.aofRewriting = fields["aof_rewrite_in_progress"] == "1" || fields["aof_rewrite_scheduled"] == "1"
 	if waitAOFInfo != nil {
 		res.waitAOF = res.appendOnly && hasCommand(waitAOFInfo.Val())
+		res.noWaitAOF = waitAOFInfo.Err() == nil && !hasCommand(waitAOFInfo.Val())
 	}
 	if spublishInfo != nil {
 		res.spublish = hasCommand(spublishInfo.Val())
@@ -204,6 +312,14 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	res.native = nativeCapsOf(nativeInfo) | setIfEqOf(setInfo)
 	if fsync.Err() == nil {
 		res.appendFsync = fsync.Val()["appendfsync"]
+	}
+	res.build, res.fsyncTrusted = buildOf(fields), fsyncTrustedBuild(fields)
+	res.fsyncMode = c.opts.FsyncedVotes && res.waitAOF && res.fsyncTrusted
+	res.fsyncUntrusted = c.opts.FsyncedVotes && res.waitAOF && !res.fsyncTrusted
+	if res.fsyncMode {
+		// A Cluster's master gets its barrier from probeCluster, in a
+		// slot it serves.
+		res.fsynced = !barrier || register && res.fsyncs() && fsyncBarrier(ctx, rdb, c.barrierKey(c.registerKey()))
 	}
 	switch {
 	case reg == nil:
@@ -276,7 +392,7 @@ func parseInfo(s string) map[string]string {
 //
 // The register of the largest TTL in use is read through the
 // ClusterClient, on the master that serves its key's slot.
-func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration) (probeResult, error) {
+func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterClient, raise time.Duration, barrier bool) (probeResult, error) {
 	var res probeResult
 	pipe := cc.Pipeline()
 	reg := c.registerCmd(ctx, pipe, raise)
@@ -286,7 +402,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 	var shards []probeResult
 	err := cc.ForEachMaster(ctx, func(ctx context.Context, m *redis.Client) error {
 		n.watch(m)
-		r, err := c.probeServer(ctx, m, 0, false)
+		r, err := c.probeServer(ctx, m, 0, false, barrier)
 		r.addr = m.Options().Addr
 		if err == nil {
 			var nodes string
@@ -301,6 +417,9 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
 					_, _ = pipe.Exec(ctx)
 					r.markerWas, r.markerIs = markerReply(cmd, value)
+					if r.fsyncMode && barrier && r.fsyncs() {
+						r.fsynced = fsyncBarrier(ctx, m, c.barrierKey(slotTags()[served[0].First]))
+					}
 				}
 			}
 		}
@@ -349,6 +468,8 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		res.replicas += r.replicas
 		if !r.persistent() {
 			res.appendOnly, res.appendFsync, res.aofRewriting = r.appendOnly, r.appendFsync, r.aofRewriting
+			res.fsyncMode, res.fsynced = r.fsyncMode, r.fsynced
+			res.build, res.fsyncTrusted, res.fsyncUntrusted = r.build, r.fsyncTrusted, r.fsyncUntrusted
 		}
 	}
 	res.runID = strings.Join(ids, ",")
@@ -358,4 +479,42 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 		res.registerErr = err
 	}
 	return res, nil
+}
+
+// fsyncBarrier tells whether the server fsynced every write it took before
+// now: it writes a key of its own (a counter under the key prefix, in the
+// hash slot of tag) and asks WAITAOF 1 0 behind it, on the same
+// connection. WAITAOF waits for the server's fsynced replication offset to
+// reach the one its connection's last write left, and that offset counts
+// every connection's writes: the barrier covers the votes any client's
+// earlier writes made there, also those counted unconfirmed while the
+// AOF was off (PROTOCOL §13, rule 1) and any client's writes that no
+// WAITAOF of theirs confirmed.
+//
+// Any error fails it: without its own write (an INCR refused, NOPERM for
+// an ACL user without +incr, or OOM) the WAITAOF covers only what the
+// connection wrote before, or nothing (a WAITAOF on a connection that never
+// wrote answers [1 0] at once), and proves nothing of the other clients'
+// writes (TestBreak2BarrierWithoutIncr).
+//
+// Its WAITAOF, as a vote's, may confirm before the fsync when an AOF
+// rewrite starts while it waits: the master's INFO persistence stats read
+// before the INCR and after the WAITAOF must show none started
+// (rewriteStarted, durable.go).
+func fsyncBarrier(ctx context.Context, rdb redis.UniversalClient, key string) bool {
+	pipe := rdb.Pipeline()
+	before := pipe.Info(ctx, "persistence", "stats")
+	incr := pipe.Incr(ctx, key)
+	wait := pipe.Do(ctx, "waitaof", 1, 0, fsyncTimeout(ctx))
+	after := pipe.Info(ctx, "persistence", "stats")
+	if _, err := pipe.Exec(ctx); err != nil || incr.Err() != nil {
+		return false
+	}
+	v, err := wait.Int64Slice()
+	return err == nil && len(v) == 2 && v[0] >= 1 && rewriteStarted(before, after) == nil
+}
+
+// barrierKey is the key fsyncBarrier writes, in the hash slot of tag.
+func (c *Client) barrierKey(tag string) string {
+	return c.opts.KeyPrefix + "fsync-barrier{" + tag + "}"
 }

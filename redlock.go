@@ -53,6 +53,7 @@ const maxNameLen = 512
 const (
 	defaultTTL           = 10 * time.Second
 	defaultNodeTimeout   = 200 * time.Millisecond
+	fsyncedNodeTimeout   = 3 * time.Second // FsyncedVotes: an everysec fsync, queued behind another
 	defaultRetryDelayMin = 10 * time.Millisecond
 	defaultRetryDelayMax = 500 * time.Millisecond
 	defaultDriftFactor   = 0.01
@@ -91,7 +92,8 @@ type Options struct {
 	TTL time.Duration
 	// NodeTimeout bounds each call to a node. It must be far below the
 	// TTL: the time it takes comes off the lock's validity. Default: the
-	// smaller of 200ms and TTL/10. An explicit value must be below TTL/2.
+	// smaller of 200ms and TTL/10 (with FsyncedVotes, of 3s and TTL/3). An
+	// explicit value must be below TTL/2.
 	NodeTimeout time.Duration
 	// RetryDelayMin and RetryDelayMax bound the jittered, doubling delay
 	// between attempts of a blocked Acquire, which is also woken at once
@@ -198,6 +200,50 @@ type Options struct {
 	// failover of a quorum of a lock's nodes while it is held ends that
 	// lock: liveness, not safety.
 	DurableVotes bool
+	// FsyncedVotes lets a node whose AOF is on with appendfsync everysec
+	// count as persistent, so that it needs no restart grace after a crash
+	// and restart of its server (kill -9 included), as a node with
+	// appendfsync always does. It applies to a Redis 8.0 or later master:
+	// every write a vote relies on there (the lock's keys, the fence and
+	// TTL registers) is followed, on the same connection, by WAITAOF, and
+	// the vote counts only once the master confirms its own fsync of it
+	// and no AOF rewrite ran or started between the vote and that
+	// confirmation (INFO persistence stats, read on the same connection
+	// before the vote and after the WAITAOF): at a rewrite's start Redis
+	// 8.x may confirm before the old AOF file's fsync. So a node's votes
+	// fail while it rewrites its AOF. A vote that is not confirmed so
+	// fails with ErrVoteNotDurable, naming the node, and the node's
+	// persistence is learned again before its next vote. That
+	// holds on every such master with its AOF on, also while this client
+	// counts it as not persistent (a rewrite running, appendfsync no):
+	// another client may count it as persistent and excuse its restart. So
+	// a node with appendfsync no, or one rewriting its AOF with
+	// no-appendfsync-on-rewrite yes, takes no vote of a client with this
+	// option.
+	//
+	// Every client of the nodes must set it: a client without it counts
+	// votes on an everysec node that a power loss may take, while the
+	// clients with it excuse the restart.
+	//
+	// Valkey and Redis before 8.0 keep the rule without this option
+	// (persistent only with appendfsync always), and Nodes says why: their
+	// WAITAOF may answer that the fsync is done when it is not (Valkey
+	// 9.1.2; Redis 7.4 until redis/redis#13793), so a power loss could
+	// take votes counted as fsynced.
+	//
+	// The cost is latency: everysec fsyncs about once a second, and a
+	// vote's WAITAOF waits for the next fsync after it, so back-to-back
+	// acquires take about a second each (measured: 1.00s on an idle Redis
+	// 8.6), and a multi-lock, which takes its names one after another, a
+	// second per name. A call that queues behind another write of the node
+	// waits for that write's fsync first, and that wait comes out of its
+	// NodeTimeout: the WAITAOF gets the time left less a margin of up to
+	// 500ms. Unless NodeTimeout is set, a client with this option gives
+	// each node the smaller of 3s and TTL/3; with many calls in flight per
+	// node give it more (5s; docs/PROTOCOL.md §13). A node with
+	// appendfsync always answers at once. Persistence never excuses a promotion, a slot gained, an
+	// eviction or a flush (docs/PROTOCOL.md §11, §13).
+	FsyncedVotes bool
 	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
 	// quorum is every node, so a single node down or restarting stops
 	// every lock; New refuses such a set unless this is set (tests, a
@@ -299,11 +345,12 @@ func New(nodes []redis.UniversalClient, opts Options) (*Client, error) {
 		}
 		ps := newNodePipes(rdb, opts.Lanes)
 		ns[i] = &node{index: i, name: name, rdb: rdb, run: ps, pipes: ps}
+		ns[i].durableVotes, ns[i].fsyncedVotes = opts.DurableVotes, opts.FsyncedVotes
 		ps.each(func(p *pipe) {
 			p.slotted = ns[i].slotted
-			if opts.DurableVotes {
-				// Every write of the node's pipes waits for its
-				// replicas, with a WAIT on the write's own connection.
+			if opts.DurableVotes || opts.FsyncedVotes {
+				// Every write of the node's pipes waits for its replicas,
+				// or for its master's fsync, or both (durable.go).
 				p.durable = ns[i]
 			}
 		})
@@ -344,7 +391,7 @@ func (c *Client) probeAtStart() error {
 	defer cancel()
 	res := make([]probeResult, len(c.nodes))
 	errs := make([]error, len(c.nodes))
-	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0) })
+	c.each(func(i int, n *node) { res[i], errs[i] = c.probe(ctx, n, 0, false) })
 	for i, n := range c.nodes {
 		if err := replicaRefusal(n, res[i]); errs[i] == nil && err != nil {
 			return err
@@ -556,6 +603,11 @@ func (o *Options) nodeTimeout(ttl time.Duration, field string) (time.Duration, e
 	}
 	if d := driftAllowance(ttl, o.DriftFactor); d >= ttl {
 		return 0, configErr(field, ttl, fmt.Sprintf("leaves no validity: the drift allowance alone is %v", d))
+	}
+	if o.NodeTimeout == 0 && o.FsyncedVotes {
+		// A vote waits for an everysec fsync, up to a second, after the
+		// fsync of any write it queued behind.
+		return min(fsyncedNodeTimeout, ttl/3), nil
 	}
 	if o.NodeTimeout == 0 {
 		return min(defaultNodeTimeout, ttl/10), nil // at least minNodeTimeout, as ttl >= minLockTTL

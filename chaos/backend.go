@@ -40,6 +40,9 @@ type Node interface {
 type ClusterSpec struct {
 	Nodes       int  // lock nodes (independent masters)
 	Persistence bool // appendonly yes, appendfsync always
+	// AppendFsync, with Persistence, is the lock nodes' appendfsync
+	// instead of always ("everysec").
+	AppendFsync string
 	FakeTime    bool // run the lock nodes under libfaketime so clock faults can move their clocks
 	TLS         bool // the lock nodes serve TLS only and require client certificates (the resource stays plain)
 	// ClusterMasters > 0 makes each lock node a Redis Cluster of that many
@@ -159,10 +162,10 @@ func waitPing(ctx context.Context, addr string, tlsConfig *tls.Config, within ti
 }
 
 // redisArgs are the server arguments every backend uses.
-func redisArgs(persistence bool) []string {
+func redisArgs(persistence bool, fsync string) []string {
 	args := []string{"--save", ""}
 	if persistence {
-		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+		args = append(args, "--appendonly", "yes", "--appendfsync", cmpOr(fsync, "always"))
 	} else {
 		args = append(args, "--appendonly", "no")
 	}

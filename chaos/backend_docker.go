@@ -145,13 +145,13 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 	for i := range nodes {
 		name := fmt.Sprintf("n%d", i)
 		fake := spec.FakeTime
-		persist := spec.Persistence
+		persist, fsync := spec.Persistence, spec.AppendFsync
 		files, reach := nodeFiles, clientTLS
 		if i == spec.Nodes {
 			name, fake, persist, files, reach = "res", false, false, nil, nil
 		}
 		wg.Go(func() {
-			nodes[i], errs[i] = b.startNode(ctx, name, filepath.Join(tmp, name), persist, fake, files, reach)
+			nodes[i], errs[i] = b.startNode(ctx, name, filepath.Join(tmp, name), persist, fsync, fake, files, reach)
 		})
 	}
 	wg.Wait()
@@ -196,9 +196,9 @@ func portTaken(err error) bool {
 
 // startNode starts one container; with files it serves TLS only, and the
 // backend reaches it with clientTLS.
-func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
+func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persistence bool, fsync string, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
 	for attempt := 1; ; attempt++ {
-		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fake, files, clientTLS)
+		n, err := b.startNodeOnFreePort(ctx, name, dir, persistence, fsync, fake, files, clientTLS)
 		if err == nil || attempt == portAttempts || !portTaken(err) {
 			return n, err
 		}
@@ -210,13 +210,13 @@ func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persist
 	}
 }
 
-func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
+func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence bool, fsync string, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
 	}
 	n := &dockerNode{backend: b, name: name, addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tls: clientTLS}
-	args := append([]string{"--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"}, redisArgs(persistence)...)
+	args := append([]string{"--port", "6379", "--bind", "0.0.0.0", "--protected-mode", "no", "--dir", "/data"}, redisArgs(persistence, fsync)...)
 	env := map[string]string{}
 	binds := []string(nil)
 	if files != nil {

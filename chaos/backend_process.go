@@ -46,6 +46,9 @@ func (*ProcessBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, e
 		return startProcessClusterNodes(spec)
 	}
 	opts := redistest.Options{Persistence: spec.Persistence, FakeTime: spec.FakeTime}
+	if spec.Persistence && spec.AppendFsync != "" {
+		opts.Args = []string{"--appendfsync", spec.AppendFsync} // after Persistence's always: it wins
+	}
 	var clientTLS *tls.Config
 	tlsDir := ""
 	if spec.TLS {

@@ -169,6 +169,9 @@ func runScenarioT(t *testing.T, b Backend, sc Scenario) *Run {
 	if why := splitSkip(b.Name(), sc); why != "" {
 		t.Skip(why)
 	}
+	if why := waitAOFSkip(sc); why != "" {
+		t.Skip(why)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	run, err := runScenarioOnce(ctx, t, b, sc)

@@ -62,7 +62,7 @@ func (b *DockerBackend) startClusterNodes(ctx context.Context, spec ClusterSpec)
 		wg.Go(func() { errs[i] = b.startClusterNode(ctx, n, filepath.Join(tmp, n.name), spec.FakeTime) })
 	}
 	wg.Go(func() {
-		res, errs[spec.Nodes] = b.startNode(ctx, "res", filepath.Join(tmp, "res"), false, false, nil, nil)
+		res, errs[spec.Nodes] = b.startNode(ctx, "res", filepath.Join(tmp, "res"), false, "", false, nil, nil)
 	})
 	wg.Wait()
 	stop := func() error {
@@ -148,7 +148,7 @@ func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name,
 		busPort:    busPort,
 		rdb:        redis.NewClient(&redis.Options{Addr: addr, MaxRetries: -1, ContextTimeoutEnabled: true, DialTimeout: time.Second, ReadTimeout: 2 * time.Second}),
 	}
-	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", "/data"}, redisArgs(false)...)
+	args := append([]string{"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--protected-mode", "no", "--dir", "/data"}, redisArgs(false, "")...)
 	args = append(args, clusterArgs...)
 	args = append(args, "--cluster-enabled", "yes", "--cluster-require-full-coverage", "no",
 		"--cluster-port", strconv.Itoa(busPort), "--cluster-announce-ip", "127.0.0.1",

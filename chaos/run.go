@@ -56,7 +56,7 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	if sc.Replicas || sc.SpareReplicas {
 		servers *= 2 // n<N+i> is n<i>'s replica, or its spare
 	}
-	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters, ClusterReplicas: sc.ClusterReplicas})
+	cluster, err = b.Start(ctx, ClusterSpec{Nodes: servers, Persistence: sc.Persistence, AppendFsync: sc.AppendFsync, FakeTime: sc.needsFakeTime(), TLS: sc.TLS, ClusterMasters: sc.ClusterMasters, ClusterReplicas: sc.ClusterReplicas})
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -66,6 +66,19 @@ func startNodes(ctx context.Context, b Backend, sc Scenario) (cluster *Cluster, 
 	}
 	if nw, err = NewNet(addrs); err != nil {
 		return nil, nil, nil, errors.Join(err, cluster.Stop())
+	}
+	if sc.NeedsWaitAOF {
+		// A server without a WAITAOF that FsyncedVotes trusts (none, or
+		// Valkey's and Redis 7.x's, which may confirm before the fsync)
+		// would run the scenario as one without persistence, safe for
+		// another reason: refuse to pretend.
+		rdb := redis.NewClient(&redis.Options{Addr: addrs[0], TLSConfig: cluster.TLS})
+		info, err := rdb.Info(ctx, "server").Result()
+		_ = rdb.Close()
+		if err != nil || !strings.Contains(info, "redis_version:") || strings.Contains(info, "valkey_version:") || strings.Contains(info, "redis_version:7.") || strings.Contains(info, "redis_version:6.") {
+			nw.Close()
+			return nil, nil, nil, errors.Join(fmt.Errorf("chaos: scenario %s needs a WAITAOF that FsyncedVotes trusts (Redis 8.0+), which the nodes lack (INFO server: %v): run it with REDLOCK_TEST_SERVER=redis-8.6", sc.Name, err), cluster.Stop())
+		}
 	}
 	return cluster, nw, func() error { nw.Close(); return cluster.Stop() }, nil
 }
@@ -118,6 +131,7 @@ func RunScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig) (ru
 			ClockGuard:         !sc.NoClockGuard,
 			AllowFailoverNodes: sc.AllowFailoverNodes,
 			DurableVotes:       sc.DurableVotes,
+			FsyncedVotes:       sc.FsyncedVotes,
 			AllowEvictingNodes: sc.AllowEvictingNodes,
 			Note: func(d string) {
 				rec.Record(Event{Kind: NemesisNote, Client: NoClient, Detail: fmt.Sprintf("c%d %s", i, d)})

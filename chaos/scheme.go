@@ -52,6 +52,9 @@ type SchemeEnv struct {
 	// of those names.
 	AllowFailoverNodes bool
 	DurableVotes       bool
+	// FsyncedVotes sets the redlock client's option of that name, with a
+	// node timeout that leaves room for an everysec fsync (2s).
+	FsyncedVotes bool
 	// AllowEvictingNodes sets the redlock client's option of that name.
 	AllowEvictingNodes bool
 	// Note records what the library reports (a node sitting out, a lost
@@ -166,7 +169,12 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		Logger:             env.Log,
 		AllowFailoverNodes: env.AllowFailoverNodes,
 		DurableVotes:       env.DurableVotes,
+		FsyncedVotes:       env.FsyncedVotes,
 		AllowEvictingNodes: env.AllowEvictingNodes,
+	}
+	if env.FsyncedVotes {
+		// A vote waits for the next everysec fsync, up to a second.
+		opts.NodeTimeout = 2 * time.Second
 	}
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = -1 // the clock-jump guard off

@@ -157,6 +157,29 @@
 #ifndef CRASH_BY
 #define CRASH_BY TMAX   /* latest time of the crash */
 #endif
+
+/* FSYNC: node 0 runs appendfsync everysec, and its crash is a kill -9 and
+   a restart on its own disk (docs/PROTOCOL.md sec. 13).  Its AOF on disk
+   holds the node's state as of its last fsync, which is a prefix of its
+   write stream: exactly what node 0's replica is in the failover model, so
+   FSYNC reuses it, with the replica read as the disk, the replicate step as
+   an fsync (enabled at any moment: everysec's timing is the search's
+   choice) and the promotion as the crash and restart that loads the disk.
+   The restart is of a persistent server: it starts no epoch (PROMOTED), so
+   the node votes again at once, whatever the grace.  Its votes count only
+   once an fsync came after their write (WAITAOF 1 0, the DURABLE step);
+   FSYNC_LATE counts them at once, before the fsync: the counterexample.
+   (The model's restart also empties R, the worst case, as the promotion
+   does: in the code the vote's WAITAOF covers the raise before it.) */
+#ifdef FSYNC
+#define FAILOVER
+#ifndef FSYNC_LATE
+#define DURABLE
+#endif
+#if defined(FAILBACK) || defined(OLDRULE) || defined(CRASH)
+#error "FSYNC is its own fault: not with FAILBACK, OLDRULE or CRASH"
+#endif
+#endif
 #ifndef JMP
 #define JMP 3
 #endif
@@ -275,6 +298,8 @@ active proctype ticker() {
 #endif
 #ifdef OLDRULE
 #define PROMOTED skip     /* the old rule dates it by the client's memory (guards) */
+#elif defined(FSYNC)
+#define PROMOTED skip     /* a persistent server's own restart: no new epoch */
 #else
 #define PROMOTED restarted[0] = 1; upat[0] = now    /* a new epoch */
 #endif

@@ -21,7 +21,7 @@ JOBS=${JOBS:-$(nproc)}  # configurations checked at once
 # quiet core (model/README.md's tables), so that make test stays under 25
 # minutes.
 SET=${SET:-all}
-LONG="mutex-extend mutex-extend-late unsafe-extend-late restart-persist restart-fleet-grace clock-cross failover-durable failover-durable-long failover-not-durable-grace failback evict fair-cleanup fair-extend-skip fair-take fair-take-late unsafe-fair-take-date-grant unsafe-fair-take-late-unpins"
+LONG="fsynced-restart mutex-extend mutex-extend-late unsafe-extend-late restart-persist restart-fleet-grace clock-cross failover-durable failover-durable-long failover-not-durable-grace failback evict fair-cleanup fair-extend-skip fair-take fair-take-late unsafe-fair-take-date-grant unsafe-fair-take-late-unpins"
 
 # name | expect (ok, or the assertion text the counterexample must hit; / separates
 # alternatives) | model | mode | spin -D flags
@@ -43,6 +43,9 @@ configs=(
 "failover-durable-long|ok|redlock.pml|full|-DFAILOVER -DDURABLE -DNOGRACE -DTMAX=3 -DCRASH_BY=2"
 "failover-not-durable-grace|ok|redlock.pml|full|-DFAILOVER -DPERSIST -DFLEET_PRE -DTMAX=4 -DCRASH_BY=0"
 "unsafe-failover-not-durable-no-grace|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DNOGRACE"
+"fsynced-restart|ok|redlock.pml|full|-DFSYNC -DFLEET_PRE -DTMAX=2"
+"fsynced-restart-early|ok|redlock.pml|full|-DFSYNC -DFLEET_PRE -DTMAX=2 -DCRASH_BY=0"
+"unsafe-fsync-after-vote|held[0]/lastGranted|redlock.pml|full|-DFSYNC -DFSYNC_LATE -DFLEET_PRE"
 "unsafe-failover-persist-old|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DPERSIST -DOLDRULE -DFLEET_PRE -DTMAX=0"
 "failback|ok|redlock.pml|full|-DFAILOVER -DFAILBACK -DFLEET_PRE -DTTL_A=2 -DTMAX=3 -DCRASH_BY=0"
 "unsafe-failback-old|held[0]/lastGranted|redlock.pml|full|-DFAILOVER -DFAILBACK -DOLDRULE -DFLEET_PRE -DTMAX=0"

@@ -164,10 +164,24 @@ func Start(n int, opts Options) (*Cluster, error) {
 // binary reports the build in tb's log.
 func StartT(tb testing.TB, n int, opts Options) *Cluster {
 	tb.Helper()
+	skipIfPinnedElsewhere(tb, opts)
 	c, err := Start(n, opts)
 	c = stoppedAtEnd(tb, "redis servers", c, err)
 	reportOnce(tb, c.Build)
 	return c
+}
+
+// skipIfPinnedElsewhere skips tb, saying why, in a run that ServerEnv
+// points at a server other than the one opts pins: a test that names its
+// server runs the same whatever ServerEnv says, and runs in the run with
+// ServerEnv unset (make test) and in its own server's run, so the other
+// server matrix runs need not repeat it.
+func skipIfPinnedElsewhere(tb testing.TB, opts Options) {
+	tb.Helper()
+	selected := strings.TrimSpace(os.Getenv(ServerEnv))
+	if selected != "" && opts.Server != "" && opts.Server != selected {
+		tb.Skipf("SKIPPED in the %s=%s run: this test pins %s, and runs with %s unset (make test) and in the %s run", ServerEnv, selected, opts.Server, ServerEnv, opts.Server)
+	}
 }
 
 // stoppedAtEnd is the test side of a Start function's result: tb fails at

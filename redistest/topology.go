@@ -101,6 +101,7 @@ func StartRedisCluster(masters, replicas int, opts Options) (*RedisCluster, erro
 // StartRedisClusterT is StartRedisCluster for tests.
 func StartRedisClusterT(tb testing.TB, masters, replicas int, opts Options) *RedisCluster {
 	tb.Helper()
+	skipIfPinnedElsewhere(tb, opts)
 	rc, err := StartRedisCluster(masters, replicas, opts)
 	return stoppedAtEnd(tb, "redis cluster", rc, err)
 }
@@ -131,6 +132,7 @@ func StartReplicatedT(tb testing.TB, n int, opts Options) (masters *Cluster, rep
 // stops them at cleanup: the nodes of a client whose every node is a Cluster.
 func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) []*RedisCluster {
 	tb.Helper()
+	skipIfPinnedElsewhere(tb, opts)
 	return startEachT(tb, n, "redis cluster", func(int) (*RedisCluster, error) { return StartRedisCluster(masters, replicas, opts) })
 }
 
@@ -139,6 +141,7 @@ func StartRedisClustersT(tb testing.TB, n, masters, replicas int, opts Options) 
 // cleanup: the nodes of a client whose every node fails over.
 func StartSentinelsT(tb testing.TB, n, replicas int, opts Options) []*Sentinels {
 	tb.Helper()
+	skipIfPinnedElsewhere(tb, opts)
 	return startEachT(tb, n, "sentinel deployment", func(i int) (*Sentinels, error) {
 		return StartSentinel(fmt.Sprintf("locks-%d", i), replicas, opts)
 	})
@@ -676,6 +679,7 @@ func StartSentinel(name string, replicas int, opts Options) (*Sentinels, error) 
 // StartSentinelT is StartSentinel for tests.
 func StartSentinelT(tb testing.TB, name string, replicas int, opts Options) *Sentinels {
 	tb.Helper()
+	skipIfPinnedElsewhere(tb, opts)
 	ss, err := StartSentinel(name, replicas, opts)
 	return stoppedAtEnd(tb, "sentinel deployment", ss, err)
 }

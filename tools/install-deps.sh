@@ -1,13 +1,17 @@
 #!/usr/bin/env bash
 # Installs what the tests and the demo need on a fresh Debian machine:
-# redis-server (the real nodes), faketime (clock faults in the chaos suite) and
-# spin with gcc (the model checker behind `make model`).
+# redis-server (the real nodes), faketime (clock faults in the chaos suite),
+# strace (fsynced_powerloss_test.go and break2_fsynced_test.go watch a server's
+# writes and fsyncs to play a power loss before its next fsync; without it those
+# tests fail) and spin with
+# gcc (the model checker behind `make model`).
 # Safe to run repeatedly: it does nothing when all are present.
 set -euo pipefail
 
 need=()
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 [ -e /usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1 ] || need+=(faketime)
+command -v strace >/dev/null 2>&1 || need+=(strace)
 command -v spin >/dev/null 2>&1 || need+=(spin)
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
 [ ${#need[@]} -eq 0 ] && exit 0
