@@ -84,6 +84,7 @@ func aofOffThenOn(ctx context.Context, t *testing.T, servers []*redistest.Server
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2AOFTurnedOnAfterTheProbe .
 func TestBreak2AOFTurnedOnAfterTheProbe(t *testing.T) {
+	inTheServerMatrix(t)
 	server := redistest.SelectedServer()
 	if server != redistest.Redis86 {
 		server = redistest.Redis86 // a trusted WAITAOF is the subject
@@ -210,6 +211,7 @@ func diffCalls(after, before []int) []int {
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ExtendAfterAOFTurnedOn .
 func TestBreak2ExtendAfterAOFTurnedOn(t *testing.T) {
+	inTheServerMatrix(t)
 	for try := range 3 {
 		if extendAfterAOFTurnedOn(t, redistest.Redis86, try) {
 			return
@@ -315,6 +317,7 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ClientWithoutCommandInfo .
 func TestBreak2ClientWithoutCommandInfo(t *testing.T) {
+	inTheServerMatrix(t)
 	for try := range 3 {
 		if clientWithoutCommandInfo(t, redistest.Redis86, try) {
 			return
@@ -399,6 +402,7 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2BarrierWithoutIncr .
 func TestBreak2BarrierWithoutIncr(t *testing.T) {
+	inTheServerMatrix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec,
@@ -433,6 +437,7 @@ func TestBreak2BarrierWithoutIncr(t *testing.T) {
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2RenewalAfterAOFTurnedOn .
 func TestBreak2RenewalAfterAOFTurnedOn(t *testing.T) {
+	inTheServerMatrix(t)
 	for try := range 3 {
 		if renewalAfterAOFTurnedOn(t, redistest.Redis86, try) {
 			return

@@ -60,6 +60,7 @@ import (
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3AOFOffVoteExcusedByAnotherClient .
 func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
+	inTheServerMatrix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
@@ -198,6 +199,7 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart .
 func TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart(t *testing.T) {
+	inTheServerMatrix(t)
 	for try := range 3 {
 		if waitAOFAtRewriteStart(t, try) {
 			return

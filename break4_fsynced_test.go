@@ -57,6 +57,7 @@ import (
 //
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak4RewriteSwapHiddenByResetStat .
 func TestBreak4RewriteSwapHiddenByResetStat(t *testing.T) {
+	inTheServerMatrix(t)
 	for try := range 3 {
 		if rewriteSwapHiddenByResetStat(t, try) {
 			return

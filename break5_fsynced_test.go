@@ -42,6 +42,7 @@ import (
 //
 // Run: go test -race -count=1 -run TestBreak5BarrierReadsTheCommandCount .
 func TestBreak5BarrierReadsTheCommandCount(t *testing.T) {
+	inTheServerMatrix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
@@ -206,6 +207,7 @@ func (m *monitorTrace) writesWithoutWAITAOF(ctx context.Context, t *testing.T, m
 //
 // Run: go test -race -count=1 -run TestBreak5EveryLaneWaitsOnItsOwnConnection .
 func TestBreak5EveryLaneWaitsOnItsOwnConnection(t *testing.T) {
+	inTheServerMatrix(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
 	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})

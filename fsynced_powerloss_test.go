@@ -32,6 +32,19 @@ type aofTrace struct {
 	aof   string // its path
 }
 
+// inTheServerMatrix skips t in make test (no REDLOCK_TEST_SERVER): the
+// FsyncedVotes review and power-loss tests mostly wait for everysec
+// fsyncs, minutes in all, and make test must stay under 25 minutes; they
+// run in the server matrix of .ci/run (make test-matrix-root), each in the
+// run of the server it pins or selects. make test keeps FsyncedVotes'
+// own tests (fsynced_votes_test.go, fsynced_rule_test.go).
+func inTheServerMatrix(t *testing.T) {
+	t.Helper()
+	if os.Getenv(redistest.ServerEnv) == "" {
+		t.Skipf("SKIPPED in make test: a FsyncedVotes review or power-loss test, slow (it waits for fsyncs); it runs in the server matrix (%s set: make test-matrix-root, in .ci/run)", redistest.ServerEnv)
+	}
+}
+
 // traceAOF attaches strace to s and returns once strace says it is
 // attached to every thread of the server. It fails the test when strace
 // is missing or may not attach (ptrace refused): tools/install-deps.sh
@@ -225,6 +238,7 @@ func (tr *aofTrace) unfsyncedSuffix(t *testing.T, marker string) (never bool, cu
 // Run: REDLOCK_TEST_SERVER=valkey-9.1 go test -race -count=1 -run TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation .
 // (REDLOCK_TEST_SERVER=redis-8.6 is the control; unset runs Valkey 9.1.)
 func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
+	inTheServerMatrix(t)
 	server := redistest.SelectedServer()
 	if server == redistest.Redis70 {
 		server = redistest.Valkey91 // WAITAOF is the subject
@@ -395,6 +409,7 @@ func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient .
 // (valkey-9.1 too; unset runs Redis 8.6.)
 func TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient(t *testing.T) {
+	inTheServerMatrix(t)
 	server := redistest.SelectedServer()
 	if server == redistest.Redis70 {
 		server = redistest.Redis86 // WAITAOF is the subject
