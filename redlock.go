@@ -241,8 +241,9 @@ type Options struct {
 	// 500ms. Unless NodeTimeout is set, a client with this option gives
 	// each node the smaller of 3s and TTL/3; with many calls in flight per
 	// node give it more (5s; docs/PROTOCOL.md §13). A node with
-	// appendfsync always answers at once. Persistence never excuses a promotion, a slot gained, an
-	// eviction or a flush (docs/PROTOCOL.md §11, §13).
+	// appendfsync always answers at once. Persistence never excuses a
+	// promotion, a slot gained, an eviction or a flush (docs/PROTOCOL.md
+	// §11, §13).
 	FsyncedVotes bool
 	// AllowNoFaultTolerance accepts fewer than 3 nodes. With 1 or 2 the
 	// quorum is every node, so a single node down or restarting stops
