@@ -2,7 +2,6 @@ package redlock_test
 
 import (
 	"context"
-	"slices"
 	"testing"
 	"time"
 
@@ -59,21 +58,7 @@ func BenchmarkFsyncedVotes(b *testing.B) {
 			} else if err := l.Release(ctx); err != nil {
 				b.Fatal(err)
 			}
-			var acquires []time.Duration
-			for b.Loop() {
-				start := time.Now()
-				l, err := c.Acquire(ctx, "bench")
-				if err != nil {
-					b.Fatal(err)
-				}
-				acquires = append(acquires, time.Since(start))
-				if err := l.Release(ctx); err != nil {
-					b.Fatal(err)
-				}
-			}
-			slices.Sort(acquires)
-			b.ReportMetric(float64(acquires[len(acquires)/2].Microseconds()), "p50-acquire-µs")
-			b.ReportMetric(float64(acquires[len(acquires)*99/100].Microseconds()), "p99-acquire-µs")
+			acquireLatencies(b, ctx, c, true)
 		})
 	}
 }
