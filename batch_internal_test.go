@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -586,18 +587,40 @@ func holdPipes(t *testing.T, c *Client) (free func()) {
 // calls in all.
 func waitQueued(t *testing.T, c *Client, n int) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("%d calls queued on every node", n), func() bool {
-		for _, node := range c.nodes {
-			queued := 0
-			for _, p := range node.pipes.acquire {
-				queued += p.queued()
-			}
-			if queued < n {
-				return false
-			}
+	waitFor(t, fmt.Sprintf("%d calls queued on every node", n), func() bool { return queuedEverywhere(c, n) })
+}
+
+// queueState tells, node by node, the calls queued on its acquire stream
+// and what keeps a call from it.
+func queueState(c *Client) string {
+	var out []string
+	for i, n := range c.nodes {
+		queued := 0
+		for _, p := range n.pipes.acquire {
+			queued += p.queued()
 		}
-		return true
-	})
+		guard := "no guard"
+		if g := n.guard.Load(); g != nil {
+			guard = fmt.Sprintf("guard %v old, vote %v", c.clock.Now().Sub(g.probed), g.voteErr(c.clock.Now(), c.graceFor(), ""))
+		}
+		out = append(out, fmt.Sprintf("node %d: %d queued, down %v, stale %v, %s", i, queued, c.down(n), n.stale.Load(), guard))
+	}
+	return strings.Join(out, "; ")
+}
+
+// queuedEverywhere tells whether the lanes of every node's acquire stream
+// hold n calls in all.
+func queuedEverywhere(c *Client, n int) bool {
+	for _, node := range c.nodes {
+		queued := 0
+		for _, p := range node.pipes.acquire {
+			queued += p.queued()
+		}
+		if queued < n {
+			return false
+		}
+	}
+	return true
 }
 
 // sameLane gives n lock names made of prefix and a number whose calls all
@@ -622,10 +645,25 @@ func acquireBurst(t *testing.T, c *Client, names ...string) ([]*Lock, []error) {
 	locks := make([]*Lock, len(names))
 	errs := make([]error, len(names))
 	var wg sync.WaitGroup
+	var returned atomic.Int32
 	for i, name := range names {
-		wg.Go(func() { locks[i], errs[i] = c.TryAcquire(context.Background(), name) })
+		wg.Go(func() {
+			locks[i], errs[i] = c.TryAcquire(context.Background(), name)
+			returned.Add(1)
+		})
 	}
-	waitQueued(t, c, len(names))
+	// A call that skips a node (a guard refused it, its probe failed, the
+	// node is held down after a timeout) never queues there: say which.
+	deadline := time.Now().Add(10 * time.Second)
+	for !queuedEverywhere(c, len(names)) {
+		if returned.Load() > 0 || time.Now().After(deadline) {
+			state := queueState(c)
+			free()
+			wg.Wait()
+			t.Fatalf("%d calls did not all queue on every node (%s): %v", len(names), state, errors.Join(errs...))
+		}
+		time.Sleep(time.Millisecond)
+	}
 	free()
 	wg.Wait()
 	waitWritten(t, c)
@@ -849,7 +887,13 @@ func TestQueuedAcquiresWithDurableVotesWaitForTheReplicas(t *testing.T) {
 	masters, replicas := redistest.StartReplicatedT(t, 3, redistest.Options{})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
+	// NodeTimeout is also what each call of the second burst waits for the
+	// replicas that no longer acknowledge. A shorter one, under load, lets
+	// a write or a probe time out, and the burst then skips the node that
+	// is held down or not probed. CI once failed so (which node state, it
+	// did not say; acquireBurst now does), on Valkey 9.1 beside another
+	// race-detector suite.
+	c, runs := batchClientWith(t, masters.Clients(), Options{TTL: 10 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: NoRestartGrace, DurableVotes: true})
 	names := sameLane(c, "durable-", 5)
 	locks, errs := acquireBurst(t, c, names...)
 	for i, err := range errs {
