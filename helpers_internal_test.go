@@ -247,16 +247,33 @@ func acquireEach(t *testing.T, ctx context.Context, c *Client, prefix string, n 
 
 // acquireAsync runs c.Acquire(ctx, name, opts...) in the background; the
 // lock comes on the channel, nil if the acquire failed (reported with
-// t.Error).
+// t.Error). The call never outlives the test: when the test ends (a
+// failure elsewhere may end it first), its cleanup cancels the call and
+// waits for it, so that its failure cannot be reported after the test,
+// which would stop the whole package.
 func acquireAsync(t *testing.T, ctx context.Context, c *Client, name string, opts ...LockOption) <-chan *Lock {
+	ctx, cancel := context.WithCancel(ctx)
 	got := make(chan *Lock, 1)
+	done := make(chan struct{})
+	ended := false // set by the cleanup before it cancels
+	var mu sync.Mutex
 	go func() {
+		defer close(done)
 		l, err := c.Acquire(ctx, name, opts...)
-		if err != nil {
+		mu.Lock()
+		if err != nil && !ended {
 			t.Error(err)
 		}
+		mu.Unlock()
 		got <- l
 	}()
+	t.Cleanup(func() {
+		mu.Lock()
+		ended = true
+		mu.Unlock()
+		cancel()
+		<-done
+	})
 	return got
 }
 
