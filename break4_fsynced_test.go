@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,34 +62,6 @@ func TestBreak4RewriteSwapHiddenByResetStat(t *testing.T) {
 		}
 	}
 	t.Logf("in three runs no server answered X's WAITAOF before its file's fsync: the schedule was not hit")
-}
-
-// openIncr is the fd and path of the incremental AOF file s appends to now.
-func openIncr(t *testing.T, s *redistest.Server) (fd, path string) {
-	t.Helper()
-	pid := s.PID()
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq := -1
-	for _, f := range fds {
-		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, f.Name()))
-		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
-			continue
-		}
-		parts := strings.Split(filepath.Base(target), ".")
-		if len(parts) < 4 {
-			continue
-		}
-		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
-			seq, fd, path = n, f.Name(), target
-		}
-	}
-	if fd == "" {
-		t.Fatalf("%s: no open .incr.aof", s.Addr)
-	}
-	return fd, path
 }
 
 func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {

@@ -57,30 +57,7 @@ func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
 	}
 	pid := s.PID()
 	tr := &aofTrace{s: s, out: filepath.Join(t.TempDir(), fmt.Sprintf("strace.%d", pid))}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("cannot read the server's fds: %v", err)
-	}
-	// The incremental file the server appends to now: the one of the
-	// highest sequence (a rewrite opens a new one; the old one is closed
-	// in the background).
-	seq := -1
-	for _, fd := range fds {
-		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
-			continue
-		}
-		parts := strings.Split(filepath.Base(target), ".")
-		if len(parts) < 4 {
-			continue
-		}
-		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
-			seq, tr.aofFD, tr.aof = n, fd.Name(), target
-		}
-	}
-	if tr.aofFD == "" {
-		t.Fatalf("%s: no open .incr.aof among the server's fds (AOF off?)", s.Addr)
-	}
+	tr.aofFD, tr.aof = openIncr(t, s)
 	tr.cmd = exec.Command("strace", "-f", "-s", "8192", "-e", "trace=write,fdatasync,fsync", "-p", strconv.Itoa(pid), "-o", tr.out)
 	stderr, err := tr.cmd.StderrPipe()
 	if err != nil {
@@ -143,6 +120,36 @@ func fsyncedPair(ctx context.Context, t *testing.T, cl *redistest.Cluster) (y, x
 		}
 	}
 	return y, x
+}
+
+// openIncr is the fd and path of the incremental AOF file s appends to now:
+// the one of the highest sequence (a rewrite opens a new one; the old one
+// is closed in the background).
+func openIncr(t *testing.T, s *redistest.Server) (fd, path string) {
+	t.Helper()
+	pid := s.PID()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("cannot read the server's fds: %v", err)
+	}
+	seq := -1
+	for _, f := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, f.Name()))
+		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
+			continue
+		}
+		parts := strings.Split(filepath.Base(target), ".")
+		if len(parts) < 4 {
+			continue
+		}
+		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
+			seq, fd, path = n, f.Name(), target
+		}
+	}
+	if fd == "" {
+		t.Fatalf("%s: no open .incr.aof among the server's fds (AOF off?)", s.Addr)
+	}
+	return fd, path
 }
 
 var (
