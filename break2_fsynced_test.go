@@ -122,10 +122,7 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
 		}
 	}
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, crashed)
 	const name = "job"
 	before := waitAOFCalls(ctx, t, crashed)
 	start := time.Now()
@@ -135,17 +132,7 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	}
 	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
 	defer func() { _ = held.Release(context.Background()) }()
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
 	l, errY := y.TryAcquire(ctx, name)
 	if errY == nil {
@@ -264,10 +251,7 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
 		}
 	}
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, crashed)
 	before := waitAOFCalls(ctx, t, crashed)
 	start := time.Now()
 	if err := held.Extend(ctx); err != nil {
@@ -275,17 +259,7 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	}
 	t.Logf("X's extend took %v; WAITAOF calls on the two servers during it: %v; X's deadline moved from %v to %v",
 		time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before), acquiredDeadline.Format("15:04:05.000"), held.Deadline().Format("15:04:05.000"))
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's extension had no fsync on %d of the 2 servers that lost power", lost)
 	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
 	defer ycancel()
@@ -350,10 +324,7 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 		t.Logf("X, node %d: voting, %s", i, info.SitOutReason)
 	}
 	crashed := cl.Servers[:2]
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, crashed)
 	fsyncNow(ctx, crashed)
 	const name = "job"
 	before := waitAOFCalls(ctx, t, crashed)
@@ -364,17 +335,7 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 	}
 	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
 	defer func() { _ = held.Release(context.Background()) }()
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
 	l, errY := y.TryAcquire(ctx, name)
 	if errY == nil {
@@ -492,10 +453,7 @@ func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
 		}
 	}
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, crashed)
 	if held.Deadline() != acquiredDeadline {
 		t.Fatalf("X's renewal came before the schedule was set up (a slow machine)")
 	}
@@ -506,21 +464,13 @@ func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	case <-ctx.Done():
 		t.Fatal("no renewal")
 	}
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	killAll(t, crashed)
 	if e.Kind != observe.Extended {
 		t.Fatalf("X's renewal failed: %v", e.Err)
 	}
 	t.Logf("X's renewal took %v; X's deadline moved from %v to %v", e.Elapsed.Round(time.Millisecond), acquiredDeadline.Format("15:04:05.000"), held.Deadline().Format("15:04:05.000"))
 	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	restartAll(t, crashed)
 	t.Logf("X's renewal had no fsync on %d of the 2 servers that lost power", lost)
 	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
 	defer ycancel()

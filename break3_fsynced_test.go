@@ -225,10 +225,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	traces := make([]*aofTrace, len(cl.Servers))
-	for i, s := range cl.Servers {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, cl.Servers)
 	fsyncNow(ctx, cl.Servers)
 	const name = "job"
 	key := x.Keys(name).Lock
@@ -280,11 +277,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 			t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", r.err)
 		}
 		t.Logf("X refused: %v", r.err)
-		for _, s := range cl.Servers {
-			if err := s.Kill(); err != nil {
-				t.Fatal(err)
-			}
-		}
+		killAll(t, cl.Servers)
 		early := 0
 		for _, tr := range traces {
 			if tr.replyBeforeFsync(t, key) {
@@ -310,11 +303,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 			lost++
 		}
 	}
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	restartAll(t, cl.Servers)
 	kept := 0
 	for _, s := range cl.Servers {
 		if n, err := s.Client().Exists(ctx, key).Result(); err == nil && n == 1 {

@@ -267,10 +267,7 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
 	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
 	y, x := fsyncedPair(ctx, t, cl)
-	traces := make([]*aofTrace, len(cl.Servers))
-	for i, s := range cl.Servers {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, cl.Servers)
 	// Each server fsyncs what it holds now (a write and WAITAOF 1 0 on
 	// its own connection; the answer may be early, the next step does not
 	// rely on it), so that X's vote comes soon after a server's fsync.
@@ -284,17 +281,7 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	if err != nil {
 		t.Fatalf("X: %v", err)
 	}
-	for _, s := range cl.Servers {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, cl.Servers, traces, x.Keys(name).Lock)
 	kept := 0
 	for _, s := range cl.Servers {
 		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err == nil && n == 1 {
@@ -446,10 +433,7 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 			t.Fatalf("X, node %d during the rewrite: %+v, want it voting", i, info)
 		}
 	}
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, crashed)
 	fsyncNow(ctx, crashed)
 	const name = "job"
 	held, err := x.TryAcquire(ctx, name)
@@ -461,17 +445,7 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 		t.Fatalf("X: %v", err)
 	}
 	defer func() { _ = held.Release(context.Background()) }()
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
 	// Z meets the servers only after their restart: its first probe's
 	// barrier confirms what they hold now, and nothing tells it of X.

@@ -1,0 +1,56 @@
+package redlock_test
+
+// Steps the FsyncedVotes review and power-loss tests (break2-5,
+// fsynced_powerloss_test.go) take again and again.
+
+import (
+	"testing"
+
+	"github.com/quorumlabs/redlock/redistest"
+)
+
+// traceAOFs attaches strace to each of servers (traceAOF), one after the
+// other; the traces are in the order of servers.
+func traceAOFs(t *testing.T, servers []*redistest.Server) []*aofTrace {
+	t.Helper()
+	traces := make([]*aofTrace, len(servers))
+	for i, s := range servers {
+		traces[i] = traceAOF(t, s)
+	}
+	return traces
+}
+
+// killAll kills each of servers with SIGKILL (kill -9), one after the
+// other.
+func killAll(t *testing.T, servers []*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Kill(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// restartAll starts each of servers again on its own data, one after the
+// other.
+func restartAll(t *testing.T, servers []*redistest.Server) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Restart(true); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// powerLossAtKill kills servers with SIGKILL, plays a power loss at that
+// moment from their traces (playPowerLoss: a server whose trace shows no
+// fsync after the write holding marker loses its AOF from that write on),
+// and restarts them on what is left. It tells on how many servers the
+// write was lost.
+func powerLossAtKill(t *testing.T, servers []*redistest.Server, traces []*aofTrace, marker string) (lost int) {
+	t.Helper()
+	killAll(t, servers)
+	lost = playPowerLoss(t, traces, marker)
+	restartAll(t, servers)
+	return lost
+}
