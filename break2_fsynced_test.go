@@ -107,21 +107,13 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	aofOffThenOn(ctx, t, crashed, func() {
 		// X looks while the AOF is off: not persistent, no WAITAOF
 		// to wait for; they vote all the same (no restart).
-		for i, info := range x.Nodes(ctx) {
-			if info.Err != nil || !info.Voting {
-				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
-			}
-		}
+		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
 	})
 	// Y looks too, after the switch and before the crash (so Y is not
 	// the idle client of PROTOCOL §13's "persistence changed at run time
 	// under an idle client"): the servers are as they were, everysec with
 	// the AOF on and no rewrite, and Y counts them persistent still.
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
 	traces := traceAOFs(t, crashed)
 	const name = "job"
 	before := waitAOFCalls(ctx, t, crashed)
@@ -228,29 +220,17 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	// and every server fsyncs what it holds: X's acquire is on every disk.
 	// (Both also put time between the acquire and the extension, which is
 	// the window the power loss opens for Y.)
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)")
 	fsyncNow(ctx, cl.Servers)
 	crashed := cl.Servers[:2]
 	aofOffThenOn(ctx, t, cl.Servers, func() {
-		for i, info := range x.Nodes(ctx) {
-			if info.Err != nil || !info.Voting {
-				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
-			}
-		}
+		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
 	})
 	// Y looks too, after the switch and before the crash (so Y is not
 	// the idle client of PROTOCOL §13's "persistence changed at run time
 	// under an idle client"): the servers are as they were, everysec with
 	// the AOF on and no rewrite, and Y counts them persistent still.
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
 	traces := traceAOFs(t, crashed)
 	before := waitAOFCalls(ctx, t, crashed)
 	start := time.Now()
@@ -312,11 +292,7 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 	xOpts := opts
 	xOpts.RestartGrace = redlock.NoRestartGrace // X's view of the fresh nodes is not what the test judges
 	x := fromURLs(t, aclURLs(cl, "older"), xOpts)
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)")
 	for i, info := range x.Nodes(ctx) {
 		if info.Err != nil || !info.Voting {
 			t.Fatalf("X, node %d: %+v, want it voting", i, info)
@@ -434,25 +410,13 @@ func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	}
 	defer func() { _ = held.Release(context.Background()) }()
 	acquiredDeadline := held.Deadline()
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)")
 	fsyncNow(ctx, cl.Servers)
 	crashed := cl.Servers[:2]
 	aofOffThenOn(ctx, t, cl.Servers, func() {
-		for i, info := range x.Nodes(ctx) {
-			if info.Err != nil || !info.Voting {
-				t.Fatalf("X, node %d with its AOF off: %+v, want it voting", i, info)
-			}
-		}
+		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
 	})
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d after the switch: %+v, want it voting", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
 	traces := traceAOFs(t, crashed)
 	if held.Deadline() != acquiredDeadline {
 		t.Fatalf("X's renewal came before the schedule was set up (a slow machine)")

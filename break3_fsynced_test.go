@@ -68,11 +68,7 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	t.Logf("server: %s", cl.Servers[0].Build())
 	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 8 * time.Second, FsyncedVotes: true}
 	y := newClientOn(t, cl.Clients(), opts)
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d: %+v, want it voting (persistent through WAITAOF)", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent through WAITAOF)")
 	const name = "job"
 	key := y.Keys(name).Lock
 	if err := cl.Servers[2].Client().Set(ctx, key, "another-owner", time.Minute).Err(); err != nil {

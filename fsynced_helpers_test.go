@@ -4,8 +4,10 @@ package redlock_test
 // fsynced_powerloss_test.go) take again and again.
 
 import (
+	"context"
 	"testing"
 
+	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -53,4 +55,16 @@ func powerLossAtKill(t *testing.T, servers []*redistest.Server, traces []*aofTra
 	lost = playPowerLoss(t, traces, marker)
 	restartAll(t, servers)
 	return lost
+}
+
+// wantEveryNodeVoting fails t unless c, looking now (Nodes), counts every
+// node voting. failf is the failure's format; it is given the node's
+// index and its NodeInfo.
+func wantEveryNodeVoting(ctx context.Context, t *testing.T, c *redlock.Client, failf string) {
+	t.Helper()
+	for i, info := range c.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf(failf, i, info)
+		}
+	}
 }

@@ -114,11 +114,7 @@ func fsyncedPair(ctx context.Context, t *testing.T, cl *redistest.Cluster) (y, x
 			t.Fatalf("node %d: voting %v (%s), want it sitting out, not persistent: its WAITAOF may confirm before it fsyncs", i, info.Voting, info.SitOutReason)
 		}
 	}
-	for i, info := range x.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("X, node %d: %+v, want it voting", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, x, "X, node %d: %+v, want it voting")
 	return y, x
 }
 
@@ -428,11 +424,7 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 	}
 	// X looks again: the two servers rewrite, so they are not
 	// persistent for X; they vote all the same (no restart).
-	for i, info := range x.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("X, node %d during the rewrite: %+v, want it voting", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, x, "X, node %d during the rewrite: %+v, want it voting")
 	traces := traceAOFs(t, crashed)
 	fsyncNow(ctx, crashed)
 	const name = "job"
