@@ -14,6 +14,7 @@ package redlock_test
 
 import (
 	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -126,15 +127,10 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	defer func() { _ = held.Release(context.Background()) }()
 	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers whose AOF was on at the vote (X's probe saw it off, before CONFIG SET appendonly yes); after a power loss there Y (FsyncedVotes, which probed them after the switch and saw them persistent) excused the restart and took %q with %v of X's validity left",
-				name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X counted votes without a WAITAOF on 2 servers whose AOF was on at the vote (X's probe saw it off, before CONFIG SET appendonly yes); after a power loss there Y (FsyncedVotes, which probed them after the switch and saw them persistent) excused the restart and took %q with %v of X's validity left",
+			name, left)
+	})
 	t.Logf("Y refused: %v", errY)
 	return lost == 2
 }
@@ -243,15 +239,10 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	t.Logf("X's extension had no fsync on %d of the 2 servers that lost power", lost)
 	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
 	defer ycancel()
-	l, errY := y.Acquire(yctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X extended %q on servers whose AOF was on with no WAITAOF (its probe a moment before saw the AOF off), and counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
-				name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(yctx, t, y.Acquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X extended %q on servers whose AOF was on with no WAITAOF (its probe a moment before saw the AOF off), and counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
+			name, left)
+	})
 	t.Logf("Y refused within X's validity: %v", errY)
 	return lost == 2
 }
@@ -313,15 +304,10 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 	defer func() { _ = held.Release(context.Background()) }()
 	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X (FsyncedVotes, its ACL user without command|info) counted votes with no WAITAOF on 2 everysec Redis 8.6 masters with their AOF on; after a power loss there Y (FsyncedVotes, full ACL rule) excused the restart and took %q with %v of X's validity left",
-				name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X (FsyncedVotes, its ACL user without command|info) counted votes with no WAITAOF on 2 everysec Redis 8.6 masters with their AOF on; after a power loss there Y (FsyncedVotes, full ACL rule) excused the restart and took %q with %v of X's validity left",
+			name, left)
+	})
 	t.Logf("Y refused: %v", errY)
 	return lost == 2
 }
@@ -438,15 +424,10 @@ func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	t.Logf("X's renewal had no fsync on %d of the 2 servers that lost power", lost)
 	yctx, ycancel := context.WithDeadline(ctx, held.Deadline())
 	defer ycancel()
-	l, errY := y.Acquire(yctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X's renewal extended %q with no WAITAOF on servers whose AOF was on (its last probe, over a second old, saw the AOF off), and X counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
-				name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(yctx, t, y.Acquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X's renewal extended %q with no WAITAOF on servers whose AOF was on (its last probe, over a second old, saw the AOF off), and X counted the new validity; after a power loss on 2 of them Y (FsyncedVotes) excused the restart and took the lock at the acquire's older expiry, with %v of X's validity left",
+			name, left)
+	})
 	t.Logf("Y refused within X's validity: %v", errY)
 	return lost == 2
 }

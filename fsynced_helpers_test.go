@@ -6,6 +6,7 @@ package redlock_test
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
@@ -67,4 +68,23 @@ func wantEveryNodeVoting(ctx context.Context, t *testing.T, c *redlock.Client, f
 			t.Fatalf(failf, i, info)
 		}
 	}
+}
+
+// secondHolderRefused has Y ask for X's lock name after the power loss, by
+// take (Y's TryAcquire, or its Acquire with ctx ending at X's deadline),
+// and returns Y's refusal. Y taking the lock while X's validity lasts is
+// the second holder the test looks for: t fails with broken, given the
+// validity X had left. Y taking it only after X's validity proves nothing
+// (too slow a machine to judge), and fails t too.
+func secondHolderRefused(ctx context.Context, t *testing.T, take func(context.Context, string, ...redlock.LockOption) (*redlock.Lock, error), name string, held *redlock.Lock, broken func(left time.Duration) string) error {
+	t.Helper()
+	l, errY := take(ctx, name)
+	if errY == nil {
+		defer func() { _ = l.Release(context.Background()) }()
+		if time.Now().Before(held.Deadline()) {
+			t.Fatal(broken(time.Until(held.Deadline()).Round(time.Millisecond)))
+		}
+		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
+	}
+	return errY
 }
