@@ -234,17 +234,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 		l, err := x.TryAcquire(ctx, name)
 		got <- result{l, err}
 	}()
-	// Once a server has X's key, the vote's write is in its AOF file (the
-	// server writes its AOF buffer before it reads the next command), and
-	// its WAITAOF waits for the next fsync.
-	for _, s := range cl.Servers {
-		for s.Client().Exists(ctx, key).Val() == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: X's vote never came", s.Addr)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	big := strings.Repeat("b", 1<<20)
 	done := make(chan error, len(cl.Servers))
 	for _, s := range cl.Servers {
@@ -274,12 +264,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 		}
 		t.Logf("X refused: %v", r.err)
 		killAll(t, cl.Servers)
-		early := 0
-		for _, tr := range traces {
-			if tr.replyBeforeFsync(t, key) {
-				early++
-			}
-		}
+		early := playPowerLossAtTheAnswer(t, traces, key)
 		t.Logf("X's WAITAOF was answered before the old file's fsync returned on %d of 3 servers; no vote counted", early)
 		return early >= 2
 	}
@@ -293,19 +278,9 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	lost := 0
-	for _, tr := range traces {
-		if tr.replyBeforeFsync(t, key) {
-			lost++
-		}
-	}
+	lost := playPowerLossAtTheAnswer(t, traces, key)
 	restartAll(t, cl.Servers)
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, key).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	kept := serversHolding(ctx, t, cl.Servers, key)
 	t.Logf("X's vote was confirmed before its fsync returned on %d of 3 servers; its key is on %d after the power loss", lost, kept)
 	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
 		return fmt.Sprintf("BROKEN: X's votes counted (WAITAOF 1 0 answered numlocal 1 at a routine rewrite's start) on %d servers before the fsync of the AOF file holding them returned; after a power loss at that answer Y took %q with %v of X's validity left",

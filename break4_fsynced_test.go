@@ -110,14 +110,7 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 		l, err := x.TryAcquire(ctx, name)
 		got <- result{l, err}
 	}()
-	for _, s := range cl.Servers {
-		for s.Client().Exists(ctx, key).Val() == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: X's vote never came", s.Addr)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	// Step 4, on each server at once: A ends; reset while no rewrite runs;
 	// B starts.
 	big := strings.Repeat("b", 1<<20)
@@ -162,12 +155,7 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 		}
 		t.Logf("X refused: %v", r.err)
 		killAll(t, cl.Servers)
-		early := 0
-		for _, tr := range traces {
-			if tr.replyBeforeFsync(t, key) {
-				early++
-			}
-		}
+		early := playPowerLossAtTheAnswer(t, traces, key)
 		t.Logf("X's WAITAOF was answered before its file's fsync returned on %d of 3 servers; no vote counted", early)
 		return early >= 2
 	}
@@ -181,19 +169,9 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	lost := 0
-	for _, tr := range traces {
-		if tr.replyBeforeFsync(t, key) {
-			lost++
-		}
-	}
+	lost := playPowerLossAtTheAnswer(t, traces, key)
 	restartAll(t, cl.Servers)
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, key).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	kept := serversHolding(ctx, t, cl.Servers, key)
 	t.Logf("X's vote was confirmed before its fsync returned on %d of 3 servers; its key is on %d after the power loss", lost, kept)
 	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
 		return fmt.Sprintf("BROKEN: X's votes counted on %d servers before the fsync of the AOF file holding them returned (a rewrite running at X's first INFO ended, CONFIG RESETSTAT with no rewrite running, a new rewrite started: both INFO reads show aof_rewrites 1, aof_rewrite_in_progress 1); after a power loss at that answer Y took %q with %v of X's validity left",

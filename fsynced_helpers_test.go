@@ -88,3 +88,45 @@ func secondHolderRefused(ctx context.Context, t *testing.T, take func(context.Co
 	}
 	return errY
 }
+
+// playPowerLossAtTheAnswer plays, on each traced server (killed), a power
+// loss at the WAITAOF answer that came before the fsync of X's vote, where
+// it did (replyBeforeFsync: the vote's write holds marker). It tells on
+// how many servers.
+func playPowerLossAtTheAnswer(t *testing.T, traces []*aofTrace, marker string) (early int) {
+	t.Helper()
+	for _, tr := range traces {
+		if tr.replyBeforeFsync(t, marker) {
+			early++
+		}
+	}
+	return early
+}
+
+// serversHolding tells on how many of servers key is; a server that does
+// not answer counts as one without it.
+func serversHolding(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) (n int) {
+	t.Helper()
+	for _, s := range servers {
+		if has, err := s.Client().Exists(ctx, key).Result(); err == nil && has == 1 {
+			n++
+		}
+	}
+	return n
+}
+
+// awaitVoteOnEach waits, polling every millisecond until ctx ends, for X's
+// key on each of servers in turn: once a server has it, the vote's write
+// is in its AOF file (the server writes its AOF buffer before it reads the
+// next command), and the vote's WAITAOF waits for the next fsync.
+func awaitVoteOnEach(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) {
+	t.Helper()
+	for _, s := range servers {
+		for s.Client().Exists(ctx, key).Val() == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: X's vote never came", s.Addr)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}

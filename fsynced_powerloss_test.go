@@ -278,12 +278,7 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 		t.Fatalf("X: %v", err)
 	}
 	lost := powerLossAtKill(t, cl.Servers, traces, x.Keys(name).Lock)
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	kept := serversHolding(ctx, t, cl.Servers, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of 3 servers when they died; its key is on %d after the restart", lost, kept)
 	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
 		return fmt.Sprintf("BROKEN: X's votes counted (FsyncedVotes, WAITAOF answered numlocal 1) on %d servers that had not fsynced them; after a power loss at their kill -9 Y took %q with %v of X's validity left",
