@@ -225,50 +225,26 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 	fsyncNow(ctx, cl.Servers)
 	const name = "job"
 	key := x.Keys(name).Lock
-	type result struct {
-		l   *redlock.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := x.TryAcquire(ctx, name)
-		got <- result{l, err}
-	}()
+	xAcquired := tryAcquireInBackground(ctx, t, x, name)
 	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	big := strings.Repeat("b", 1<<20)
-	done := make(chan error, len(cl.Servers))
-	for _, s := range cl.Servers {
-		go func() {
-			rdb := s.Client()
-			pl := rdb.Pipeline()
-			for i := range 16 {
-				pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
-			}
-			pl.BgRewriteAOF(ctx)
-			_, err := pl.Exec(ctx)
-			done <- err
-		}()
-	}
-	for range cl.Servers {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+	onEachServerAtOnce(t, cl.Servers, func(s *redistest.Server) error {
+		rdb := s.Client()
+		pl := rdb.Pipeline()
+		for i := range 16 {
+			pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
 		}
-	}
-	r := <-got
-	if r.err != nil {
+		pl.BgRewriteAOF(ctx)
+		_, err := pl.Exec(ctx)
+		return err
+	})
+	held, err := xAcquired()
+	if err != nil {
 		// Fixed: a vote whose WAITAOF answered across a rewrite's start
 		// does not count. The traces still tell whether the schedule was
 		// hit (an answer before the old file's fsync returned).
-		if !errors.Is(r.err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", r.err)
-		}
-		t.Logf("X refused: %v", r.err)
-		killAll(t, cl.Servers)
-		early := playPowerLossAtTheAnswer(t, traces, key)
-		t.Logf("X's WAITAOF was answered before the old file's fsync returned on %d of 3 servers; no vote counted", early)
-		return early >= 2
+		return refusedYetAnsweredEarly(t, cl.Servers, traces, key, err, "the old file's")
 	}
-	held := r.l
 	defer func() { _ = held.Release(context.Background()) }()
 	for _, s := range cl.Servers {
 		if info, err := s.Client().Info(ctx, "persistence").Result(); err == nil && !strings.Contains(info, "aof_rewrite_in_progress:1") {

@@ -5,14 +5,12 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -101,65 +99,39 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 	}
 	const name = "job"
 	key := x.Keys(name).Lock
-	type result struct {
-		l   *redlock.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := x.TryAcquire(ctx, name)
-		got <- result{l, err}
-	}()
+	xAcquired := tryAcquireInBackground(ctx, t, x, name)
 	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	// Step 4, on each server at once: A ends; reset while no rewrite runs;
 	// B starts.
 	big := strings.Repeat("b", 1<<20)
-	done := make(chan error, len(cl.Servers))
-	for _, s := range cl.Servers {
-		go func() {
-			rdb := s.Client()
-			for {
-				info, err := rdb.Info(ctx, "persistence").Result()
-				if err != nil {
-					done <- err
-					return
-				}
-				if strings.Contains(info, "aof_rewrite_in_progress:0") {
-					if !strings.Contains(info, "aof_last_bgrewrite_status:ok") {
-						done <- fmt.Errorf("%s: rewrite A did not end well:\n%s", s.Addr, info)
-						return
-					}
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
+	onEachServerAtOnce(t, cl.Servers, func(s *redistest.Server) error {
+		rdb := s.Client()
+		for {
+			info, err := rdb.Info(ctx, "persistence").Result()
+			if err != nil {
+				return err
 			}
-			pl := rdb.Pipeline()
-			pl.ConfigResetStat(ctx)
-			for i := range 16 {
-				pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
+			if strings.Contains(info, "aof_rewrite_in_progress:0") {
+				if !strings.Contains(info, "aof_last_bgrewrite_status:ok") {
+					return fmt.Errorf("%s: rewrite A did not end well:\n%s", s.Addr, info)
+				}
+				break
 			}
-			pl.BgRewriteAOF(ctx)
-			_, err := pl.Exec(ctx)
-			done <- err
-		}()
-	}
-	for range cl.Servers {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+			time.Sleep(2 * time.Millisecond)
 		}
-	}
-	r := <-got
-	if r.err != nil {
-		if !errors.Is(r.err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", r.err)
+		pl := rdb.Pipeline()
+		pl.ConfigResetStat(ctx)
+		for i := range 16 {
+			pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
 		}
-		t.Logf("X refused: %v", r.err)
-		killAll(t, cl.Servers)
-		early := playPowerLossAtTheAnswer(t, traces, key)
-		t.Logf("X's WAITAOF was answered before its file's fsync returned on %d of 3 servers; no vote counted", early)
-		return early >= 2
+		pl.BgRewriteAOF(ctx)
+		_, err := pl.Exec(ctx)
+		return err
+	})
+	held, err := xAcquired()
+	if err != nil {
+		return refusedYetAnsweredEarly(t, cl.Servers, traces, key, err, "its file's")
 	}
-	held := r.l
 	defer func() { _ = held.Release(context.Background()) }()
 	for _, s := range cl.Servers {
 		if info, err := s.Client().Info(ctx, "persistence").Result(); err == nil {

@@ -5,6 +5,7 @@ package redlock_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -129,4 +130,59 @@ func awaitVoteOnEach(ctx context.Context, t *testing.T, servers []*redistest.Ser
 			time.Sleep(time.Millisecond)
 		}
 	}
+}
+
+// tryAcquireInBackground starts c's TryAcquire of name and returns at once,
+// so that the test can act on the servers while the acquire waits for its
+// WAITAOF; the returned func waits for the acquire's end and gives its
+// result.
+func tryAcquireInBackground(ctx context.Context, t *testing.T, c *redlock.Client, name string) (wait func() (*redlock.Lock, error)) {
+	t.Helper()
+	type result struct {
+		l   *redlock.Lock
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		l, err := c.TryAcquire(ctx, name)
+		got <- result{l, err}
+	}()
+	return func() (*redlock.Lock, error) {
+		r := <-got
+		return r.l, r.err
+	}
+}
+
+// onEachServerAtOnce runs step on every one of servers, each in a
+// goroutine of its own, and fails t with the first error once all are
+// done.
+func onEachServerAtOnce(t *testing.T, servers []*redistest.Server, step func(s *redistest.Server) error) {
+	t.Helper()
+	done := make(chan error, len(servers))
+	for _, s := range servers {
+		go func() { done <- step(s) }()
+	}
+	for range servers {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// refusedYetAnsweredEarly judges a run that plays a power loss at the
+// WAITAOF answer (break3, break4) in which X's acquire failed with errX:
+// since the fix the vote is refused with ErrVoteNotDurable, and any other
+// error fails t. The servers are killed all the same and the traces still
+// tell whether the schedule was hit: a WAITAOF answered before the fsync
+// of file ("the old file's") returned, on at least 2 of the 3 servers.
+func refusedYetAnsweredEarly(t *testing.T, servers []*redistest.Server, traces []*aofTrace, key string, errX error, file string) (hit bool) {
+	t.Helper()
+	if !errors.Is(errX, redlock.ErrVoteNotDurable) {
+		t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", errX)
+	}
+	t.Logf("X refused: %v", errX)
+	killAll(t, servers)
+	early := playPowerLossAtTheAnswer(t, traces, key)
+	t.Logf("X's WAITAOF was answered before %s fsync returned on %d of %d servers; no vote counted", file, early, len(servers))
+	return early >= 2
 }
