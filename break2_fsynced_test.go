@@ -90,12 +90,9 @@ func TestBreak2AOFTurnedOnAfterTheProbe(t *testing.T) {
 	if server != redistest.Redis86 {
 		server = redistest.Redis86 // a trusted WAITAOF is the subject
 	}
-	for try := range 3 {
-		if aofTurnedOnAfterTheProbe(t, server, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's vote before the kill: the schedule was not hit", func(try int) bool {
+		return aofTurnedOnAfterTheProbe(t, server, try)
+	})
 }
 
 func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
@@ -187,12 +184,9 @@ func diffCalls(after, before []int) []int {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ExtendAfterAOFTurnedOn .
 func TestBreak2ExtendAfterAOFTurnedOn(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if extendAfterAOFTurnedOn(t, redistest.Redis86, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's extension before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's extension before the kill: the schedule was not hit", func(try int) bool {
+		return extendAfterAOFTurnedOn(t, redistest.Redis86, try)
+	})
 }
 
 func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
@@ -263,12 +257,9 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2ClientWithoutCommandInfo .
 func TestBreak2ClientWithoutCommandInfo(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if clientWithoutCommandInfo(t, redistest.Redis86, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's vote before the kill: the schedule was not hit", func(try int) bool {
+		return clientWithoutCommandInfo(t, redistest.Redis86, try)
+	})
 }
 
 func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
@@ -361,12 +352,9 @@ func TestBreak2BarrierWithoutIncr(t *testing.T) {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak2RenewalAfterAOFTurnedOn .
 func TestBreak2RenewalAfterAOFTurnedOn(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if renewalAfterAOFTurnedOn(t, redistest.Redis86, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's renewal before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's renewal before the kill: the schedule was not hit", func(try int) bool {
+		return renewalAfterAOFTurnedOn(t, redistest.Redis86, try)
+	})
 }
 
 func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {

@@ -196,12 +196,9 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart .
 func TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if waitAOFAtRewriteStart(t, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no server answered X's WAITAOF before the old file's fsync returned: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs no server answered X's WAITAOF before the old file's fsync returned: the schedule was not hit", func(try int) bool {
+		return waitAOFAtRewriteStart(t, try)
+	})
 }
 
 func waitAOFAtRewriteStart(t *testing.T, try int) bool {

@@ -54,12 +54,9 @@ import (
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak4RewriteSwapHiddenByResetStat .
 func TestBreak4RewriteSwapHiddenByResetStat(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if rewriteSwapHiddenByResetStat(t, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no server answered X's WAITAOF before its file's fsync: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs no server answered X's WAITAOF before its file's fsync: the schedule was not hit", func(try int) bool {
+		return rewriteSwapHiddenByResetStat(t, try)
+	})
 }
 
 func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {

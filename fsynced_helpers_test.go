@@ -186,3 +186,17 @@ func refusedYetAnsweredEarly(t *testing.T, servers []*redistest.Server, traces [
 	t.Logf("X's WAITAOF was answered before %s fsync returned on %d of %d servers; no vote counted", file, early, len(servers))
 	return early >= 2
 }
+
+// untilTheScheduleIsHit runs a schedule up to three times, each run on
+// fresh servers, and stops at the first run that hit it (run tells); when
+// none did, it logs notHit. Whether a run hits the schedule is up to
+// timing (an fsync may come first), so a run that misses is tried again.
+func untilTheScheduleIsHit(t *testing.T, notHit string, run func(try int) bool) {
+	t.Helper()
+	for try := range 3 {
+		if run(try) {
+			return
+		}
+	}
+	t.Log(notHit)
+}

@@ -249,12 +249,9 @@ func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
 	// The vote must be written less than a second after the server's last
 	// fsync for Valkey's early answer, and the kill must come before the
 	// next one: a run that misses says so and starts over.
-	for try := range 3 {
-		if powerLossAfterConfirmation(t, server, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no quorum of servers confirmed X's vote before an fsync of it (as a correct server never does)")
+	untilTheScheduleIsHit(t, "in three runs no quorum of servers confirmed X's vote before an fsync of it (as a correct server never does)", func(try int) bool {
+		return powerLossAfterConfirmation(t, server, try)
+	})
 }
 
 func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
@@ -394,12 +391,9 @@ func TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient(t *testing.T) {
 	if server == redistest.Redis70 {
 		server = redistest.Redis86 // WAITAOF is the subject
 	}
-	for try := range 3 {
-		if unconfirmedVoteOfAnotherClient(t, server, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's vote before the kill: the schedule was not hit", func(try int) bool {
+		return unconfirmedVoteOfAnotherClient(t, server, try)
+	})
 }
 
 func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
