@@ -98,8 +98,7 @@ func TestBreak2AOFTurnedOnAfterTheProbe(t *testing.T) {
 func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	crashed := cl.Servers[:2]
 	aofOffThenOn(ctx, t, crashed, func() {
@@ -192,8 +191,7 @@ func TestBreak2ExtendAfterAOFTurnedOn(t *testing.T) {
 func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 30 * time.Second, FsyncedVotes: true}
 	y := newClient(t, cl, opts)
 	xOpts := opts
@@ -360,8 +358,7 @@ func TestBreak2RenewalAfterAOFTurnedOn(t *testing.T) {
 func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	opts := redlock.Options{TTL: 12 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 30 * time.Second, FsyncedVotes: true}
 	y := newClient(t, cl, opts)
 	extended := make(chan observe.Event, 16)

@@ -62,8 +62,7 @@ func TestBreak4RewriteSwapHiddenByResetStat(t *testing.T) {
 func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, redistest.Redis86, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	for _, s := range cl.Servers {
 		rdb := s.Client()

@@ -200,3 +200,12 @@ func untilTheScheduleIsHit(t *testing.T, notHit string, run func(try int) bool) 
 	}
 	t.Log(notHit)
 }
+
+// startEverysecRun starts three fresh servers of server (appendonly yes,
+// appendfsync everysec) for run try of a schedule, and logs their build.
+func startEverysecRun(t *testing.T, server string, try int) *redistest.Cluster {
+	t.Helper()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	return cl
+}

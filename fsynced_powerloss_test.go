@@ -257,8 +257,7 @@ func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
 func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	traces := traceAOFs(t, cl.Servers)
 	// Each server fsyncs what it holds now (a write and WAITAOF 1 0 on
@@ -399,8 +398,7 @@ func TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient(t *testing.T) {
 func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	crashed := cl.Servers[:2]
 	for _, s := range crashed {
