@@ -207,15 +207,7 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 	cl := startEverysecRun(t, redistest.Redis86, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	for _, s := range cl.Servers {
-		rdb := s.Client()
-		for i := range 60 {
-			if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
-			t.Fatal(err)
-		}
+		makeRewritesSlow(ctx, t, s)
 	}
 	traces := traceAOFs(t, cl.Servers)
 	fsyncNow(ctx, cl.Servers)

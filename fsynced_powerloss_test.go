@@ -332,19 +332,12 @@ func fsyncNow(ctx context.Context, servers []*redistest.Server) {
 }
 
 // slowRewrite starts a routine AOF rewrite (BGREWRITEAOF, the AOF on all
-// along, as auto-aof-rewrite-percentage starts one) that lasts: the child
-// sleeps 0.5s a key over 60 keys.
+// along, as auto-aof-rewrite-percentage starts one) that lasts half a
+// minute or more (makeRewritesSlow).
 func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 	t.Helper()
+	makeRewritesSlow(ctx, t, s)
 	rdb := s.Client()
-	for i := range 60 {
-		if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
-		t.Fatal(err)
-	}
 	if err := rdb.BgRewriteAOF(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -354,6 +347,22 @@ func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 	}
 	if !strings.Contains(info, "aof_enabled:1") || !strings.Contains(info, "aof_rewrite_in_progress:1") {
 		t.Fatalf("%s: want the AOF on and a rewrite running:\n%s", s.Addr, info)
+	}
+}
+
+// makeRewritesSlow has every AOF rewrite of s from now on last 30s or
+// more: it writes 60 keys and has the rewrite's child sleep 0.5s a key
+// (rdb-key-save-delay).
+func makeRewritesSlow(ctx context.Context, t *testing.T, s *redistest.Server) {
+	t.Helper()
+	rdb := s.Client()
+	for i := range 60 {
+		if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
