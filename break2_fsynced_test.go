@@ -113,13 +113,7 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
 	traces := traceAOFs(t, crashed)
 	const name = "job"
-	before := waitAOFCalls(ctx, t, crashed)
-	start := time.Now()
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("X: %v", err)
-	}
-	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
+	held := acquireCountingWAITAOF(ctx, t, x, name, crashed)
 	defer func() { _ = held.Release(context.Background()) }()
 	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
@@ -132,6 +126,21 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 }
 
 var _ = redlock.ErrLocked
+
+// acquireCountingWAITAOF has X take name, and logs how long that took and
+// how many WAITAOF calls each of servers answered meanwhile: where there
+// were none, X's vote went out without a WAITAOF behind it.
+func acquireCountingWAITAOF(ctx context.Context, t *testing.T, x *redlock.Client, name string, servers []*redistest.Server) *redlock.Lock {
+	t.Helper()
+	before := waitAOFCalls(ctx, t, servers)
+	start := time.Now()
+	held, err := x.TryAcquire(ctx, name)
+	if err != nil {
+		t.Fatalf("X: %v", err)
+	}
+	t.Logf("X's acquire took %v; WAITAOF calls on the %d servers during it: %v", time.Since(start).Round(time.Millisecond), len(servers), diffCalls(waitAOFCalls(ctx, t, servers), before))
+	return held
+}
 
 // waitAOFCalls reads each server's count of WAITAOF calls (INFO commandstats).
 func waitAOFCalls(ctx context.Context, t *testing.T, servers []*redistest.Server) []int {
@@ -283,13 +292,7 @@ func clientWithoutCommandInfo(t *testing.T, server string, try int) bool {
 	traces := traceAOFs(t, crashed)
 	fsyncNow(ctx, crashed)
 	const name = "job"
-	before := waitAOFCalls(ctx, t, crashed)
-	start := time.Now()
-	held, err := x.TryAcquire(ctx, name)
-	if err != nil {
-		t.Fatalf("X: %v", err)
-	}
-	t.Logf("X's acquire took %v; WAITAOF calls on the two servers during it: %v", time.Since(start).Round(time.Millisecond), diffCalls(waitAOFCalls(ctx, t, crashed), before))
+	held := acquireCountingWAITAOF(ctx, t, x, name, crashed)
 	defer func() { _ = held.Release(context.Background()) }()
 	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
