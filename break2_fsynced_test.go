@@ -59,6 +59,21 @@ func aofOffThenOn(ctx context.Context, t *testing.T, servers []*redistest.Server
 	}
 }
 
+// aofOffWhileXLooks turns the AOF of servers off and on again
+// (aofOffThenOn). X looks while it is off: not persistent, no WAITAOF to
+// wait for; the nodes vote all the same (no restart). Y looks after the
+// switch and before the crash (so Y is not the idle client of PROTOCOL
+// §13's "persistence changed at run time under an idle client"): the
+// servers are as they were, everysec with the AOF on and no rewrite, and
+// Y counts them persistent still.
+func aofOffWhileXLooks(ctx context.Context, t *testing.T, servers []*redistest.Server, x, y *redlock.Client) {
+	t.Helper()
+	aofOffThenOn(ctx, t, servers, func() {
+		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
+	})
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
+}
+
 // fsyncRequired is learned at a probe and read at the vote. X probes two
 // servers while their AOF is off (CONFIG SET appendonly no): they are not
 // persistent for X, and n.fsyncRequired is false. The operator turns the
@@ -101,16 +116,7 @@ func aofTurnedOnAfterTheProbe(t *testing.T, server string, try int) bool {
 	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	crashed := cl.Servers[:2]
-	aofOffThenOn(ctx, t, crashed, func() {
-		// X looks while the AOF is off: not persistent, no WAITAOF
-		// to wait for; they vote all the same (no restart).
-		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
-	})
-	// Y looks too, after the switch and before the crash (so Y is not
-	// the idle client of PROTOCOL §13's "persistence changed at run time
-	// under an idle client"): the servers are as they were, everysec with
-	// the AOF on and no rewrite, and Y counts them persistent still.
-	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
+	aofOffWhileXLooks(ctx, t, crashed, x, y)
 	traces := traceAOFs(t, crashed)
 	const name = "job"
 	held := acquireCountingWAITAOF(ctx, t, x, name, crashed)
@@ -220,14 +226,7 @@ func extendAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)")
 	fsyncNow(ctx, cl.Servers)
 	crashed := cl.Servers[:2]
-	aofOffThenOn(ctx, t, cl.Servers, func() {
-		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
-	})
-	// Y looks too, after the switch and before the crash (so Y is not
-	// the idle client of PROTOCOL §13's "persistence changed at run time
-	// under an idle client"): the servers are as they were, everysec with
-	// the AOF on and no rewrite, and Y counts them persistent still.
-	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
+	aofOffWhileXLooks(ctx, t, cl.Servers, x, y)
 	traces := traceAOFs(t, crashed)
 	before := waitAOFCalls(ctx, t, crashed)
 	start := time.Now()
@@ -387,10 +386,7 @@ func renewalAfterAOFTurnedOn(t *testing.T, server string, try int) bool {
 	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent: everysec with WAITAOF on Redis 8.0+)")
 	fsyncNow(ctx, cl.Servers)
 	crashed := cl.Servers[:2]
-	aofOffThenOn(ctx, t, cl.Servers, func() {
-		wantEveryNodeVoting(ctx, t, x, "X, node %d with its AOF off: %+v, want it voting")
-	})
-	wantEveryNodeVoting(ctx, t, y, "Y, node %d after the switch: %+v, want it voting")
+	aofOffWhileXLooks(ctx, t, cl.Servers, x, y)
 	traces := traceAOFs(t, crashed)
 	if held.Deadline() != acquiredDeadline {
 		t.Fatalf("X's renewal came before the schedule was set up (a slow machine)")
