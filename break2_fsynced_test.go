@@ -3,7 +3,8 @@ package redlock_test
 // Second-round adversarial tests of FsyncedVotes (docs/PROTOCOL.md §13),
 // written on the branch break2 against main at 7efe239. Each names the
 // schedule it drives and the promise it holds the code to. They reuse the
-// strace power-loss helpers of fsynced_powerloss_test.go.
+// strace power-loss helpers of fsynced_powerloss_test.go and the steps of
+// fsynced_helpers_test.go.
 //
 // The first four failed on redis-8.6 until the design fix (PROTOCOL §13,
 // rule 1: every vote waits for a WAITAOF whatever the probe saw; rule 3:

@@ -1,7 +1,8 @@
 package redlock_test
 
 // Steps the FsyncedVotes review and power-loss tests (break2-5,
-// fsynced_powerloss_test.go) take again and again.
+// fsynced_powerloss_test.go) take again and again, in about the order a
+// run takes them.
 
 import (
 	"context"
@@ -12,6 +13,29 @@ import (
 	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
+
+// untilTheScheduleIsHit runs a schedule up to three times, each run on
+// fresh servers, and stops at the first run that hit it (run tells); when
+// none did, it logs notHit. Whether a run hits the schedule is up to
+// timing (an fsync may come first), so a run that misses is tried again.
+func untilTheScheduleIsHit(t *testing.T, notHit string, run func(try int) bool) {
+	t.Helper()
+	for try := range 3 {
+		if run(try) {
+			return
+		}
+	}
+	t.Log(notHit)
+}
+
+// startEverysecRun starts three fresh servers of server (appendonly yes,
+// appendfsync everysec) for run try of a schedule, and logs their build.
+func startEverysecRun(t *testing.T, server string, try int) *redistest.Cluster {
+	t.Helper()
+	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
+	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	return cl
+}
 
 // traceAOFs attaches strace to each of servers (traceAOF), one after the
 // other; the traces are in the order of servers.
@@ -90,48 +114,6 @@ func secondHolderRefused(ctx context.Context, t *testing.T, take func(context.Co
 	return errY
 }
 
-// playPowerLossAtTheAnswer plays, on each traced server (killed), a power
-// loss at the WAITAOF answer that came before the fsync of X's vote, where
-// it did (replyBeforeFsync: the vote's write holds marker). It tells on
-// how many servers.
-func playPowerLossAtTheAnswer(t *testing.T, traces []*aofTrace, marker string) (early int) {
-	t.Helper()
-	for _, tr := range traces {
-		if tr.replyBeforeFsync(t, marker) {
-			early++
-		}
-	}
-	return early
-}
-
-// serversHolding tells on how many of servers key is; a server that does
-// not answer counts as one without it.
-func serversHolding(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) (n int) {
-	t.Helper()
-	for _, s := range servers {
-		if has, err := s.Client().Exists(ctx, key).Result(); err == nil && has == 1 {
-			n++
-		}
-	}
-	return n
-}
-
-// awaitVoteOnEach waits, polling every millisecond until ctx ends, for X's
-// key on each of servers in turn: once a server has it, the vote's write
-// is in its AOF file (the server writes its AOF buffer before it reads the
-// next command), and the vote's WAITAOF waits for the next fsync.
-func awaitVoteOnEach(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) {
-	t.Helper()
-	for _, s := range servers {
-		for s.Client().Exists(ctx, key).Val() == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: X's vote never came", s.Addr)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
-}
-
 // tryAcquireInBackground starts c's TryAcquire of name and returns at once,
 // so that the test can act on the servers while the acquire waits for its
 // WAITAOF; the returned func waits for the acquire's end and gives its
@@ -153,6 +135,22 @@ func tryAcquireInBackground(ctx context.Context, t *testing.T, c *redlock.Client
 	}
 }
 
+// awaitVoteOnEach waits, polling every millisecond until ctx ends, for X's
+// key on each of servers in turn: once a server has it, the vote's write
+// is in its AOF file (the server writes its AOF buffer before it reads the
+// next command), and the vote's WAITAOF waits for the next fsync.
+func awaitVoteOnEach(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) {
+	t.Helper()
+	for _, s := range servers {
+		for s.Client().Exists(ctx, key).Val() == 0 {
+			if ctx.Err() != nil {
+				t.Fatalf("%s: X's vote never came", s.Addr)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+}
+
 // onEachServerAtOnce runs step on every one of servers, each in a
 // goroutine of its own, and fails t with the first error once all are
 // done.
@@ -167,6 +165,20 @@ func onEachServerAtOnce(t *testing.T, servers []*redistest.Server, step func(s *
 			t.Fatal(err)
 		}
 	}
+}
+
+// playPowerLossAtTheAnswer plays, on each traced server (killed), a power
+// loss at the WAITAOF answer that came before the fsync of X's vote, where
+// it did (replyBeforeFsync: the vote's write holds marker). It tells on
+// how many servers.
+func playPowerLossAtTheAnswer(t *testing.T, traces []*aofTrace, marker string) (early int) {
+	t.Helper()
+	for _, tr := range traces {
+		if tr.replyBeforeFsync(t, marker) {
+			early++
+		}
+	}
+	return early
 }
 
 // refusedYetAnsweredEarly judges a run that plays a power loss at the
@@ -187,25 +199,14 @@ func refusedYetAnsweredEarly(t *testing.T, servers []*redistest.Server, traces [
 	return early >= 2
 }
 
-// untilTheScheduleIsHit runs a schedule up to three times, each run on
-// fresh servers, and stops at the first run that hit it (run tells); when
-// none did, it logs notHit. Whether a run hits the schedule is up to
-// timing (an fsync may come first), so a run that misses is tried again.
-func untilTheScheduleIsHit(t *testing.T, notHit string, run func(try int) bool) {
+// serversHolding tells on how many of servers key is; a server that does
+// not answer counts as one without it.
+func serversHolding(ctx context.Context, t *testing.T, servers []*redistest.Server, key string) (n int) {
 	t.Helper()
-	for try := range 3 {
-		if run(try) {
-			return
+	for _, s := range servers {
+		if has, err := s.Client().Exists(ctx, key).Result(); err == nil && has == 1 {
+			n++
 		}
 	}
-	t.Log(notHit)
-}
-
-// startEverysecRun starts three fresh servers of server (appendonly yes,
-// appendfsync everysec) for run try of a schedule, and logs their build.
-func startEverysecRun(t *testing.T, server string, try int) *redistest.Cluster {
-	t.Helper()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
-	return cl
+	return n
 }
