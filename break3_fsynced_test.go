@@ -68,11 +68,7 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 	t.Logf("server: %s", cl.Servers[0].Build())
 	opts := redlock.Options{TTL: 8 * time.Second, NodeTimeout: 3 * time.Second, RestartGrace: 8 * time.Second, FsyncedVotes: true}
 	y := newClientOn(t, cl.Clients(), opts)
-	for i, info := range y.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("Y, node %d: %+v, want it voting (persistent through WAITAOF)", i, info)
-		}
-	}
+	wantEveryNodeVoting(ctx, t, y, "Y, node %d: %+v, want it voting (persistent through WAITAOF)")
 	const name = "job"
 	key := y.Keys(name).Lock
 	if err := cl.Servers[2].Client().Set(ctx, key, "another-owner", time.Minute).Err(); err != nil {
@@ -200,101 +196,43 @@ func TestBreak3AOFOffVoteExcusedByAnotherClient(t *testing.T) {
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart .
 func TestBreak3WAITAOFConfirmsBeforeTheOldFileFsyncAtARewriteStart(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if waitAOFAtRewriteStart(t, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no server answered X's WAITAOF before the old file's fsync returned: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs no server answered X's WAITAOF before the old file's fsync returned: the schedule was not hit", func(try int) bool {
+		return waitAOFAtRewriteStart(t, try)
+	})
 }
 
 func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, redistest.Redis86, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	for _, s := range cl.Servers {
-		rdb := s.Client()
-		for i := range 60 {
-			if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
-			t.Fatal(err)
-		}
+		makeRewritesSlow(ctx, t, s)
 	}
-	traces := make([]*aofTrace, len(cl.Servers))
-	for i, s := range cl.Servers {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, cl.Servers)
 	fsyncNow(ctx, cl.Servers)
 	const name = "job"
 	key := x.Keys(name).Lock
-	type result struct {
-		l   *redlock.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := x.TryAcquire(ctx, name)
-		got <- result{l, err}
-	}()
-	// Once a server has X's key, the vote's write is in its AOF file (the
-	// server writes its AOF buffer before it reads the next command), and
-	// its WAITAOF waits for the next fsync.
-	for _, s := range cl.Servers {
-		for s.Client().Exists(ctx, key).Val() == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: X's vote never came", s.Addr)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	xAcquired := tryAcquireInBackground(ctx, t, x, name)
+	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	big := strings.Repeat("b", 1<<20)
-	done := make(chan error, len(cl.Servers))
-	for _, s := range cl.Servers {
-		go func() {
-			rdb := s.Client()
-			pl := rdb.Pipeline()
-			for i := range 16 {
-				pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
-			}
-			pl.BgRewriteAOF(ctx)
-			_, err := pl.Exec(ctx)
-			done <- err
-		}()
-	}
-	for range cl.Servers {
-		if err := <-done; err != nil {
-			t.Fatal(err)
+	onEachServerAtOnce(t, cl.Servers, func(s *redistest.Server) error {
+		rdb := s.Client()
+		pl := rdb.Pipeline()
+		for i := range 16 {
+			pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
 		}
-	}
-	r := <-got
-	if r.err != nil {
+		pl.BgRewriteAOF(ctx)
+		_, err := pl.Exec(ctx)
+		return err
+	})
+	held, err := xAcquired()
+	if err != nil {
 		// Fixed: a vote whose WAITAOF answered across a rewrite's start
 		// does not count. The traces still tell whether the schedule was
 		// hit (an answer before the old file's fsync returned).
-		if !errors.Is(r.err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", r.err)
-		}
-		t.Logf("X refused: %v", r.err)
-		for _, s := range cl.Servers {
-			if err := s.Kill(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		early := 0
-		for _, tr := range traces {
-			if tr.replyBeforeFsync(t, key) {
-				early++
-			}
-		}
-		t.Logf("X's WAITAOF was answered before the old file's fsync returned on %d of 3 servers; no vote counted", early)
-		return early >= 2
+		return refusedYetAnsweredEarly(t, cl.Servers, traces, key, err, "the old file's")
 	}
-	held := r.l
 	defer func() { _ = held.Release(context.Background()) }()
 	for _, s := range cl.Servers {
 		if info, err := s.Client().Info(ctx, "persistence").Result(); err == nil && !strings.Contains(info, "aof_rewrite_in_progress:1") {
@@ -304,33 +242,14 @@ func waitAOFAtRewriteStart(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	lost := 0
-	for _, tr := range traces {
-		if tr.replyBeforeFsync(t, key) {
-			lost++
-		}
-	}
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, key).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	lost := playPowerLossAtTheAnswer(t, traces, key)
+	restartAll(t, cl.Servers)
+	kept := serversHolding(ctx, t, cl.Servers, key)
 	t.Logf("X's vote was confirmed before its fsync returned on %d of 3 servers; its key is on %d after the power loss", lost, kept)
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X's votes counted (WAITAOF 1 0 answered numlocal 1 at a routine rewrite's start) on %d servers before the fsync of the AOF file holding them returned; after a power loss at that answer Y took %q with %v of X's validity left",
-				lost, name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X's votes counted (WAITAOF 1 0 answered numlocal 1 at a routine rewrite's start) on %d servers before the fsync of the AOF file holding them returned; after a power loss at that answer Y took %q with %v of X's validity left",
+			lost, name, left)
+	})
 	t.Logf("Y refused: %v", errY)
 	return lost >= 2
 }

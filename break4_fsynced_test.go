@@ -5,16 +5,12 @@ package redlock_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/quorumlabs/redlock"
 	"github.com/quorumlabs/redlock/redistest"
 )
 
@@ -58,47 +54,15 @@ import (
 // Run: REDLOCK_TEST_SERVER=redis-8.6 go test -race -count=1 -run TestBreak4RewriteSwapHiddenByResetStat .
 func TestBreak4RewriteSwapHiddenByResetStat(t *testing.T) {
 	inTheServerMatrix(t)
-	for try := range 3 {
-		if rewriteSwapHiddenByResetStat(t, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no server answered X's WAITAOF before its file's fsync: the schedule was not hit")
-}
-
-// openIncr is the fd and path of the incremental AOF file s appends to now.
-func openIncr(t *testing.T, s *redistest.Server) (fd, path string) {
-	t.Helper()
-	pid := s.PID()
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatal(err)
-	}
-	seq := -1
-	for _, f := range fds {
-		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, f.Name()))
-		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
-			continue
-		}
-		parts := strings.Split(filepath.Base(target), ".")
-		if len(parts) < 4 {
-			continue
-		}
-		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
-			seq, fd, path = n, f.Name(), target
-		}
-	}
-	if fd == "" {
-		t.Fatalf("%s: no open .incr.aof", s.Addr)
-	}
-	return fd, path
+	untilTheScheduleIsHit(t, "in three runs no server answered X's WAITAOF before its file's fsync: the schedule was not hit", func(try int) bool {
+		return rewriteSwapHiddenByResetStat(t, try)
+	})
 }
 
 func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: redistest.Redis86, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, redistest.Redis86, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	for _, s := range cl.Servers {
 		rdb := s.Client()
@@ -116,10 +80,7 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	traces := make([]*aofTrace, len(cl.Servers))
-	for i, s := range cl.Servers {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, cl.Servers)
 	// Step 2: A starts everywhere (the statistics reset first, so that A is
 	// rewrite 1).
 	for i, s := range cl.Servers {
@@ -134,81 +95,39 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 	}
 	const name = "job"
 	key := x.Keys(name).Lock
-	type result struct {
-		l   *redlock.Lock
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		l, err := x.TryAcquire(ctx, name)
-		got <- result{l, err}
-	}()
-	for _, s := range cl.Servers {
-		for s.Client().Exists(ctx, key).Val() == 0 {
-			if ctx.Err() != nil {
-				t.Fatalf("%s: X's vote never came", s.Addr)
-			}
-			time.Sleep(time.Millisecond)
-		}
-	}
+	xAcquired := tryAcquireInBackground(ctx, t, x, name)
+	awaitVoteOnEach(ctx, t, cl.Servers, key)
 	// Step 4, on each server at once: A ends; reset while no rewrite runs;
 	// B starts.
 	big := strings.Repeat("b", 1<<20)
-	done := make(chan error, len(cl.Servers))
-	for _, s := range cl.Servers {
-		go func() {
-			rdb := s.Client()
-			for {
-				info, err := rdb.Info(ctx, "persistence").Result()
-				if err != nil {
-					done <- err
-					return
+	onEachServerAtOnce(t, cl.Servers, func(s *redistest.Server) error {
+		rdb := s.Client()
+		for {
+			info, err := rdb.Info(ctx, "persistence").Result()
+			if err != nil {
+				return err
+			}
+			if strings.Contains(info, "aof_rewrite_in_progress:0") {
+				if !strings.Contains(info, "aof_last_bgrewrite_status:ok") {
+					return fmt.Errorf("%s: rewrite A did not end well:\n%s", s.Addr, info)
 				}
-				if strings.Contains(info, "aof_rewrite_in_progress:0") {
-					if !strings.Contains(info, "aof_last_bgrewrite_status:ok") {
-						done <- fmt.Errorf("%s: rewrite A did not end well:\n%s", s.Addr, info)
-						return
-					}
-					break
-				}
-				time.Sleep(2 * time.Millisecond)
+				break
 			}
-			pl := rdb.Pipeline()
-			pl.ConfigResetStat(ctx)
-			for i := range 16 {
-				pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
-			}
-			pl.BgRewriteAOF(ctx)
-			_, err := pl.Exec(ctx)
-			done <- err
-		}()
+			time.Sleep(2 * time.Millisecond)
+		}
+		pl := rdb.Pipeline()
+		pl.ConfigResetStat(ctx)
+		for i := range 16 {
+			pl.Set(ctx, fmt.Sprintf("big:%d", i), big, 0)
+		}
+		pl.BgRewriteAOF(ctx)
+		_, err := pl.Exec(ctx)
+		return err
+	})
+	held, err := xAcquired()
+	if err != nil {
+		return refusedYetAnsweredEarly(t, cl.Servers, traces, key, err, "its file's")
 	}
-	for range cl.Servers {
-		if err := <-done; err != nil {
-			t.Fatal(err)
-		}
-	}
-	r := <-got
-	if r.err != nil {
-		if !errors.Is(r.err, redlock.ErrVoteNotDurable) {
-			t.Fatalf("X: %v, want the lock or ErrVoteNotDurable", r.err)
-		}
-		t.Logf("X refused: %v", r.err)
-		for _, s := range cl.Servers {
-			if err := s.Kill(); err != nil {
-				t.Fatal(err)
-			}
-		}
-		early := 0
-		for _, tr := range traces {
-			if tr.replyBeforeFsync(t, key) {
-				early++
-			}
-		}
-		t.Logf("X's WAITAOF was answered before its file's fsync returned on %d of 3 servers; no vote counted", early)
-		return early >= 2
-	}
-	held := r.l
 	defer func() { _ = held.Release(context.Background()) }()
 	for _, s := range cl.Servers {
 		if info, err := s.Client().Info(ctx, "persistence").Result(); err == nil {
@@ -218,33 +137,14 @@ func rewriteSwapHiddenByResetStat(t *testing.T, try int) bool {
 			t.Fatal(err)
 		}
 	}
-	lost := 0
-	for _, tr := range traces {
-		if tr.replyBeforeFsync(t, key) {
-			lost++
-		}
-	}
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, key).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	lost := playPowerLossAtTheAnswer(t, traces, key)
+	restartAll(t, cl.Servers)
+	kept := serversHolding(ctx, t, cl.Servers, key)
 	t.Logf("X's vote was confirmed before its fsync returned on %d of 3 servers; its key is on %d after the power loss", lost, kept)
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X's votes counted on %d servers before the fsync of the AOF file holding them returned (a rewrite running at X's first INFO ended, CONFIG RESETSTAT with no rewrite running, a new rewrite started: both INFO reads show aof_rewrites 1, aof_rewrite_in_progress 1); after a power loss at that answer Y took %q with %v of X's validity left",
-				lost, name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X's votes counted on %d servers before the fsync of the AOF file holding them returned (a rewrite running at X's first INFO ended, CONFIG RESETSTAT with no rewrite running, a new rewrite started: both INFO reads show aof_rewrites 1, aof_rewrite_in_progress 1); after a power loss at that answer Y took %q with %v of X's validity left",
+			lost, name, left)
+	})
 	t.Logf("Y refused: %v", errY)
 	return lost >= 2
 }

@@ -64,16 +64,8 @@ func TestBreak5BarrierReadsTheCommandCount(t *testing.T) {
 	if err != nil {
 		t.Fatalf("X: %v", err)
 	}
-	for _, s := range cl.Servers {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	killAll(t, cl.Servers)
+	restartAll(t, cl.Servers)
 	_, errSame := y.TryAcquire(ctx, name)
 	other, errOther := y.TryAcquire(ctx, "another")
 	if errSame == nil {

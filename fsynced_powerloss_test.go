@@ -57,30 +57,7 @@ func traceAOF(t *testing.T, s *redistest.Server) *aofTrace {
 	}
 	pid := s.PID()
 	tr := &aofTrace{s: s, out: filepath.Join(t.TempDir(), fmt.Sprintf("strace.%d", pid))}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
-	if err != nil {
-		t.Fatalf("cannot read the server's fds: %v", err)
-	}
-	// The incremental file the server appends to now: the one of the
-	// highest sequence (a rewrite opens a new one; the old one is closed
-	// in the background).
-	seq := -1
-	for _, fd := range fds {
-		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name()))
-		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
-			continue
-		}
-		parts := strings.Split(filepath.Base(target), ".")
-		if len(parts) < 4 {
-			continue
-		}
-		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
-			seq, tr.aofFD, tr.aof = n, fd.Name(), target
-		}
-	}
-	if tr.aofFD == "" {
-		t.Fatalf("%s: no open .incr.aof among the server's fds (AOF off?)", s.Addr)
-	}
+	tr.aofFD, tr.aof = openIncr(t, s)
 	tr.cmd = exec.Command("strace", "-f", "-s", "8192", "-e", "trace=write,fdatasync,fsync", "-p", strconv.Itoa(pid), "-o", tr.out)
 	stderr, err := tr.cmd.StderrPipe()
 	if err != nil {
@@ -137,12 +114,38 @@ func fsyncedPair(ctx context.Context, t *testing.T, cl *redistest.Cluster) (y, x
 			t.Fatalf("node %d: voting %v (%s), want it sitting out, not persistent: its WAITAOF may confirm before it fsyncs", i, info.Voting, info.SitOutReason)
 		}
 	}
-	for i, info := range x.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("X, node %d: %+v, want it voting", i, info)
+	wantEveryNodeVoting(ctx, t, x, "X, node %d: %+v, want it voting")
+	return y, x
+}
+
+// openIncr is the fd and path of the incremental AOF file s appends to now:
+// the one of the highest sequence (a rewrite opens a new one; the old one
+// is closed in the background).
+func openIncr(t *testing.T, s *redistest.Server) (fd, path string) {
+	t.Helper()
+	pid := s.PID()
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		t.Fatalf("cannot read the server's fds: %v", err)
+	}
+	seq := -1
+	for _, f := range fds {
+		target, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, f.Name()))
+		if err != nil || !strings.HasSuffix(target, ".incr.aof") {
+			continue
+		}
+		parts := strings.Split(filepath.Base(target), ".")
+		if len(parts) < 4 {
+			continue
+		}
+		if n, err := strconv.Atoi(parts[len(parts)-3]); err == nil && n > seq {
+			seq, fd, path = n, f.Name(), target
 		}
 	}
-	return y, x
+	if fd == "" {
+		t.Fatalf("%s: no open .incr.aof among the server's fds (AOF off?)", s.Addr)
+	}
+	return fd, path
 }
 
 var (
@@ -246,24 +249,17 @@ func TestBreakAOFPowerLossAfterAnUnfsyncedConfirmation(t *testing.T) {
 	// The vote must be written less than a second after the server's last
 	// fsync for Valkey's early answer, and the kill must come before the
 	// next one: a run that misses says so and starts over.
-	for try := range 3 {
-		if powerLossAfterConfirmation(t, server, try) {
-			return
-		}
-	}
-	t.Logf("in three runs no quorum of servers confirmed X's vote before an fsync of it (as a correct server never does)")
+	untilTheScheduleIsHit(t, "in three runs no quorum of servers confirmed X's vote before an fsync of it (as a correct server never does)", func(try int) bool {
+		return powerLossAfterConfirmation(t, server, try)
+	})
 }
 
 func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
-	traces := make([]*aofTrace, len(cl.Servers))
-	for i, s := range cl.Servers {
-		traces[i] = traceAOF(t, s)
-	}
+	traces := traceAOFs(t, cl.Servers)
 	// Each server fsyncs what it holds now (a write and WAITAOF 1 0 on
 	// its own connection; the answer may be early, the next step does not
 	// rely on it), so that X's vote comes soon after a server's fsync.
@@ -277,33 +273,13 @@ func powerLossAfterConfirmation(t *testing.T, server string, try int) bool {
 	if err != nil {
 		t.Fatalf("X: %v", err)
 	}
-	for _, s := range cl.Servers {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range cl.Servers {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
-	kept := 0
-	for _, s := range cl.Servers {
-		if n, err := s.Client().Exists(ctx, x.Keys(name).Lock).Result(); err == nil && n == 1 {
-			kept++
-		}
-	}
+	lost := powerLossAtKill(t, cl.Servers, traces, x.Keys(name).Lock)
+	kept := serversHolding(ctx, t, cl.Servers, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of 3 servers when they died; its key is on %d after the restart", lost, kept)
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X's votes counted (FsyncedVotes, WAITAOF answered numlocal 1) on %d servers that had not fsynced them; after a power loss at their kill -9 Y took %q with %v of X's validity left",
-				lost, name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X's votes counted (FsyncedVotes, WAITAOF answered numlocal 1) on %d servers that had not fsynced them; after a power loss at their kill -9 Y took %q with %v of X's validity left",
+			lost, name, left)
+	})
 	if !errors.Is(errY, redlock.ErrLocked) && !errors.Is(errY, redlock.ErrNodeSittingOut) {
 		t.Errorf("Y: %v, want ErrLocked (X's key kept) or the nodes sitting out", errY)
 	}
@@ -356,19 +332,12 @@ func fsyncNow(ctx context.Context, servers []*redistest.Server) {
 }
 
 // slowRewrite starts a routine AOF rewrite (BGREWRITEAOF, the AOF on all
-// along, as auto-aof-rewrite-percentage starts one) that lasts: the child
-// sleeps 0.5s a key over 60 keys.
+// along, as auto-aof-rewrite-percentage starts one) that lasts half a
+// minute or more (makeRewritesSlow).
 func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 	t.Helper()
+	makeRewritesSlow(ctx, t, s)
 	rdb := s.Client()
-	for i := range 60 {
-		if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
-		t.Fatal(err)
-	}
 	if err := rdb.BgRewriteAOF(ctx).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -378,6 +347,22 @@ func slowRewrite(ctx context.Context, t *testing.T, s *redistest.Server) {
 	}
 	if !strings.Contains(info, "aof_enabled:1") || !strings.Contains(info, "aof_rewrite_in_progress:1") {
 		t.Fatalf("%s: want the AOF on and a rewrite running:\n%s", s.Addr, info)
+	}
+}
+
+// makeRewritesSlow has every AOF rewrite of s from now on last 30s or
+// more: it writes 60 keys and has the rewrite's child sleep 0.5s a key
+// (rdb-key-save-delay).
+func makeRewritesSlow(ctx context.Context, t *testing.T, s *redistest.Server) {
+	t.Helper()
+	rdb := s.Client()
+	for i := range 60 {
+		if err := rdb.Set(ctx, fmt.Sprintf("pad:%d", i), "x", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rdb.ConfigSet(ctx, "rdb-key-save-delay", "500000").Err(); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -414,19 +399,15 @@ func TestBreakAOFUnconfirmedVoteOfAnotherFsyncedClient(t *testing.T) {
 	if server == redistest.Redis70 {
 		server = redistest.Redis86 // WAITAOF is the subject
 	}
-	for try := range 3 {
-		if unconfirmedVoteOfAnotherClient(t, server, try) {
-			return
-		}
-	}
-	t.Logf("in three runs the servers fsynced X's vote before the kill: the schedule was not hit")
+	untilTheScheduleIsHit(t, "in three runs the servers fsynced X's vote before the kill: the schedule was not hit", func(try int) bool {
+		return unconfirmedVoteOfAnotherClient(t, server, try)
+	})
 }
 
 func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Server: server, Args: everysec})
-	t.Logf("run %d, server: %s", try, cl.Servers[0].Build())
+	cl := startEverysecRun(t, server, try)
 	y, x := fsyncedPair(ctx, t, cl)
 	crashed := cl.Servers[:2]
 	for _, s := range crashed {
@@ -434,15 +415,8 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 	}
 	// X looks again: the two servers rewrite, so they are not
 	// persistent for X; they vote all the same (no restart).
-	for i, info := range x.Nodes(ctx) {
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("X, node %d during the rewrite: %+v, want it voting", i, info)
-		}
-	}
-	traces := make([]*aofTrace, len(crashed))
-	for i, s := range crashed {
-		traces[i] = traceAOF(t, s)
-	}
+	wantEveryNodeVoting(ctx, t, x, "X, node %d during the rewrite: %+v, want it voting")
+	traces := traceAOFs(t, crashed)
 	fsyncNow(ctx, crashed)
 	const name = "job"
 	held, err := x.TryAcquire(ctx, name)
@@ -454,17 +428,7 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 		t.Fatalf("X: %v", err)
 	}
 	defer func() { _ = held.Release(context.Background()) }()
-	for _, s := range crashed {
-		if err := s.Kill(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	lost := playPowerLoss(t, traces, x.Keys(name).Lock)
-	for _, s := range crashed {
-		if err := s.Restart(true); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lost := powerLossAtKill(t, crashed, traces, x.Keys(name).Lock)
 	t.Logf("X's vote had no fsync on %d of the 2 servers that lost power", lost)
 	// Z meets the servers only after their restart: its first probe's
 	// barrier confirms what they hold now, and nothing tells it of X.
@@ -475,15 +439,10 @@ func unconfirmedVoteOfAnotherClient(t *testing.T, server string, try int) bool {
 	} else {
 		t.Logf("Z refused: %v", errZ)
 	}
-	l, errY := y.TryAcquire(ctx, name)
-	if errY == nil {
-		defer func() { _ = l.Release(context.Background()) }()
-		if time.Now().Before(held.Deadline()) {
-			t.Fatalf("BROKEN: X counted votes without a WAITAOF on 2 servers it saw rewriting; after a power loss there Y (FsyncedVotes, last probe before the rewrite) excused the restart and took %q with %v of X's validity left",
-				name, time.Until(held.Deadline()).Round(time.Millisecond))
-		}
-		t.Fatalf("Y took %q only after X's validity (a machine too slow to judge)", name)
-	}
+	errY := secondHolderRefused(ctx, t, y.TryAcquire, name, held, func(left time.Duration) string {
+		return fmt.Sprintf("BROKEN: X counted votes without a WAITAOF on 2 servers it saw rewriting; after a power loss there Y (FsyncedVotes, last probe before the rewrite) excused the restart and took %q with %v of X's validity left",
+			name, left)
+	})
 	t.Logf("Y refused: %v", errY)
 	return lost == 2
 }
