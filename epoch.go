@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,12 +51,19 @@ import (
 // serverEpoch is what a guard knows of one server that holds a node's keys.
 type serverEpoch struct {
 	addr, runID string
-	replID      string      // master_replid at the last probe
-	evicted     int64       // evicted_keys at the last probe
-	evicting    bool        // it could evict at the last probe (maxmemory and a policy other than noeviction)
-	persistent  bool        // it was persistent at the last probe (probeResult.persistent)
-	marker      string      // the data-kept marker's value after the last probe; "" if unknown
-	slots       []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
+	replID      string // master_replid at the last probe
+	evicted     int64  // evicted_keys at the last probe
+	evicting    bool   // it could evict at the last probe (maxmemory and a policy other than noeviction)
+	persistent  bool   // it was persistent at the last probe (probeResult.persistent)
+	marker      string // the data-kept marker's value after the last probe; "" if unknown
+	// markerFull: the last probe could not read the marker because the
+	// server refused its SET for want of memory. Such a server is often
+	// freed by a FLUSHALL, whose memory an asynchronous flush gives back
+	// only later: a probe just after the flush may be refused too, and
+	// see nothing of it. The server votes again once a probe reads the
+	// marker (it cannot take a lock's write while full anyway).
+	markerFull bool
+	slots      []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost
 	// keys granted before it. Zero if it lost none since the client met
 	// it, as far as the guard can tell.
@@ -81,6 +89,7 @@ type serverMarks struct {
 	// markerWas is the marker's value the probe found ("" if none), and
 	// markerIs the value it left; both "" if it could not be read.
 	markerWas, markerIs string
+	markerFull          bool // the marker's SET was refused for want of memory
 	claims              []SlotRange
 	sent, recv          time.Time
 }
@@ -91,7 +100,7 @@ type serverMarks struct {
 // and whether the client knew the node before (nodeKnown: a server met at
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
-	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, slots: m.claims}
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, markerFull: m.markerFull, slots: m.claims}
 	if m.markerIs == "" && old != nil {
 		// A probe that could not read the marker (a node at its
 		// maxmemory refuses the SET with OOM until someone frees memory,
@@ -202,6 +211,13 @@ func dateStart(m serverMarks, lastAnswer time.Time, newServer bool) time.Time {
 // restart grace grace; nil if it counts. who names the server in the
 // reason ("" for a node that is one server).
 func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) error {
+	if e.markerFull {
+		whose := "its"
+		if who != "" {
+			whose = "the " + strings.TrimSpace(who) + "'s"
+		}
+		return fmt.Errorf("%w: %s data-kept marker could not be read at the last probe (the server refused the write for want of memory), so a flush that frees it would go unseen; it votes again once a probe reads the marker", ErrNodeSittingOut, whose)
+	}
 	if e.since.IsZero() || !now.Before(e.since.Add(grace)) {
 		return nil
 	}
@@ -261,14 +277,15 @@ func markerCmd(ctx context.Context, pipe redis.Pipeliner, key, value string) *re
 }
 
 // markerReply reads the marker's reply into was and is; both "" when the
-// marker could not be read or set (a refused command: no signal).
-func markerReply(cmd *redis.StatusCmd, value string) (was, is string) {
+// marker could not be read or set (a refused command: no signal), and
+// full when the server refused it for want of memory.
+func markerReply(cmd *redis.StatusCmd, value string) (was, is string, full bool) {
 	switch v, err := cmd.Result(); {
 	case err == redis.Nil:
-		return "", value
+		return "", value, false
 	case err != nil:
-		return "", ""
+		return "", "", redis.HasErrorPrefix(err, "OOM")
 	default:
-		return v, v
+		return v, v, false
 	}
 }

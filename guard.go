@@ -309,6 +309,11 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.logger.Error("redlock: node refused", "node", n.name, "err", g.excluded)
 	}
 	n.guard.Store(g)
+	if res.markerFull || slices.ContainsFunc(res.shards, func(r probeResult) bool { return r.markerFull }) {
+		// No vote on a guard that read nothing of the marker
+		// (serverEpoch.markerFull): the next attempt probes again.
+		n.stale.Store(true)
+	}
 	if res.shards != nil {
 		c.waiters.relayout(n.index) // a master may have lost the slot a waiter listens on
 	}
