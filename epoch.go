@@ -180,6 +180,12 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		// other than the one we saw shows the loss as well as none.
 		lost(m.recv, "lost its data since the last probe (its data-kept marker key is gone: a flush, or a reload without persistence): counted from this probe")
 	}
+	if old != nil && old.marker == "" && old.markerFull && m.markerIs != "" && m.markerWas == "" {
+		// Met only while full, so never read: the server held data then
+		// (it was full), and a marker missing now may be a flush that
+		// freed it. Counted as one, at the cost of a grace.
+		lost(m.recv, "had no data-kept marker once it had memory again, and was only ever probed while full (a flush may have freed it): counted from this probe")
+	}
 	return e
 }
 

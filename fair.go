@@ -472,7 +472,7 @@ func (f *fairWait) call(ctx context.Context, n *node, args []any, t turn) ([]int
 	if len(vals) != 4 {
 		return nil, fmt.Errorf("redlock: unexpected fair queue reply %v", vals)
 	}
-	if err := c.recheck(ctx, n, scriptKey(args), vals[2], vals[3], sent, c.clock.Now()); err != nil {
+	if err := c.recheck(ctx, n, scriptKey(args), vals[2], vals[3], sent, c.clock.Now(), false); err != nil {
 		return nil, err
 	}
 	return vals, nil

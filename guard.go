@@ -92,6 +92,23 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) erro
 	return g.server.voteErr(now, grace, "")
 }
 
+// markerFull tells whether the probe that made g could not read the
+// data-kept marker of one of its servers for want of memory.
+func (g *nodeGuard) markerFull() bool {
+	return g.server.markerFull || slices.ContainsFunc(g.shards, func(sh shardGuard) bool { return sh.markerFull })
+}
+
+// withoutMarkerFull is g with no server marked markerFull.
+func (g *nodeGuard) withoutMarkerFull() *nodeGuard {
+	c := *g
+	c.server.markerFull = false
+	c.shards = slices.Clone(g.shards)
+	for i := range c.shards {
+		c.shards[i].markerFull = false
+	}
+	return &c
+}
+
 // shardGuard is what a Cluster node's guard knows of one of its masters.
 type shardGuard struct {
 	serverEpoch // its address, run_id, slots (served or importing, in its own view at the probe) and epoch
@@ -224,6 +241,13 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	c.guardMu.Lock()
 	defer c.guardMu.Unlock()
 	old = unconfirmedSince(n.guard.Load(), n.unconfirmed.Load()) // another probe may have installed one meanwhile
+	if old != nil && res.sent.Before(old.probed) {
+		// A probe sent before the guard in force was answered: what it
+		// read is older than that guard, which stays. (Installed, it would
+		// undo what only the newer probe saw, a marker it could not read
+		// for want of memory: serverEpoch.markerFull.)
+		return res, nil
+	}
 	g := epochsOf(old, res, lastAnswer)
 	g.runID, g.servers, g.role, g.cluster, g.probed = res.runID, res.servers, res.role, res.cluster, res.recv
 	g.unconfirmedAt = unconfirmedAt
@@ -690,7 +714,7 @@ func (c *Client) graceFor() time.Duration {
 // if the node's clock jumped, or go-redis opened a new connection during
 // the call (it retries on a broken one, and the server may have restarted
 // empty), the vote must pass the guards again.
-func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int64, sent, recv time.Time) error {
+func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int64, sent, recv time.Time, extending bool) error {
 	if n.rdb == nil {
 		return nil
 	}
@@ -699,6 +723,9 @@ func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int
 		jumped = c.observeClock(n, addr, time.Unix(sec, usec*1000), sent, recv)
 	}
 	if jumped || n.stale.Load() {
+		if extending {
+			return c.readyToExtend(ctx, n, key)
+		}
 		return c.ready(ctx, n, key)
 	}
 	// Another call's probe may have cleared the stale mark since this
@@ -707,7 +734,7 @@ func (c *Client) recheck(ctx context.Context, n *node, key string, sec, usec int
 	// vote by the guard in force now, not by the one checked before the
 	// call.
 	// (No I/O: the node is not stale, and has a guard.)
-	if err := c.guardsPass(ctx, n, key); err != nil {
+	if err := c.guardsPassAged(ctx, n, key, false, extending); err != nil {
 		return err
 	}
 	n.lastAnswer.Store(int64(sent.Sub(c.base)))
@@ -723,6 +750,15 @@ func (c *Client) ready(ctx context.Context, n *node, key string) error {
 	return c.guardsPass(ctx, n, key)
 }
 
+// readyToExtend is ready for an extension, which a server that could not
+// write the data-kept marker for want of memory still takes (guardsPassAged).
+func (c *Client) readyToExtend(ctx context.Context, n *node, key string) error {
+	if c.down(n) {
+		return ErrNodeDown
+	}
+	return c.guardsPassAged(ctx, n, key, false, true)
+}
+
 // guardMaxAge is the age past which a node's guard is read again before
 // its next vote. Events that lose keys without breaking a connection (an
 // eviction, a flush, a fail-back under the same run_id) show only in a
@@ -736,7 +772,7 @@ const guardMaxAge = time.Second
 // contended acquire the wait for a node that failed a moment ago: a renewal
 // asks every node, since a node skipped may cost it its quorum.
 func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
-	return c.guardsPassAged(ctx, n, key, false)
+	return c.guardsPassAged(ctx, n, key, false, false)
 }
 
 // renewalGuardsPass is guardsPass for a renewal round, which reads a guard
@@ -746,10 +782,13 @@ func (c *Client) guardsPass(ctx context.Context, n *node, key string) error {
 // renewal. Renewals fall due every third of a validity, so the next round
 // has the new guard.
 func (c *Client) renewalGuardsPass(ctx context.Context, n *node, key string) error {
-	return c.guardsPassAged(ctx, n, key, true)
+	return c.guardsPassAged(ctx, n, key, true, true)
 }
 
-func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, background bool) error {
+// guardsPassAged is guardsPass; background: a guard past guardMaxAge is
+// read again in the background (renewalGuardsPass); extending: the vote
+// is an extension's.
+func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, background, extending bool) error {
 	if n.rdb != nil {
 		g := n.guard.Load()
 		if n.stale.Load() || g == nil {
@@ -789,6 +828,13 @@ func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, backgr
 		c.compareClocksLocked(n)
 		c.guardMu.Unlock()
 		g = n.guard.Load()
+	}
+	if extending && g.markerFull() {
+		// An extension: a full server still takes it (PEXPIRE
+		// needs no memory), and no acquire could have taken the key
+		// there while it was full (SET is refused with OOM). Once its
+		// memory is back, a probe reads the marker and dates any flush.
+		g = g.withoutMarkerFull()
 	}
 	err := g.voteErr(c.clock.Now(), c.graceFor(), key)
 	if err == errSlotUnclaimed {

@@ -167,7 +167,7 @@ func (l *Lock) Extend(ctx context.Context) error {
 		nodes = new([]observe.NodeResult)
 	}
 	err := c.broadcastObserved(ctx, "extend", l.a.name, timeout, timeout, func(ctx context.Context, n *node) (bool, error) {
-		if err := c.ready(ctx, n, scriptKey(args)); err != nil {
+		if err := c.readyToExtend(ctx, n, scriptKey(args)); err != nil {
 			return false, err
 		}
 		if err := c.registered(ctx, n, l.a.ttl, timeout); err != nil {
@@ -239,7 +239,7 @@ func (l *Lock) extendAnswer(ctx context.Context, n *node, key string, vals []int
 	if len(vals) != 3 {
 		return false, fmt.Errorf("redlock: unexpected extend reply %v", vals)
 	}
-	if err := l.c.recheck(ctx, n, key, vals[1], vals[2], sent, recv); err != nil {
+	if err := l.c.recheck(ctx, n, key, vals[1], vals[2], sent, recv, true); err != nil {
 		return false, err
 	}
 	switch status {

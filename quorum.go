@@ -317,7 +317,7 @@ func (a *attempt) callAcquire(ctx context.Context, n *node) (r nodeReply, outcom
 	if r.won {
 		outcome = callMayHold
 	}
-	if err := a.c.recheck(ctx, n, scriptKey(a.acquireArgs), vals[2], vals[3], sentAt, recv); err != nil {
+	if err := a.c.recheck(ctx, n, scriptKey(a.acquireArgs), vals[2], vals[3], sentAt, recv, false); err != nil {
 		r.won, r.err = false, &NodeError{Node: n.name, Err: err}
 		outcome = callMayHold
 	}
