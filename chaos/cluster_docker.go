@@ -242,7 +242,7 @@ func (n *dockerClusterNode) form(ctx context.Context) error {
 	k := len(n.masters)
 	for i, m := range n.masters {
 		first, last := i*hashSlots/k, (i+1)*hashSlots/k-1
-		if err := setConfigEpoch(ctx, m.rdb, i+1); err != nil {
+		if err := redistest.SetConfigEpoch(ctx, m.rdb, i+1); err != nil {
 			return fmt.Errorf("chaos: %s: CLUSTER SET-CONFIG-EPOCH: %w", m.name, err)
 		}
 		if err := m.do(ctx, "cluster", "addslotsrange", first, last).Err(); err != nil {
@@ -282,28 +282,6 @@ func (n *dockerClusterNode) form(ctx context.Context) error {
 		}
 	}
 	return n.awaitHealthy(ctx)
-}
-
-// setConfigEpoch gives a fresh cluster server its config epoch, which it
-// takes only while it knows no other server. A server of another cluster
-// may have met it first: the process and Docker backends run clusters side
-// by side on the host's ports, and a server that still has a stopped
-// server's address in its view keeps trying it (CI once failed so, on
-// Docker, at "The user can assign a config epoch only when the node does
-// not know any other node"). A fresh server forgets such a stranger with
-// CLUSTER RESET HARD (it holds no key) and is asked again, a few times.
-func setConfigEpoch(ctx context.Context, rdb *redis.Client, epoch int) error {
-	var err error
-	for range 5 {
-		err = rdb.Do(ctx, "cluster", "set-config-epoch", epoch).Err()
-		if err == nil || !strings.Contains(err.Error(), "know any other node") {
-			return err
-		}
-		if rerr := rdb.Do(ctx, "cluster", "reset", "hard").Err(); rerr != nil {
-			return errors.Join(err, fmt.Errorf("CLUSTER RESET HARD: %w", rerr))
-		}
-	}
-	return err
 }
 
 // await polls cond until it holds, ctx is done or clusterSettleTimeout

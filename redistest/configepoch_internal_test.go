@@ -8,7 +8,7 @@ import (
 
 // A fresh cluster server that another cluster's server met first (the
 // chaos suite's backends run clusters side by side on reused ports) still
-// takes its config epoch: setConfigEpoch forgets the stranger and asks
+// takes its config epoch: SetConfigEpoch forgets the stranger and asks
 // again.
 func TestSetConfigEpochForgetsAStrangerThatMetTheServerFirst(t *testing.T) {
 	cl := StartT(t, 2, Options{ClusterMode: true})
@@ -24,13 +24,13 @@ func TestSetConfigEpochForgetsAStrangerThatMetTheServerFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := fresh.Client().Do(ctx, "cluster", "set-config-epoch", 1).Err(); err == nil || !strings.Contains(err.Error(), "know any other node") {
-		t.Fatalf("CLUSTER SET-CONFIG-EPOCH on a server that knows another: %v, want the refusal setConfigEpoch handles", err)
+		t.Fatalf("CLUSTER SET-CONFIG-EPOCH on a server that knows another: %v, want the refusal SetConfigEpoch handles", err)
 	}
-	if err := setConfigEpoch(ctx, fresh.Client(), 1); err != nil {
+	if err := SetConfigEpoch(ctx, fresh.Client(), 1); err != nil {
 		t.Fatal(err)
 	}
 	info, err := fresh.Client().Do(ctx, "cluster", "info").Text()
 	if err != nil || !strings.Contains(info, "cluster_my_epoch:1") {
-		t.Fatalf("CLUSTER INFO after setConfigEpoch: %v %q, want cluster_my_epoch:1", err, info)
+		t.Fatalf("CLUSTER INFO after SetConfigEpoch: %v %q, want cluster_my_epoch:1", err, info)
 	}
 }

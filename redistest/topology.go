@@ -199,13 +199,14 @@ func EachCluster(rcs []*RedisCluster, do func(rc *RedisCluster) error) error {
 	return errors.Join(errs...)
 }
 
-// setConfigEpoch gives a fresh cluster server its config epoch, which it
-// takes only while it knows no other server. A server of another cluster
-// may have met it first: one that still has a stopped server's address in
-// its view (ports are reused, and the chaos suite runs clusters side by
-// side) keeps trying it. A fresh server forgets such a stranger with
-// CLUSTER RESET HARD (it holds no key) and is asked again, a few times.
-func setConfigEpoch(ctx context.Context, rdb *redis.Client, epoch int) error {
+// SetConfigEpoch gives rdb, a fresh cluster server, its config epoch, which
+// it takes only while it knows no other server. A server of another
+// cluster may have met it first: one that still has a stopped server's
+// address in its view (ports are reused, and the chaos suite runs clusters
+// side by side) keeps trying it. A fresh server forgets such a stranger
+// with CLUSTER RESET HARD (it holds no key) and is asked again, a few
+// times. The Redis Clusters here and the chaos suite's Docker ones use it.
+func SetConfigEpoch(ctx context.Context, rdb *redis.Client, epoch int) error {
 	var err error
 	for range 5 {
 		err = rdb.Do(ctx, "cluster", "set-config-epoch", epoch).Err()
@@ -227,7 +228,7 @@ func (rc *RedisCluster) form(masters, replicas int) error {
 		first, last := i*slotCount/masters, (i+1)*slotCount/masters-1
 		m := sh.Master.Client()
 		// Distinct epochs up front: no collision for the cluster to settle.
-		if err := setConfigEpoch(ctx, m, i+1); err != nil {
+		if err := SetConfigEpoch(ctx, m, i+1); err != nil {
 			return fmt.Errorf("redistest: CLUSTER SET-CONFIG-EPOCH on %s: %w", sh.Master.Addr, err)
 		}
 		if err := m.Do(ctx, "cluster", "addslotsrange", first, last).Err(); err != nil {
