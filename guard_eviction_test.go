@@ -329,6 +329,25 @@ func TestANodeThatEvictedIsRefusedAfterItsPolicyIsReverted(t *testing.T) {
 // Schedules of issue 25 that nobody designed for: nodes that forget, seen
 // by a client whose view of them was interrupted.
 
+// startCappedNodes starts three persistent servers at an 8 MB maxmemory
+// with noeviction: the policy the library asks for, and a limit a test can
+// reach (fillUntilOOM) or put below the memory in use (CONFIG SET).
+func startCappedNodes(t *testing.T) *redistest.Cluster {
+	t.Helper()
+	return redistest.StartT(t, 3, redistest.Options{Persistence: true,
+		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+}
+
+// meetVoting has c probe every node, and fails t unless each votes.
+func meetVoting(ctx context.Context, t *testing.T, c *redlock.Client) {
+	t.Helper()
+	for _, info := range c.Nodes(ctx) {
+		if info.Err != nil || !info.Voting {
+			t.Fatalf("a persistent node with noeviction: %+v, want it voting", info)
+		}
+	}
+}
+
 // fillUntilOOM writes 4 KiB values without a TTL to s until the server
 // refuses a write for want of memory (noeviction at its maxmemory).
 func fillUntilOOM(ctx context.Context, t *testing.T, s *redistest.Server) {
@@ -362,18 +381,13 @@ func fillUntilOOM(ctx context.Context, t *testing.T, s *redistest.Server) {
 func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	opts := redlock.Options{TTL: 30 * time.Second}
 	newClient := func() *redlock.Client {
 		return newClientOn(t, cl.Clients(), opts)
 	}
 	x, y := newClient(), newClient()
-	for _, info := range y.Nodes(ctx) { // Y meets the nodes and their markers
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("a persistent node with noeviction: %+v, want it voting", info)
-		}
-	}
+	meetVoting(ctx, t, y) // Y meets the nodes and their markers
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name)
 	// The cache fills two nodes; Y probes them while they are full.
@@ -404,15 +418,10 @@ func TestFlushAfterAFullNodeIsSeen(t *testing.T) {
 func TestFlushSeenWhenTheProbeAfterItIsRefusedForMemory(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	opts := redlock.Options{TTL: 30 * time.Second}
 	x, y := newClientOn(t, cl.Clients(), opts), newClientOn(t, cl.Clients(), opts)
-	for _, info := range y.Nodes(ctx) { // Y meets the nodes and their markers
-		if info.Err != nil || !info.Voting {
-			t.Fatalf("a persistent node with noeviction: %+v, want it voting", info)
-		}
-	}
+	meetVoting(ctx, t, y) // Y meets the nodes and their markers
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name)
 	for _, s := range cl.Servers[:2] {
@@ -513,8 +522,7 @@ func TestARestartAfterARunTimeEvictionIsALoss(t *testing.T) {
 func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	_, err := redlock.New(cl.Clients(), redlock.Options{TTL: time.Second, AllowEvictingNodes: true})
 	if !errors.Is(err, redlock.ErrInvalidConfig) || !strings.Contains(err.Error(), "RestartGrace") {
 		t.Fatalf("AllowEvictingNodes without RestartGrace: want ErrInvalidConfig naming RestartGrace, got %v", err)

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/redistest"
 )
 
 // Review of 195a6b9 (availability, not safety): a node at its maxmemory
@@ -16,8 +15,7 @@ import (
 func TestReviewExtendOnFullNodes(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
 	held := hold(t, ctx, x.TryAcquire, "job")
 	for _, s := range cl.Servers[:2] {

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/redistest"
 )
 
 // timeGate holds the next TIME sent through a client once armed: a probe
@@ -62,8 +61,7 @@ var _ redis.Hook = (*timeGate)(nil)
 func TestReviewBlindProbeUndoneByAnOlderProbe(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	opts := redlock.Options{TTL: 30 * time.Second}
 	x := newClientOn(t, cl.Clients(), opts)
 	gates := make([]*timeGate, 3)

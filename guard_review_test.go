@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/quorumlabs/redlock"
-	"github.com/quorumlabs/redlock/redistest"
 )
 
 // Review of 195a6b9: a client that met two nodes only while they were full
@@ -21,8 +20,7 @@ import (
 func TestReviewFlushAfterFirstContactWhileFullIsSeen(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	cl := redistest.StartT(t, 3, redistest.Options{Persistence: true,
-		Args: []string{"--maxmemory", "8mb", "--maxmemory-policy", "noeviction"}})
+	cl := startCappedNodes(t)
 	opts := redlock.Options{TTL: 30 * time.Second}
 	x := newClientOn(t, cl.Clients(), opts)
 	const name = "job"
