@@ -56,14 +56,15 @@ type serverEpoch struct {
 	evicting    bool   // it could evict at the last probe (maxmemory and a policy other than noeviction)
 	persistent  bool   // it was persistent at the last probe (probeResult.persistent)
 	marker      string // the data-kept marker's value after the last probe; "" if unknown
-	// markerFull: the last probe could not read the marker because the
-	// server refused its SET for want of memory. Such a server is often
-	// freed by a FLUSHALL, whose memory an asynchronous flush gives back
-	// only later: a probe just after the flush may be refused too, and
-	// see nothing of it. The server votes again once a probe reads the
-	// marker (it cannot take a lock's write while full anyway).
-	markerFull bool
-	slots      []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
+	// markerErr is why the last probe could not read the marker, nil if
+	// it read it. Such a probe cannot see a flush: a full server (OOM) is
+	// often freed by a FLUSHALL whose memory an asynchronous flush gives
+	// back only later, so the probe just after it is refused too; a
+	// server loading, refusing writes (MISCONF, READONLY), or a marker
+	// command lost to a timeout, hides a flush the same way. The server
+	// votes again once a probe reads the marker.
+	markerErr error
+	slots     []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
 	// since is the start of the current epoch: the server may have lost
 	// keys granted before it. Zero if it lost none since the client met
 	// it, as far as the guard can tell.
@@ -89,7 +90,7 @@ type serverMarks struct {
 	// markerWas is the marker's value the probe found ("" if none), and
 	// markerIs the value it left; both "" if it could not be read.
 	markerWas, markerIs string
-	markerFull          bool // the marker's SET was refused for want of memory
+	markerErr           error // why the marker could not be read; nil if it was
 	claims              []SlotRange
 	sent, recv          time.Time
 }
@@ -100,12 +101,11 @@ type serverMarks struct {
 // and whether the client knew the node before (nodeKnown: a server met at
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
-	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, markerFull: m.markerFull, slots: m.claims}
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, markerErr: m.markerErr, slots: m.claims}
 	if m.markerIs == "" && old != nil {
-		// A probe that could not read the marker (a node at its
-		// maxmemory refuses the SET with OOM until someone frees memory,
-		// often by FLUSHALL) learnt nothing of it: keep the value seen
-		// before, so that the next probe that reads it still compares.
+		// A probe that could not read the marker (markerErr) learnt
+		// nothing of it: keep the value seen before, so that the next
+		// probe that reads it still compares.
 		e.marker = old.marker
 	}
 	// lost records an event that may have lost keys: the epoch starts at
@@ -180,11 +180,11 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		// other than the one we saw shows the loss as well as none.
 		lost(m.recv, "lost its data since the last probe (its data-kept marker key is gone: a flush, or a reload without persistence): counted from this probe")
 	}
-	if old != nil && old.marker == "" && old.markerFull && m.markerIs != "" && m.markerWas == "" {
-		// Met only while full, so never read: the server held data then
-		// (it was full), and a marker missing now may be a flush that
-		// freed it. Counted as one, at the cost of a grace.
-		lost(m.recv, "had no data-kept marker once it had memory again, and was only ever probed while full (a flush may have freed it): counted from this probe")
+	if old != nil && old.marker == "" && old.markerErr != nil && m.markerIs != "" && m.markerWas == "" {
+		// Met only while the marker could not be read: the server may
+		// have held data then (a full one did), and a marker missing now
+		// may be a flush since. Counted as one, at the cost of a grace.
+		lost(m.recv, "had no data-kept marker at the first probe that could read it, and every probe before could not (a flush may have come between): counted from this probe")
 	}
 	return e
 }
@@ -217,12 +217,16 @@ func dateStart(m serverMarks, lastAnswer time.Time, newServer bool) time.Time {
 // restart grace grace; nil if it counts. who names the server in the
 // reason ("" for a node that is one server).
 func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) error {
-	if e.markerFull {
+	if e.markerErr != nil {
 		whose := "its"
 		if who != "" {
 			whose = "the " + strings.TrimSpace(who) + "'s"
 		}
-		return fmt.Errorf("%w: %s data-kept marker could not be read at the last probe (the server refused the write for want of memory), so a flush that frees it would go unseen; it votes again once a probe reads the marker", ErrNodeSittingOut, whose)
+		why := e.markerErr.Error()
+		if e.markerFull() {
+			why = "the server refused the write for want of memory: " + why
+		}
+		return fmt.Errorf("%w: %s data-kept marker could not be read at the last probe (%s), so a flush would go unseen; it votes again once a probe reads the marker", ErrNodeSittingOut, whose, why)
 	}
 	if e.since.IsZero() || !now.Before(e.since.Add(grace)) {
 		return nil
@@ -283,15 +287,21 @@ func markerCmd(ctx context.Context, pipe redis.Pipeliner, key, value string) *re
 }
 
 // markerReply reads the marker's reply into was and is; both "" when the
-// marker could not be read or set (a refused command: no signal), and
-// full when the server refused it for want of memory.
-func markerReply(cmd *redis.StatusCmd, value string) (was, is string, full bool) {
+// marker could not be read or set, and err then says why.
+func markerReply(cmd *redis.StatusCmd, value string) (was, is string, err error) {
 	switch v, err := cmd.Result(); {
 	case err == redis.Nil:
-		return "", value, false
+		return "", value, nil
 	case err != nil:
-		return "", "", redis.HasErrorPrefix(err, "OOM")
+		return "", "", err
 	default:
-		return v, v, false
+		return v, v, nil
 	}
+}
+
+// markerFull tells whether the marker could not be read because the
+// server refused its SET for want of memory. Such a server still takes
+// an extension (guardsPassAged), and no acquire's SET while it is full.
+func (e *serverEpoch) markerFull() bool {
+	return e.markerErr != nil && redis.HasErrorPrefix(e.markerErr, "OOM")
 }

@@ -92,19 +92,22 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) erro
 	return g.server.voteErr(now, grace, "")
 }
 
-// markerFull tells whether the probe that made g could not read the
-// data-kept marker of one of its servers for want of memory.
-func (g *nodeGuard) markerFull() bool {
-	return g.server.markerFull || slices.ContainsFunc(g.shards, func(sh shardGuard) bool { return sh.markerFull })
-}
-
-// withoutMarkerFull is g with no server marked markerFull.
+// withoutMarkerFull is g without the marker errors of the servers that
+// refused the marker for want of memory (serverEpoch.markerFull); g
+// itself if there are none.
 func (g *nodeGuard) withoutMarkerFull() *nodeGuard {
+	if !g.server.markerFull() && !slices.ContainsFunc(g.shards, func(sh shardGuard) bool { return sh.markerFull() }) {
+		return g
+	}
 	c := *g
-	c.server.markerFull = false
+	if c.server.markerFull() {
+		c.server.markerErr = nil
+	}
 	c.shards = slices.Clone(g.shards)
 	for i := range c.shards {
-		c.shards[i].markerFull = false
+		if c.shards[i].markerFull() {
+			c.shards[i].markerErr = nil
+		}
 	}
 	return &c
 }
@@ -244,8 +247,8 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 	if old != nil && res.sent.Before(old.probed) {
 		// A probe sent before the guard in force was answered: what it
 		// read is older than that guard, which stays. (Installed, it would
-		// undo what only the newer probe saw, a marker it could not read
-		// for want of memory: serverEpoch.markerFull.)
+		// undo what only the newer probe saw, a marker it could not read:
+		// serverEpoch.markerErr.)
 		return res, nil
 	}
 	g := epochsOf(old, res, lastAnswer)
@@ -333,9 +336,9 @@ func (c *Client) refresh(ctx context.Context, n *node, raise time.Duration) (pro
 		c.logger.Error("redlock: node refused", "node", n.name, "err", g.excluded)
 	}
 	n.guard.Store(g)
-	if res.markerFull || slices.ContainsFunc(res.shards, func(r probeResult) bool { return r.markerFull }) {
+	if res.markerErr != nil || slices.ContainsFunc(res.shards, func(r probeResult) bool { return r.markerErr != nil }) {
 		// No vote on a guard that read nothing of the marker
-		// (serverEpoch.markerFull): the next attempt probes again.
+		// (serverEpoch.markerErr): the next attempt probes again.
 		n.stale.Store(true)
 	}
 	if res.shards != nil {
@@ -829,7 +832,7 @@ func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, backgr
 		c.guardMu.Unlock()
 		g = n.guard.Load()
 	}
-	if extending && g.markerFull() {
+	if extending {
 		// An extension: a full server still takes it (PEXPIRE
 		// needs no memory), and no acquire could have taken the key
 		// there while it was full (SET is refused with OOM). Once its

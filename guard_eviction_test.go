@@ -445,6 +445,41 @@ func TestFlushSeenWhenTheProbeAfterItIsRefusedForMemory(t *testing.T) {
 	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second, after: " after FLUSHALL on 2 of 3 nodes with the memory given back late,", is: sittingOut(false, ""), want: "the flushed nodes sitting out"}, contender{"Y", y})
 }
 
+// The same blind probe with writes refused for another cause than memory:
+// an operator's min-replicas-to-write with no replica in reach (NOREPLICAS),
+// as MISCONF, READONLY, LOADING or a timeout would. A probe that cannot
+// write the marker reads nothing of a flush: the node must sit out until a
+// probe reads it, not vote on the marker seen before the flush.
+func TestFlushSeenWhenTheProbeAfterItIsRefusedWrites(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	opts := redlock.Options{TTL: 30 * time.Second}
+	cl, xy := guardedClients(t, opts, 2)
+	x, y := xy[0], xy[1]
+	meetVoting(ctx, t, y)
+	const name = "job"
+	held := hold(t, ctx, x.TryAcquire, name)
+	for _, s := range cl.Servers[:2] {
+		if err := s.Client().FlushAll(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Client().ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, info := range y.Nodes(ctx)[:2] {
+		if info.Voting || !strings.Contains(info.SitOutReason, "data-kept marker could not be read") || !strings.Contains(info.SitOutReason, "NOREPLICAS") {
+			t.Fatalf("node %d, refusing writes (NOREPLICAS) after a flush: voting %v (%s), want it sitting out until a probe reads its marker, naming the refusal", i, info.Voting, info.SitOutReason)
+		}
+	}
+	for _, s := range cl.Servers[:2] {
+		if err := s.Client().ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second, after: " after FLUSHALL on 2 of 3 nodes that refused writes at the probe after it,", is: sittingOut(false, ""), want: "the flushed nodes sitting out"}, contender{"Y", y})
+}
+
 // Issue 25's schedule 1 with one more step: the promoted replica (on
 // persistent servers) restarts before a fresh client meets it. INFO shows a
 // promotion only until the server's next start (second_repl_offset is -1

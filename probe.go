@@ -54,10 +54,10 @@ type probeResult struct {
 	// after the probe (epoch.go): "" and a new value if it was missing,
 	// both "" if it could not be read.
 	markerWas, markerIs string
-	// markerFull: the server refused the marker's SET for want of memory
-	// (OOM: at its maxmemory with noeviction), so the probe read nothing
-	// of it (serverEpoch.markerFull).
-	markerFull bool
+	// markerErr: why the marker's SET NX GET failed (OOM at maxmemory
+	// with noeviction, LOADING, MISCONF, a timeout), so that the probe
+	// read nothing of it (serverEpoch.markerErr); nil if it read it.
+	markerErr error
 	// failover: the node may fail over (Sentinel names its master, or its
 	// servers have or had replicas), so a server there may have been
 	// promoted before its last start, which INFO no longer shows after it.
@@ -191,7 +191,7 @@ func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "no
 func (r probeResult) marks() serverMarks {
 	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
 		persistent: r.persistent(), notPersistent: r.notPersistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
-		markerWas: r.markerWas, markerIs: r.markerIs, markerFull: r.markerFull, claims: r.claims, sent: r.sent, recv: r.recv}
+		markerWas: r.markerWas, markerIs: r.markerIs, markerErr: r.markerErr, claims: r.claims, sent: r.sent, recv: r.recv}
 }
 
 // probe asks the node who it is, how long it has been up, its role, its
@@ -285,7 +285,7 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	res.policy = fields["maxmemory_policy"]
 	res.evicted, _ = strconv.ParseInt(fields["evicted_keys"], 10, 64)
 	if marker != nil {
-		res.markerWas, res.markerIs, res.markerFull = markerReply(marker, value)
+		res.markerWas, res.markerIs, res.markerErr = markerReply(marker, value)
 	}
 	// The clock sample is a TIME of its own, timed alone on a warm
 	// connection: a bracket that included a dial (a TLS handshake far away
@@ -420,7 +420,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 					pipe := m.Pipeline()
 					cmd := markerCmd(ctx, pipe, c.markerKeyIn(served), value)
 					_, _ = pipe.Exec(ctx)
-					r.markerWas, r.markerIs, r.markerFull = markerReply(cmd, value)
+					r.markerWas, r.markerIs, r.markerErr = markerReply(cmd, value)
 					if r.fsyncMode && barrier && r.fsyncs() {
 						r.fsynced = fsyncBarrier(ctx, m, c.barrierKey(slotTags()[served[0].First]))
 					}
