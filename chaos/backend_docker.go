@@ -182,7 +182,7 @@ func (b *DockerBackend) Start(ctx context.Context, spec ClusterSpec) (*Cluster, 
 }
 
 // portAttempts is how many fresh host ports startNode tries for one node:
-// another process may take the port freePort found before Docker binds it.
+// another process may take the port FreePort found before Docker binds it.
 const portAttempts = 5
 
 // portTaken tells whether a container failed to start only because its host
@@ -211,7 +211,7 @@ func (b *DockerBackend) startNode(ctx context.Context, name, dir string, persist
 }
 
 func (b *DockerBackend) startNodeOnFreePort(ctx context.Context, name, dir string, persistence bool, fsync string, fake bool, files *redistest.TLS, clientTLS *tls.Config) (*dockerNode, error) {
-	port, err := freePort()
+	port, err := redistest.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -272,17 +272,6 @@ func (b *DockerBackend) runServer(ctx context.Context, name string, args []strin
 		return ctr, fmt.Errorf("chaos: start container %s: %w", name, err)
 	}
 	return ctr, nil
-}
-
-// freePort asks the kernel for a free 127.0.0.1 port. Another process may
-// take it before the container binds it; startNode then tries another.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 type dockerNode struct {

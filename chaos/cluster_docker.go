@@ -133,11 +133,11 @@ func (b *DockerBackend) startClusterMaster(ctx context.Context, name, dir string
 }
 
 func (b *DockerBackend) startClusterMasterOnFreePorts(ctx context.Context, name, dir string, fake bool) (*dockerClusterMaster, error) {
-	port, err := freePort()
+	port, err := redistest.FreePort()
 	if err != nil {
 		return nil, err
 	}
-	busPort, err := freePort()
+	busPort, err := redistest.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -303,12 +303,12 @@ func startServer(build ServerBuild, dir string, opts Options) (*Server, error) {
 	}
 	var err error
 	for range portAttempts {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = FreePort(); err != nil {
 			return nil, err
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
 		if opts.ClusterMode {
-			if s.BusPort, err = freePort(); err != nil {
+			if s.BusPort, err = FreePort(); err != nil {
 				return nil, err
 			}
 		}
@@ -325,17 +325,6 @@ func startServer(build ServerBuild, dir string, opts Options) (*Server, error) {
 		}
 	}
 	return nil, fmt.Errorf("no free port after %d attempts: %w", portAttempts, err)
-}
-
-// freePort asks the kernel for an unused loopback port. Another process may
-// take it before redis-server binds it; startServer retries then.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("finding a free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // processArgs are the arguments of every server process, a Sentinel's
