@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,11 +181,13 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 		// other than the one we saw shows the loss as well as none.
 		lost(m.recv, "lost its data since the last probe (its data-kept marker key is gone: a flush, or a reload without persistence): counted from this probe")
 	}
-	if old != nil && old.marker == "" && old.markerErr != nil && m.markerIs != "" && m.markerWas == "" {
+	if old != nil && old.marker == "" && old.markerErr != nil && m.markerIs != "" {
 		// Met only while the marker could not be read: the server may
-		// have held data then (a full one did), and a marker missing now
-		// may be a flush since. Counted as one, at the cost of a grace.
-		lost(m.recv, "had no data-kept marker at the first probe that could read it, and every probe before could not (a flush may have come between): counted from this probe")
+		// have held data then (a full one did), and lost it since. The
+		// first read tells nothing of that, whatever it finds: no marker,
+		// or one that another client wrote again after the loss. Counted
+		// as a loss, at the cost of a grace.
+		lost(m.recv, "its data-kept marker was first read at this probe, and every probe before could not read it (a flush may have come between): counted from this probe")
 	}
 	return e
 }
@@ -220,10 +223,10 @@ func (e *serverEpoch) voteErr(now time.Time, grace time.Duration, who string) er
 	if e.markerErr != nil {
 		whose := "its"
 		if who != "" {
-			whose = "the " + strings.TrimSpace(who) + "'s"
+			whose = strings.TrimSpace(who) + "'s" // "its master ADDR's"
 		}
 		why := e.markerErr.Error()
-		if e.markerFull() {
+		if redis.HasErrorPrefix(e.markerErr, "OOM") {
 			why = "the server refused the write for want of memory: " + why
 		}
 		return fmt.Errorf("%w: %s data-kept marker could not be read at the last probe (%s), so a flush would go unseen; it votes again once a probe reads the marker", ErrNodeSittingOut, whose, why)
@@ -299,9 +302,18 @@ func markerReply(cmd *redis.StatusCmd, value string) (was, is string, err error)
 	}
 }
 
-// markerFull tells whether the marker could not be read because the
-// server refused its SET for want of memory. Such a server still takes
-// an extension (guardsPassAged), and no acquire's SET while it is full.
-func (e *serverEpoch) markerFull() bool {
-	return e.markerErr != nil && redis.HasErrorPrefix(e.markerErr, "OOM")
+// markerRefusedWrites tells whether the marker could not be read because
+// the server refused every write then: for want of memory (OOM), a
+// replica quorum (NOREPLICAS), a failed save (MISCONF), as a replica
+// (READONLY), or loading its data (LOADING). No acquire could have taken
+// a key there meanwhile, so an extension still counts there
+// (guardsPassAged); a refusal of another kind (a timeout, an ACL that
+// leaves the marker out) does not say so.
+func (e *serverEpoch) markerRefusedWrites() bool {
+	if e.markerErr == nil {
+		return false
+	}
+	return slices.ContainsFunc([]string{"OOM", "NOREPLICAS", "MISCONF", "READONLY", "LOADING"}, func(p string) bool {
+		return redis.HasErrorPrefix(e.markerErr, p)
+	})
 }

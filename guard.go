@@ -92,20 +92,20 @@ func (g *nodeGuard) voteErr(now time.Time, grace time.Duration, key string) erro
 	return g.server.voteErr(now, grace, "")
 }
 
-// withoutMarkerFull is g without the marker errors of the servers that
-// refused the marker for want of memory (serverEpoch.markerFull); g
+// withoutWriteRefusals is g without the marker errors of the servers that
+// refused every write when probed (serverEpoch.markerRefusedWrites); g
 // itself if there are none.
-func (g *nodeGuard) withoutMarkerFull() *nodeGuard {
-	if !g.server.markerFull() && !slices.ContainsFunc(g.shards, func(sh shardGuard) bool { return sh.markerFull() }) {
+func (g *nodeGuard) withoutWriteRefusals() *nodeGuard {
+	if !g.server.markerRefusedWrites() && !slices.ContainsFunc(g.shards, func(sh shardGuard) bool { return sh.markerRefusedWrites() }) {
 		return g
 	}
 	c := *g
-	if c.server.markerFull() {
+	if c.server.markerRefusedWrites() {
 		c.server.markerErr = nil
 	}
 	c.shards = slices.Clone(g.shards)
 	for i := range c.shards {
-		if c.shards[i].markerFull() {
+		if c.shards[i].markerRefusedWrites() {
 			c.shards[i].markerErr = nil
 		}
 	}
@@ -753,8 +753,9 @@ func (c *Client) ready(ctx context.Context, n *node, key string) error {
 	return c.guardsPass(ctx, n, key)
 }
 
-// readyToExtend is ready for an extension, which a server that could not
-// write the data-kept marker for want of memory still takes (guardsPassAged).
+// readyToExtend is ready for an extension, which a server that refused the
+// data-kept marker's write for want of memory (or refused every write) still
+// takes (guardsPassAged).
 func (c *Client) readyToExtend(ctx context.Context, n *node, key string) error {
 	if c.down(n) {
 		return ErrNodeDown
@@ -833,11 +834,12 @@ func (c *Client) guardsPassAged(ctx context.Context, n *node, key string, backgr
 		g = n.guard.Load()
 	}
 	if extending {
-		// An extension: a full server still takes it (PEXPIRE
-		// needs no memory), and no acquire could have taken the key
-		// there while it was full (SET is refused with OOM). Once its
-		// memory is back, a probe reads the marker and dates any flush.
-		g = g.withoutMarkerFull()
+		// An extension: a server that refused every write when probed
+		// (full, say) still takes it (PEXPIRE needs no memory), and no
+		// acquire could have taken the key there meanwhile. Once it
+		// takes writes again, a probe reads the marker and dates any
+		// flush.
+		g = g.withoutWriteRefusals()
 	}
 	err := g.voteErr(c.clock.Now(), c.graceFor(), key)
 	if err == errSlotUnclaimed {
