@@ -66,12 +66,24 @@ func nativeNodes(t *testing.T, o redistest.Options, user string) (*redistest.Clu
 type sentLog struct {
 	mu   sync.Mutex
 	sent []string
+	// sending, if set, is told each command's name as it goes out.
+	sending atomic.Pointer[func(name string)]
 }
 
 func (r *sentLog) DialHook(next redis.DialHook) redis.DialHook { return next }
 
+// goingOut tells sending of cmds.
+func (r *sentLog) goingOut(cmds ...redis.Cmder) {
+	if f := r.sending.Load(); f != nil {
+		for _, cmd := range cmds {
+			(*f)(cmdName(cmd))
+		}
+	}
+}
+
 func (r *sentLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		r.goingOut(cmd)
 		err := next(ctx, cmd)
 		r.add(cmd, err) // go-redis sets cmd's error after the hooks
 		return err
@@ -80,6 +92,7 @@ func (r *sentLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 
 func (r *sentLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		r.goingOut(cmds...)
 		err := next(ctx, cmds)
 		for _, cmd := range cmds {
 			r.add(cmd, cmd.Err())
@@ -96,6 +109,14 @@ func (r *sentLog) add(cmd redis.Cmder, err error) {
 	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
 		return
 	}
+	name := cmdName(cmd)
+	r.mu.Lock()
+	r.sent = append(r.sent, name)
+	r.mu.Unlock()
+}
+
+// cmdName names cmd as sentLog records it.
+func cmdName(cmd redis.Cmder) string {
 	args := cmd.Args()
 	name := strings.ToLower(fmt.Sprint(args[0]))
 	switch {
@@ -109,9 +130,7 @@ func (r *sentLog) add(cmd redis.Cmder, err error) {
 	case name == "set" && slices.ContainsFunc(args, func(a any) bool { return strings.EqualFold(fmt.Sprint(a), "ifeq") }):
 		name = "set ifeq"
 	}
-	r.mu.Lock()
-	r.sent = append(r.sent, name)
-	r.mu.Unlock()
+	return name
 }
 
 // await waits until name was sent at least n times from mark on.
@@ -665,11 +684,31 @@ func TestNativeExtendRacingRelease(t *testing.T) {
 			if i%2 == 0 { // node 0 lost the key: the extend's fallback repairs it
 				delOn(t, ctx, cl.Servers[:1], l.a.keys[0])
 			}
+			// The release goes out once the extend's first write has
+			// (or the extend ended without one): left to the scheduler,
+			// a busy machine may run every release first, and no
+			// extend would race one.
+			extending, extended := make(chan struct{}), make(chan struct{})
+			var once sync.Once
+			onSend := func(name string) {
+				if name == "set ifeq" || name == "script extend.lua" {
+					once.Do(func() { close(extending) })
+				}
+			}
+			log.sending.Store(&onSend)
 			var wg sync.WaitGroup
 			wg.Add(2)
-			go func() { defer wg.Done(); _ = l.Extend(ctx) }()
-			go func() { defer wg.Done(); _ = l.Release(ctx) }()
+			go func() { defer wg.Done(); defer close(extended); _ = l.Extend(ctx) }()
+			go func() {
+				defer wg.Done()
+				select {
+				case <-extending:
+				case <-extended:
+				}
+				_ = l.Release(ctx)
+			}()
 			wg.Wait()
+			log.sending.Store(nil)
 		}
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
