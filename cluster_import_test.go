@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,4 +200,70 @@ func serverID(t *testing.T, ctx context.Context, s *redistest.Server) string {
 		t.Fatal(err)
 	}
 	return id
+}
+
+// A migration aborted by hand after some of the slot's keys were moved:
+// the lock's slot is MIGRATING on its owner M and IMPORTING on the other
+// master N, X's keys are MIGRATEd to N, and an operator closes the slot
+// with CLUSTER SETSLOT STABLE on both (a stuck reshard "fixed" by hand;
+// SETSLOT NODE M does the same). M serves the slot as it always did, and
+// X's keys lie on N, where no command of the slot reaches them: M lost
+// them, in two of three nodes. M gained no slot, kept its run_id, its
+// marker and its slots, so no rule of the guard saw a loss. A client that
+// probed the nodes while the slot was open sees M stop migrating a slot
+// it still serves, and must be refused while X holds. (A client that
+// meets the nodes only after the abort cannot tell, as for a slot moved
+// before it met them: docs/PROTOCOL.md section 11.)
+func TestClusterMigrationAbortedAfterMigrateGivesNoSecondHolder(t *testing.T) {
+	done := make(chan struct{})
+	var rcs []*redistest.RedisCluster
+	go func() {
+		defer close(done)
+		rcs = redistest.StartRedisClustersT(t, 2, 2, 0, redistest.Options{Persistence: true})
+	}()
+	plain := redistest.StartT(t, 1, redistest.Options{Persistence: true})
+	<-done
+	if rcs == nil {
+		t.FailNow()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	nodes := func() []redis.UniversalClient {
+		return append([]redis.UniversalClient{plain.Servers[0].Client()}, redistest.ClusterClientsT(t, rcs)...)
+	}
+	opts := redlock.Options{TTL: 20 * time.Second}
+	x := newClientOn(t, nodes(), opts)
+	before := newClientOn(t, nodes(), opts)
+	// In the first master's slots, not its slot 0 (the data-kept marker).
+	name := nameInSlots(x, "job", 100, 8000)
+	slot := x.Keys(name).Slot
+	held := hold(t, ctx, x.TryAcquire, name)
+	ms := []*redistest.Server{plain.Servers[0]}
+	for _, rc := range rcs {
+		ms = append(ms, rc.Shards[0].Master)
+	}
+	awaitKeyOnEvery(t, ctx, ms, x.Keys(name).Lock)
+	for _, rc := range rcs {
+		migrateKeysOpen(t, ctx, slot, rc.Shards[0].Master, rc.Shards[1].Master)
+	}
+	// The other client probes while the slot is open (a guard older than
+	// a second is read again before a vote).
+	time.Sleep(1100 * time.Millisecond)
+	takeAndRelease(t, ctx, before.TryAcquire, nameInSlots(x, "warm", 8200, 16000))
+	for _, rc := range rcs {
+		for _, s := range []*redistest.Server{rc.Shards[1].Master, rc.Shards[0].Master} {
+			if err := s.Client().Do(ctx, "cluster", "setslot", slot, "stable").Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// Still there, in a slot the server does not serve.
+		if keys, err := rc.Shards[1].Master.Client().ClusterGetKeysInSlot(ctx, slot, 100).Result(); err != nil || !slices.Contains(keys, x.Keys(name).Lock) {
+			t.Fatalf("X's key is not left on %s after the abort (%v, %v)", rc.Shards[1].Master.Addr, keys, err)
+		}
+	}
+	// Past the window in which a loss is not yet seen (guardMaxAge).
+	time.Sleep(1100 * time.Millisecond)
+	refusedWhileHeld(t, ctx, held, name, refusal{after: " after the migration of its slot was aborted, its keys left on the importing master", tries: 3, margin: 5 * time.Second,
+		is: sittingOut(true, "stopped migrating"), want: "no quorum, the masters that stopped migrating the lock's slot sitting out"},
+		contender{"a client that used the nodes before", before})
 }
