@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -215,6 +216,45 @@ func ownSlots(nodes string, importing bool) ([]SlotRange, error) {
 		return slots, nil
 	}
 	return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
+}
+
+// migratingSlots finds the slots the "myself" line of CLUSTER NODES shows
+// as being migrated away ("[N->-id]"): slots the master still serves, some
+// of whose keys may already be on the importing master.
+func migratingSlots(nodes string) []SlotRange {
+	for _, line := range strings.Split(nodes, "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
+			continue
+		}
+		var slots []SlotRange
+		for _, f := range fields[8:] {
+			if num, _, ok := strings.Cut(strings.Trim(f, "[]"), "->-"); ok && strings.HasPrefix(f, "[") {
+				if a, err := strconv.Atoi(num); err == nil {
+					slots = append(slots, SlotRange{a, a})
+				}
+			}
+		}
+		return slots
+	}
+	return nil
+}
+
+// migrationAbandoned tells whether a slot that was being migrated away
+// (before) is served now and no longer migrating: the migration was
+// closed without the slot moving (CLUSTER SETSLOT STABLE, or SETSLOT NODE
+// back to the owner), and keys MIGRATEd out meanwhile are on the importing
+// master, out of reach.
+func migrationAbandoned(before, migrating, served []SlotRange) bool {
+	for _, r := range before {
+		for slot := r.First; slot <= r.Last; slot++ {
+			if !slices.ContainsFunc(migrating, func(m SlotRange) bool { return m.First <= slot && slot <= m.Last }) &&
+				slices.ContainsFunc(served, func(m SlotRange) bool { return m.First <= slot && slot <= m.Last }) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // replicasInView counts the replicas of the "myself" master in CLUSTER

@@ -38,7 +38,10 @@ import (
 //     can have been;
 //   - a master new to a Cluster node the client knew (a failover, a new
 //     master), or one serving slots it did not serve at the last probe (a
-//     reshard, with or without its keys): dated at the probe;
+//     reshard, with or without its keys), or one that stopped migrating a
+//     slot it still serves (a migration closed without the slot moving:
+//     the keys MIGRATEd out stay on the importing master): dated at the
+//     probe;
 //   - an eviction: evicted_keys changed since the last probe, or is not 0
 //     when the client first meets the server: dated at the probe;
 //   - a flush, or any loss of the dataset: the data-kept marker (below) is
@@ -66,6 +69,7 @@ type serverEpoch struct {
 	// votes again once a probe reads the marker.
 	markerErr error
 	slots     []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
+	migrating []SlotRange // a Cluster master's slots being migrated away (MIGRATING) at the last probe
 	// since is the start of the current epoch: the server may have lost
 	// keys granted before it. Zero if it lost none since the client met
 	// it, as far as the guard can tell.
@@ -93,6 +97,7 @@ type serverMarks struct {
 	markerWas, markerIs string
 	markerErr           error // why the marker could not be read; nil if it was
 	claims              []SlotRange
+	migrating           []SlotRange // the slots it serves but is migrating away
 	sent, recv          time.Time
 }
 
@@ -102,7 +107,7 @@ type serverMarks struct {
 // and whether the client knew the node before (nodeKnown: a server met at
 // the client's first contact has no history to compare with).
 func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown bool) serverEpoch {
-	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, markerErr: m.markerErr, slots: m.claims}
+	e := serverEpoch{addr: m.addr, runID: m.runID, replID: m.replID, evicted: m.evicted, evicting: m.evicting, persistent: m.persistent, marker: m.markerIs, markerErr: m.markerErr, slots: m.claims, migrating: m.migrating}
 	if m.markerIs == "" && old != nil {
 		// A probe that could not read the marker (markerErr) learnt
 		// nothing of it: keep the value seen before, so that the next
@@ -169,6 +174,14 @@ func nextEpoch(old *serverEpoch, m serverMarks, lastAnswer time.Time, nodeKnown 
 	if old != nil && slotsGained(old.slots, m.claims) {
 		// Nothing on the server dates the move.
 		lost(m.recv, "serves slots it did not serve at the last probe (a reshard may move a slot without its keys): counted from this probe")
+	}
+	if old != nil && migrationAbandoned(old.migrating, m.migrating, m.claims) {
+		// The keys MIGRATEd out while the slot was open stay on the
+		// importing master, which no command of the slot reaches once
+		// the migration is closed: lost to this master as to a flush,
+		// though it served the slot throughout (no slot gained). Nothing
+		// dates the close either.
+		lost(m.recv, "stopped migrating a slot it still serves (a migration closed by hand, SETSLOT STABLE or NODE back to it: keys moved out meanwhile stay on the importing master): counted from this probe")
 	}
 	switch {
 	case same && m.evicted != old.evicted:

@@ -83,6 +83,28 @@ func TestEveryEventThatMayLoseKeysStartsAnEpoch(t *testing.T) {
 	if e := nextEpoch(nil, again, t0, true); !e.since.Equal(later) || !strings.Contains(e.why, "new to the node") {
 		t.Errorf("a master new to a known Cluster node: epoch from %v (%s)", e.since, e.why)
 	}
+	// A slot being migrated away at the last probe: closed while the
+	// master still serves it, the keys MIGRATEd out are lost to it; moved
+	// away, or still open, nothing is.
+	open := base
+	open.migrating = []SlotRange{{50, 50}}
+	opened := nextEpoch(&first, open, t0, true)
+	for _, tc := range []struct {
+		name   string
+		change func(m *serverMarks)
+		want   bool
+	}{
+		{"still migrating", func(m *serverMarks) { m.migrating = []SlotRange{{50, 50}} }, false},
+		{"the migration closed, the slot still served", func(*serverMarks) {}, true},
+		{"the slot moved away", func(m *serverMarks) { m.claims = []SlotRange{{0, 49}, {51, 100}} }, false},
+	} {
+		m := again
+		tc.change(&m)
+		e := nextEpoch(&opened, m, t0, true)
+		if got := e.since.Equal(later) && strings.Contains(e.why, "stopped migrating"); got != tc.want || !tc.want && !e.since.IsZero() {
+			t.Errorf("%s: epoch from %v (%s), want a new one: %v", tc.name, e.since, e.why, tc.want)
+		}
+	}
 	// An epoch never moves back: a later probe with nothing new keeps it.
 	m := again
 	m.evicted = 1

@@ -145,7 +145,8 @@ func TestClusterGuardFollowsTheSlotsMaster(t *testing.T) {
 }
 
 // A slot being imported counts as served by the importing master: after
-// ASKING it takes the slot's keys.
+// ASKING it takes the slot's keys. A slot being migrated away is served
+// and read apart too (migratingSlots).
 func TestOwnSlotsWithImports(t *testing.T) {
 	const nodes = "abc 127.0.0.1:7000@17000 myself,master - 0 0 1 connected 0-100 [101-<-def] [102->-def]\n"
 	got, err := ownSlots(nodes, true)
@@ -154,6 +155,9 @@ func TestOwnSlotsWithImports(t *testing.T) {
 	}
 	if got, _ := ownSlots(nodes, false); len(got) != 1 {
 		t.Fatalf("ownSlots without imports = %v, want 0-100 alone", got)
+	}
+	if got := migratingSlots(nodes); len(got) != 1 || got[0] != (SlotRange{102, 102}) {
+		t.Fatalf("migratingSlots = %v, want 102 alone", got)
 	}
 }
 

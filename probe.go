@@ -36,6 +36,7 @@ type probeResult struct {
 	cluster      *ClusterInfo  // nil unless the node runs in cluster mode
 	addr         string        // a Cluster node's master: its address
 	claims       []SlotRange   // and the slots it serves or imports
+	migrating    []SlotRange   // and the slots it serves but is migrating away
 	shards       []probeResult // a Cluster node's masters, by address
 	promoted     bool          // a master promoted from replica since it started: dated as started now
 	replicas     int           // replicas connected to the master(s); for a Cluster's master, listed for it
@@ -191,7 +192,7 @@ func (r probeResult) evicting() bool { return r.maxMemory > 0 && r.policy != "no
 func (r probeResult) marks() serverMarks {
 	return serverMarks{addr: r.addr, runID: r.runID, replID: r.replID, uptime: r.uptime,
 		persistent: r.persistent(), notPersistent: r.notPersistent(), promoted: r.promoted, failover: r.failover, evicted: r.evicted, evicting: r.evicting(),
-		markerWas: r.markerWas, markerIs: r.markerIs, markerErr: r.markerErr, claims: r.claims, sent: r.sent, recv: r.recv}
+		markerWas: r.markerWas, markerIs: r.markerIs, markerErr: r.markerErr, claims: r.claims, migrating: r.migrating, sent: r.sent, recv: r.recv}
 }
 
 // probe asks the node who it is, how long it has been up, its role, its
@@ -412,6 +413,7 @@ func (c *Client) probeCluster(ctx context.Context, n *node, cc *redis.ClusterCli
 			var nodes string
 			if nodes, err = m.ClusterNodes(ctx).Result(); err == nil {
 				r.claims, err = ownSlots(nodes, true)
+				r.migrating = migratingSlots(nodes)
 				r.replicas = max(r.replicas, replicasInView(nodes))
 				// The marker in a slot the master serves (not one it
 				// is importing, which it would answer with MOVED).
