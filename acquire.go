@@ -260,6 +260,9 @@ func (c *Client) retrying(name string, lc lockConfig, timeout time.Duration) ret
 }
 
 func (r *retrying) try(ctx context.Context) (*Lock, attemptInfo, error) {
+	if r.wake != nil {
+		r.c.waiters.attempting(r.topic, r.wake)
+	}
 	return r.c.attemptLock(ctx, r.name, r.lc, r.timeout)
 }
 

@@ -76,7 +76,10 @@ var classicWakeups atomic.Bool
 // a quorum of nodes too, so the two meet on at least one node, and a
 // release after the confirmation publishes there: it cannot be missed,
 // unless that node's connection breaks meanwhile (go-redis subscribes the
-// new connection again; the jittered retries cover the gap).
+// new connection again; the jittered retries cover the gap). That one copy
+// may be all that comes (a holder of just a quorum), so a waiter whose
+// attempt started before every node confirmed is woken by fewer copies
+// than a quorum (see notify).
 //
 // A Redis Cluster node whose masters have SPUBLISH (nodePipes.sharded)
 // keeps its wake-ups in the lock's shard: its scripts announce with
@@ -101,6 +104,7 @@ type waiters struct {
 	topics map[string]*topic // by lock name: locks waited for now or lately
 	subs   []*nodeSub        // by node index, made on the first wait; nil for a node without a client
 	need   int               // confirmations a subscription needs: a quorum of the nodes that can subscribe
+	nodes  int               // the nodes that can subscribe
 	closed bool
 
 	ctx    context.Context // the per-node goroutines' calls; cancelled by close
@@ -109,7 +113,15 @@ type waiters struct {
 
 // waiter is one blocked Acquire. It is woken with true for a release by
 // this client, false for one announced by another.
-type waiter struct{ ch chan bool }
+type waiter struct {
+	ch chan bool
+
+	// Under waiters.mu, set by attempting: whether the waiter told when
+	// its last attempt started, and how many nodes had confirmed the
+	// subscription then.
+	tracked bool
+	sure    int
+}
 
 // topic is one lock that this client's Acquire calls wait for, or did
 // until less than subscriptionLinger ago.
@@ -117,6 +129,7 @@ type topic struct {
 	list   []*waiter
 	last   string      // owner value of the last release announced
 	copies int         // how many nodes announced it (a quorum: all it needs)
+	early  bool        // a waiter was woken for it short of a quorum of copies (see notify)
 	linger *time.Timer // running while nobody waits: ends the subscription
 
 	// Per node: the sequence number of the first PING written after our
@@ -221,6 +234,7 @@ func (w *waiters) start() {
 		s := &nodeSub{index: i, kick: make(chan struct{}, 1), active: make(map[string]struct{})}
 		w.subs[i] = s
 		w.need++
+		w.nodes++
 		if cc, ok := n.rdb.(*redis.ClusterClient); ok && n.pipes != nil && n.pipes.sharded.Load() {
 			s.cc, s.shards = cc, make(map[string]*shardSub)
 		} else {
@@ -288,6 +302,17 @@ func (w *waiters) remove(name string, wt *waiter) {
 	t.linger = timer
 }
 
+// attempting records that waiter wt of name starts an attempt: a release
+// that comes after it was announced on the nodes that confirmed the
+// subscription by now, but maybe not on the others (see notify).
+func (w *waiters) attempting(name string, wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if t := w.topics[name]; t != nil {
+		wt.tracked, wt.sure = true, t.nconfirmed
+	}
+}
+
 // notify wakes one waiter of name for the release of the owner value, or
 // every waiter when the value starts with wakeAllMark (the waiters may
 // all hold the lock together and need not take turns). The
@@ -307,8 +332,20 @@ func (w *waiters) notify(name, value string, local bool) {
 	// dropped. So a remote release wakes a waiter once a quorum of nodes
 	// announced it: the lock is then free on a quorum. Our own release
 	// wakes at once, having already heard a quorum's deletions.
+	//
+	// A quorum of copies is certain to come only if the waiter's
+	// subscription was in effect on every node when the lock was
+	// released. The confirmation promises a quorum of nodes, which meets
+	// the holder's quorum on one node only: a holder that won just a
+	// quorum (another contender took the last node first) publishes on a
+	// node where the waiter's subscription may still be on its way, and
+	// the copies then never make a quorum. So a waiter whose last attempt
+	// started while some nodes had not confirmed (attempting) is woken by
+	// fewer copies, counting each of those nodes as a copy it may have
+	// missed; the copies up to the quorum still wake a waiter, so one
+	// woken early whose attempt failed is woken again by them.
 	if t.last != value {
-		t.last, t.copies = value, 0
+		t.last, t.copies, t.early = value, 0, false
 	}
 	q := w.c.quorum()
 	if t.copies >= q {
@@ -317,6 +354,20 @@ func (w *waiters) notify(name, value string, local bool) {
 	if local {
 		t.copies = q
 	} else if t.copies++; t.copies < q {
+		if !t.early && !strings.HasPrefix(value, wakeAllMark) {
+			for i, wt := range t.list {
+				if !wt.tracked || t.copies+w.nodes-wt.sure < q {
+					continue
+				}
+				select {
+				case wt.ch <- false:
+					t.early = true
+					t.list = append(append(t.list[:i:i], t.list[i+1:]...), wt)
+					return
+				default: // already woken, not yet back to waiting
+				}
+			}
+		}
 		return
 	}
 	if strings.HasPrefix(value, wakeAllMark) {
