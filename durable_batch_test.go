@@ -30,19 +30,22 @@ func TestBatchedDurableVotesWaitForEveryWrite(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The holds are set-up, not the property: each waits (Acquire, not
+	// TryAcquire) while a loaded machine's replicas are late to
+	// acknowledge within the node timeout.
 	var held []*redlock.Lock
 	for i := range 8 {
-		l, err := c.TryAcquire(ctx, fmt.Sprintf("job-%d", i), redlock.WithAutoExtend())
+		l, err := c.Acquire(ctx, fmt.Sprintf("job-%d", i), redlock.WithAutoExtend())
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, l)
-		r, err := c.RWLock(fmt.Sprintf("doc-%d", i)).TryRLock(ctx, redlock.WithAutoExtend())
+		r, err := c.RWLock(fmt.Sprintf("doc-%d", i)).RLock(ctx, redlock.WithAutoExtend())
 		if err != nil {
 			t.Fatal(err)
 		}
 		held = append(held, r)
-		p, err := sem.TryAcquire(ctx, redlock.WithAutoExtend())
+		p, err := sem.Acquire(ctx, redlock.WithAutoExtend())
 		if err != nil {
 			t.Fatal(err)
 		}
