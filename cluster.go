@@ -166,19 +166,19 @@ var crc16Table = func() (t [256]uint16) {
 }()
 
 // probeCluster reads the cluster state and the slots a node in cluster mode
-// serves, in one round trip.
-func probeCluster(ctx context.Context, rdb redis.UniversalClient, register string) *ClusterInfo {
-	ci := &ClusterInfo{Register: register}
+// serves, in one round trip; nodes is its CLUSTER NODES ("" on an error).
+func probeCluster(ctx context.Context, rdb redis.UniversalClient, register string) (ci *ClusterInfo, nodes string) {
+	ci = &ClusterInfo{Register: register}
 	pipe := rdb.Pipeline()
 	info := pipe.ClusterInfo(ctx)
-	nodes := pipe.ClusterNodes(ctx)
+	nodesCmd := pipe.ClusterNodes(ctx)
 	_, _ = pipe.Exec(ctx)
-	if ci.Err = errors.Join(info.Err(), nodes.Err()); ci.Err != nil {
-		return ci
+	if ci.Err = errors.Join(info.Err(), nodesCmd.Err()); ci.Err != nil {
+		return ci, ""
 	}
 	ci.State = parseInfo(info.Val())["cluster_state"]
-	ci.Slots, ci.Err = ownSlots(nodes.Val(), false)
-	return ci
+	ci.Slots, ci.Err = ownSlots(nodesCmd.Val(), false)
+	return ci, nodesCmd.Val()
 }
 
 // ownSlots finds the slots of the "myself" line of CLUSTER NODES. Its

@@ -68,7 +68,7 @@ type serverEpoch struct {
 	// command lost to a timeout, hides a flush the same way. The server
 	// votes again once a probe reads the marker.
 	markerErr error
-	slots     []SlotRange // a Cluster master's slots (served or importing); nil for a node that is one server
+	slots     []SlotRange // a Cluster master's slots (served or importing), a ClusterClient's or one given as a node; nil for a server not in cluster mode
 	migrating []SlotRange // a Cluster master's slots being migrated away (MIGRATING) at the last probe
 	// since is the start of the current epoch: the server may have lost
 	// keys granted before it. Zero if it lost none since the client met

@@ -337,7 +337,18 @@ func (c *Client) probeServer(ctx context.Context, rdb redis.UniversalClient, rai
 	// A ClusterClient given as one node routes every key to its slot's
 	// master by itself, so its slots need no check.
 	if _, routed := rdb.(*redis.ClusterClient); fields["cluster_enabled"] == "1" && !routed {
-		res.cluster = probeCluster(ctx, rdb, c.registerKey())
+		var nodes string
+		res.cluster, nodes = probeCluster(ctx, rdb, c.registerKey())
+		if res.cluster.Err == nil {
+			// A Cluster master given as one node loses keys as a Cluster
+			// node's masters do (a slot gained without its keys, a
+			// migration closed by hand): nextEpoch judges its slots by
+			// the same rules. (A probe that could not read them leaves
+			// none, and the next one that can sees every slot gained: a
+			// grace, never a loss unseen.)
+			res.claims, _ = ownSlots(nodes, true)
+			res.migrating = migratingSlots(nodes)
+		}
 	}
 	return res, nil
 }
