@@ -354,7 +354,10 @@ func (w *waiters) notify(name, value string, local bool) {
 	if local {
 		t.copies = q
 	} else if t.copies++; t.copies < q {
-		if !t.early && !strings.HasPrefix(value, wakeAllMark) {
+		if !t.early {
+			// One waiter, or for a release that wakes every waiter (a
+			// writer's, wakeAllMark), each one that qualifies.
+			all := strings.HasPrefix(value, wakeAllMark)
 			for i, wt := range t.list {
 				if !wt.tracked || t.copies+w.nodes-wt.sure < q {
 					continue
@@ -362,8 +365,10 @@ func (w *waiters) notify(name, value string, local bool) {
 				select {
 				case wt.ch <- false:
 					t.early = true
-					t.list = append(append(t.list[:i:i], t.list[i+1:]...), wt)
-					return
+					if !all {
+						t.list = append(append(t.list[:i:i], t.list[i+1:]...), wt)
+						return
+					}
 				default: // already woken, not yet back to waiting
 				}
 			}
