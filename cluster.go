@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -69,8 +68,11 @@ func (ci *ClusterInfo) servesRegister() error {
 }
 
 // has tells whether slot is among the node's slots.
-func (ci *ClusterInfo) has(slot int) bool {
-	for _, r := range ci.Slots {
+func (ci *ClusterInfo) has(slot int) bool { return inRanges(ci.Slots, slot) }
+
+// inRanges tells whether slot is in one of rs.
+func inRanges(rs []SlotRange, slot int) bool {
+	for _, r := range rs {
 		if r.First <= slot && slot <= r.Last {
 			return true
 		}
@@ -188,56 +190,61 @@ func probeCluster(ctx context.Context, rdb redis.UniversalClient, register strin
 // With importing, a slot being migrated to the node ("[N-<-id]") counts:
 // after ASKING the node takes the slot's keys.
 func ownSlots(nodes string, importing bool) ([]SlotRange, error) {
-	for _, line := range strings.Split(nodes, "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
+	fields := myselfFields(nodes)
+	if fields == nil {
+		return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
+	}
+	var slots []SlotRange
+	for _, f := range fields[8:] {
+		if strings.HasPrefix(f, "[") {
+			num, _, isImport := strings.Cut(strings.Trim(f, "[]"), "-<-")
+			if a, err := strconv.Atoi(num); importing && isImport && err == nil {
+				slots = append(slots, SlotRange{a, a})
+			}
 			continue
 		}
-		var slots []SlotRange
-		for _, f := range fields[8:] {
-			if strings.HasPrefix(f, "[") {
-				num, _, isImport := strings.Cut(strings.Trim(f, "[]"), "-<-")
-				if a, err := strconv.Atoi(num); importing && isImport && err == nil {
-					slots = append(slots, SlotRange{a, a})
-				}
-				continue
-			}
-			first, last, isRange := strings.Cut(f, "-")
-			if !isRange {
-				last = first
-			}
-			a, err1 := strconv.Atoi(first)
-			b, err2 := strconv.Atoi(last)
-			if err1 != nil || err2 != nil {
-				return nil, fmt.Errorf("redlock: unexpected slot %q in CLUSTER NODES", f)
-			}
-			slots = append(slots, SlotRange{a, b})
+		first, last, isRange := strings.Cut(f, "-")
+		if !isRange {
+			last = first
 		}
-		return slots, nil
+		a, err1 := strconv.Atoi(first)
+		b, err2 := strconv.Atoi(last)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("redlock: unexpected slot %q in CLUSTER NODES", f)
+		}
+		slots = append(slots, SlotRange{a, b})
 	}
-	return nil, errors.New("redlock: CLUSTER NODES has no line flagged myself")
+	return slots, nil
+}
+
+// myselfFields is the fields of the line of CLUSTER NODES flagged myself
+// (id addr flags master ping pong epoch link slot...); nil if none.
+func myselfFields(nodes string) []string {
+	for _, line := range strings.Split(nodes, "\n") {
+		if f := strings.Fields(line); len(f) >= 8 && strings.Contains(","+f[2]+",", ",myself,") {
+			return f
+		}
+	}
+	return nil
 }
 
 // migratingSlots finds the slots the "myself" line of CLUSTER NODES shows
 // as being migrated away ("[N->-id]"): slots the master still serves, some
 // of whose keys may already be on the importing master.
 func migratingSlots(nodes string) []SlotRange {
-	for _, line := range strings.Split(nodes, "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 8 || !strings.Contains(","+fields[2]+",", ",myself,") {
-			continue
-		}
-		var slots []SlotRange
-		for _, f := range fields[8:] {
-			if num, _, ok := strings.Cut(strings.Trim(f, "[]"), "->-"); ok && strings.HasPrefix(f, "[") {
-				if a, err := strconv.Atoi(num); err == nil {
-					slots = append(slots, SlotRange{a, a})
-				}
+	fields := myselfFields(nodes)
+	if fields == nil {
+		return nil
+	}
+	var slots []SlotRange
+	for _, f := range fields[8:] {
+		if num, _, ok := strings.Cut(strings.Trim(f, "[]"), "->-"); ok && strings.HasPrefix(f, "[") {
+			if a, err := strconv.Atoi(num); err == nil {
+				slots = append(slots, SlotRange{a, a})
 			}
 		}
-		return slots
 	}
-	return nil
+	return slots
 }
 
 // migrationAbandoned tells whether a slot that was being migrated away
@@ -248,8 +255,7 @@ func migratingSlots(nodes string) []SlotRange {
 func migrationAbandoned(before, migrating, served []SlotRange) bool {
 	for _, r := range before {
 		for slot := r.First; slot <= r.Last; slot++ {
-			if !slices.ContainsFunc(migrating, func(m SlotRange) bool { return m.First <= slot && slot <= m.Last }) &&
-				slices.ContainsFunc(served, func(m SlotRange) bool { return m.First <= slot && slot <= m.Last }) {
+			if !inRanges(migrating, slot) && inRanges(served, slot) {
 				return true
 			}
 		}
@@ -263,14 +269,11 @@ func migrationAbandoned(before, migrating, served []SlotRange) bool {
 // FORCE on it).
 func replicasInView(nodes string) int {
 	var me string
-	lines := strings.Split(nodes, "\n")
-	for _, line := range lines {
-		if f := strings.Fields(line); len(f) >= 8 && strings.Contains(","+f[2]+",", ",myself,") {
-			me = f[0]
-		}
+	if f := myselfFields(nodes); f != nil {
+		me = f[0]
 	}
 	n := 0
-	for _, line := range lines {
+	for _, line := range strings.Split(nodes, "\n") {
 		if f := strings.Fields(line); len(f) >= 8 && me != "" && f[3] == me && strings.Contains(","+f[2]+",", ",slave,") {
 			n++
 		}

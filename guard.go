@@ -127,14 +127,7 @@ type shardGuard struct {
 }
 
 // serves tells whether the master took (or was importing) slot at the probe.
-func (sg *shardGuard) serves(slot int) bool {
-	for _, r := range sg.slots {
-		if r.First <= slot && slot <= r.Last {
-			return true
-		}
-	}
-	return false
-}
+func (sg *shardGuard) serves(slot int) bool { return inRanges(sg.slots, slot) }
 
 // slotsGained tells whether now has a slot that before has not.
 func slotsGained(before, now []SlotRange) bool {
