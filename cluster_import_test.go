@@ -215,6 +215,13 @@ func serverID(t *testing.T, ctx context.Context, s *redistest.Server) string {
 // meets the nodes only after the abort cannot tell, as for a slot moved
 // before it met them: docs/PROTOCOL.md section 11.)
 func TestClusterMigrationAbortedAfterMigrateGivesNoSecondHolder(t *testing.T) {
+	migrationAbortedGivesNoSecondHolder(t, false)
+}
+
+// migrationAbortedGivesNoSecondHolder is the schedule above, on a plain
+// node and two 2-master Clusters, each given as a ClusterClient, or with
+// plainMasters as a plain client of the master that serves the lock's slot.
+func migrationAbortedGivesNoSecondHolder(t *testing.T, plainMasters bool) {
 	done := make(chan struct{})
 	var rcs []*redistest.RedisCluster
 	go func() {
@@ -229,14 +236,33 @@ func TestClusterMigrationAbortedAfterMigrateGivesNoSecondHolder(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	nodes := func() []redis.UniversalClient {
-		return append([]redis.UniversalClient{plain.Servers[0].Client()}, redistest.ClusterClientsT(t, rcs)...)
+		out := []redis.UniversalClient{plain.Servers[0].Client()}
+		if !plainMasters {
+			return append(out, redistest.ClusterClientsT(t, rcs)...)
+		}
+		for _, rc := range rcs {
+			c := redis.NewClient(&redis.Options{Addr: rc.Shards[0].Master.Addr})
+			t.Cleanup(func() { _ = c.Close() })
+			out = append(out, c)
+		}
+		return out
 	}
 	opts := redlock.Options{TTL: 20 * time.Second}
 	x := newClientOn(t, nodes(), opts)
 	before := newClientOn(t, nodes(), opts)
-	// In the first master's slots, not its slot 0 (the data-kept marker).
+	// In the first master's slots (0-8191, the register's 8189 among
+	// them), not its slot 0 (the data-kept marker).
 	name := nameInSlots(x, "job", 100, 8000)
 	slot := x.Keys(name).Slot
+	// The other client's lock: in the other master's slots, or, when the
+	// nodes are the first masters alone, in theirs but not name's slot.
+	warm := nameInSlots(x, "warm", 8200, 16000)
+	if plainMasters {
+		warm = name
+		for i := 0; x.Keys(warm).Slot == slot || x.Keys(warm).Slot < 100 || x.Keys(warm).Slot > 8000; i++ {
+			warm = nameInSlots(x, "warm"+string(rune('a'+i)), 100, 8000)
+		}
+	}
 	held := hold(t, ctx, x.TryAcquire, name)
 	ms := []*redistest.Server{plain.Servers[0]}
 	for _, rc := range rcs {
@@ -249,7 +275,7 @@ func TestClusterMigrationAbortedAfterMigrateGivesNoSecondHolder(t *testing.T) {
 	// The other client probes while the slot is open (a guard older than
 	// a second is read again before a vote).
 	time.Sleep(1100 * time.Millisecond)
-	takeAndRelease(t, ctx, before.TryAcquire, nameInSlots(x, "warm", 8200, 16000))
+	takeAndRelease(t, ctx, before.TryAcquire, warm)
 	for _, rc := range rcs {
 		for _, s := range []*redistest.Server{rc.Shards[1].Master, rc.Shards[0].Master} {
 			if err := s.Client().Do(ctx, "cluster", "setslot", slot, "stable").Err(); err != nil {
@@ -264,7 +290,11 @@ func TestClusterMigrationAbortedAfterMigrateGivesNoSecondHolder(t *testing.T) {
 	}
 	// Past the window in which a loss is not yet seen (guardMaxAge).
 	time.Sleep(1100 * time.Millisecond)
-	refusedWhileHeld(t, ctx, held, name, refusal{after: " after the migration of its slot was aborted, its keys left on the importing master", tries: 3, margin: 5 * time.Second,
+	after, who := " after the migration of its slot was aborted, its keys left on the importing master", "a client that used the nodes before"
+	if plainMasters {
+		after, who = " after the migration of its slot was aborted on the plain cluster-mode masters, its keys left on the importing master", "a client that used the nodes before (and probed while the slot was open)"
+	}
+	refusedWhileHeld(t, ctx, held, name, refusal{after: after, tries: 3, margin: 5 * time.Second,
 		is: sittingOut(true, "stopped migrating"), want: "no quorum, the masters that stopped migrating the lock's slot sitting out"},
-		contender{"a client that used the nodes before", before})
+		contender{who, before})
 }
