@@ -34,11 +34,7 @@ import (
 // the next everysec fsync is about a second away).
 func aofOffThenOn(ctx context.Context, t *testing.T, servers []*redistest.Server, between func()) {
 	t.Helper()
-	for _, s := range servers {
-		if err := s.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, servers, "appendonly", "no")
 	between()
 	for _, s := range servers {
 		rdb := s.Client()

@@ -101,11 +101,7 @@ func TestFsyncedVotesAfterTheAOFWasTurnedOff(t *testing.T) {
 		}
 	}
 	probed := time.Now()
-	for _, s := range cl.Servers {
-		if err := s.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers, "appendonly", "no")
 	if age := time.Since(probed); age > 700*time.Millisecond {
 		t.Skipf("X's probe is %v old at its vote, and may be read again: the machine is too loaded to pick the case", age)
 	}

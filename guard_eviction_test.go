@@ -242,11 +242,7 @@ func evictByCache(ctx context.Context, t *testing.T, s *redistest.Server, lockKe
 // noeviction, before any client looks again.
 func evictThenRevert(ctx context.Context, t *testing.T, cl *redistest.Cluster, lockKey string) {
 	t.Helper()
-	for _, s := range cl.Servers {
-		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers, "maxmemory-policy", "volatile-lru")
 	for _, s := range cl.Servers {
 		evictByCache(ctx, t, s, lockKey)
 		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "noeviction").Err(); err != nil {
@@ -472,11 +468,7 @@ func TestFlushSeenWhenTheProbeAfterItIsRefusedWrites(t *testing.T) {
 			t.Fatalf("node %d, refusing writes (NOREPLICAS) after a flush: voting %v (%s), want it sitting out until a probe reads its marker, naming the refusal", i, info.Voting, info.SitOutReason)
 		}
 	}
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "min-replicas-to-write", "0").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "min-replicas-to-write", "0")
 	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second, after: " after FLUSHALL on 2 of 3 nodes that refused writes at the probe after it,", is: sittingOut(false, ""), want: "the flushed nodes sitting out"}, contender{"Y", y})
 }
 
@@ -576,11 +568,7 @@ func TestEvictedRegistersStillGiveTheHoldersGrace(t *testing.T) {
 	// The operator lets the nodes evict (a managed service's default), at
 	// run time: a persistent restart under an evicting policy would have
 	// made X wait out a grace first.
-	for _, s := range cl.Servers {
-		if err := s.Client().ConfigSet(ctx, "maxmemory-policy", "volatile-lru").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers, "maxmemory-policy", "volatile-lru")
 	// The cache (keys without a TTL) fills every node: volatile-lru evicts
 	// every key with a TTL before it refuses a write; then the cache frees
 	// some memory.

@@ -43,11 +43,7 @@ func TestPersistenceTurnedOffAtRunTimeThenARestartIsALoss(t *testing.T) {
 		}
 	}
 	off := cl.Servers[:2]
-	for _, s := range off {
-		if err := s.Client().ConfigSet(ctx, "appendonly", "no").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, off, "appendonly", "no")
 	y.Nodes(ctx) // Y sees them without persistence
 	const name = "job"
 	held := holdOnEvery(t, ctx, x, cl.Servers, name)

@@ -18,11 +18,7 @@ func TestReviewExtendOnFullNodes(t *testing.T) {
 	cl := startCappedNodes(t)
 	x := newClientOn(t, cl.Clients(), redlock.Options{TTL: 30 * time.Second})
 	held := hold(t, ctx, x.TryAcquire, "job")
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "maxmemory", "1")
 	x.Nodes(ctx) // the probe that finds them full
 	if err := held.Extend(ctx); err != nil {
 		t.Fatalf("extend of a lock whose keys sit on full nodes: %v", err)

@@ -33,11 +33,7 @@ func TestReviewMarkerErrFirstContactThenAnotherClientRewritesMarker(t *testing.T
 	meetVoting(ctx, t, x)
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name) // X's probes wrote the markers
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "min-replicas-to-write", "1")
 	// Y meets the nodes only now, and tries the lock (refused).
 	y := newClientOn(t, cl.Clients(), opts)
 	if l, err := y.TryAcquire(ctx, name); err == nil {
@@ -74,11 +70,7 @@ func TestReviewMarkerFullFirstContactThenAnotherClientRewritesMarker(t *testing.
 	x := newClientOn(t, cl.Clients(), opts)
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name)
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "maxmemory", "1")
 	y := newClientOn(t, cl.Clients(), opts)
 	for i, info := range y.Nodes(ctx) {
 		t.Logf("Y meets node %d: voting %v (%s)", i, info.Voting, info.SitOutReason)
@@ -116,11 +108,7 @@ func TestReviewMarkerErrFirstContactOnAClusterMaster(t *testing.T) {
 		t.Fatal(err)
 	}
 	flushed := []*redistest.Server{plain.Servers[0], master}
-	for _, s := range flushed {
-		if err := s.Client().ConfigSet(ctx, "min-replicas-to-write", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, flushed, "min-replicas-to-write", "1")
 	y := client(opts)
 	for i, info := range y.Nodes(ctx) {
 		t.Logf("Y meets node %d: voting %v (%s)", i, info.Voting, info.SitOutReason)

@@ -117,11 +117,7 @@ func TestReviewBlindProbeUndoneByAnOlderProbe(t *testing.T) {
 		<-blockedC[i]
 	}
 	// The memory comes back; A installs its guard.
-	for _, s := range flushed {
-		if err := s.Client().ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, flushed, "maxmemory", "8mb")
 	for i := range 2 {
 		close(releaseA[i])
 	}

@@ -26,11 +26,7 @@ func TestReviewFlushAfterFirstContactWhileFullIsSeen(t *testing.T) {
 	const name = "job"
 	held := hold(t, ctx, x.TryAcquire, name) // X's probes wrote the markers
 	// Two nodes fill up; Y meets the nodes only now.
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "maxmemory", "1").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "maxmemory", "1")
 	y := newClientOn(t, cl.Clients(), opts)
 	for i, info := range y.Nodes(ctx) {
 		t.Logf("Y meets node %d: voting %v (%s)", i, info.Voting, info.SitOutReason)
@@ -44,11 +40,7 @@ func TestReviewFlushAfterFirstContactWhileFullIsSeen(t *testing.T) {
 	for i, info := range y.Nodes(ctx)[:2] {
 		t.Logf("node %d after the flush, memory not back: voting %v (%s)", i, info.Voting, info.SitOutReason)
 	}
-	for _, s := range cl.Servers[:2] {
-		if err := s.Client().ConfigSet(ctx, "maxmemory", "8mb").Err(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	configSetOn(ctx, t, cl.Servers[:2], "maxmemory", "8mb")
 	t.Logf("lock key on: %v", keysLeft(t, cl, x, name))
 	refusedWhileHeld(t, ctx, held, name, refusal{tries: 3, margin: time.Second, after: " after FLUSHALL on 2 of 3 nodes that Y met only while full,", is: sittingOut(false, ""), want: "the flushed nodes sitting out"}, contender{"Y", y})
 }

@@ -510,3 +510,13 @@ func (h *recordingHandler) lines() []string {
 	defer h.mu.Unlock()
 	return append([]string(nil), h.out...)
 }
+
+// configSetOn sets the server parameter param to value on each of servers.
+func configSetOn(ctx context.Context, t *testing.T, servers []*redistest.Server, param, value string) {
+	t.Helper()
+	for _, s := range servers {
+		if err := s.Client().ConfigSet(ctx, param, value).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
