@@ -355,8 +355,8 @@ func (w *waiters) notify(name, value string, local bool) {
 		t.copies = q
 	} else if t.copies++; t.copies < q {
 		if !t.early {
-			// One waiter, or for a release that wakes every waiter (a
-			// writer's, wakeAllMark), each one that qualifies.
+			// One waiter, or for a release that wakes every waiter
+			// (wakeAllMark), each one that qualifies.
 			all := strings.HasPrefix(value, wakeAllMark)
 			for i, wt := range t.list {
 				if !wt.tracked || t.copies+w.nodes-wt.sure < q {
