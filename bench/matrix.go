@@ -173,7 +173,7 @@ type Machine struct {
 	Arch         string `json:"arch"`
 	CPUs         int    `json:"cpus"`
 	CPUModel     string `json:"cpu_model,omitempty"`
-	RedisVersion string `json:"redis_version"`
+	RedisVersion string `json:"redis_version"`         // "valkey 9.1.2", "redis 7.0.15"; a bare version in files written before
 	LoadBefore   string `json:"load_before,omitempty"` // /proc/loadavg when the matrix started
 	LoadAfter    string `json:"load_after,omitempty"`  // and when it ended
 }
@@ -463,17 +463,25 @@ func loadAverage() string {
 	return strings.Join(fields[:min(3, len(fields))], " ")
 }
 
+// redisVersion is the server's name and version, "redis 7.0.15" or
+// "valkey 9.1.2": Valkey reports the Redis version it is compatible with
+// (7.2.4) as redis_version and its own as valkey_version.
 func redisVersion(ctx context.Context, node redis.UniversalClient) string {
 	info, err := node.Info(ctx, "server").Result()
 	if err != nil {
 		return "unknown (" + err.Error() + ")"
 	}
+	version := "redis unknown"
 	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
-			return v
+		line = strings.TrimSpace(line)
+		if v, ok := strings.CutPrefix(line, "valkey_version:"); ok {
+			return "valkey " + v
+		}
+		if v, ok := strings.CutPrefix(line, "redis_version:"); ok {
+			version = "redis " + v
 		}
 	}
-	return "unknown"
+	return version
 }
 
 // summarize takes the median of every figure over the repeats of each cell

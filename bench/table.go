@@ -47,9 +47,13 @@ func (r *Results) tableRows() [][]string {
 
 func (r *Results) caption() string {
 	m := r.Machine
+	server := m.RedisVersion
+	if server != "" && server[0] >= '0' && server[0] <= '9' {
+		server = "redis " + server // written before the field named the server
+	}
 	return fmt.Sprintf("Medians of %d interleaved runs of %v per cell; ×redsync, ×floor and ×rueidislock are ops/s against redsync (default options), the raw floor and rueidislock in the same cell.\n"+
-		"Machine: %d CPUs (%s), %s %s/%s, redis %s, load average %s at start, %s at end.",
-		r.Config.Repeats, r.Config.Duration, m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Arch, m.RedisVersion, m.LoadBefore, m.LoadAfter)
+		"Machine: %d CPUs (%s), %s %s/%s, %s, load average %s at start, %s at end.",
+		r.Config.Repeats, r.Config.Duration, m.CPUs, m.CPUModel, m.GoVersion, m.OS, m.Arch, server, m.LoadBefore, m.LoadAfter)
 }
 
 // WriteTable prints the medians as an aligned text table with a caption
