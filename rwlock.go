@@ -243,7 +243,11 @@ func (r *rwCall) prepare(a *attempt) {
 // over, if an attempt recorded one: in the background, on a context of its
 // own (a cancelled caller must not leave its intent keeping readers out),
 // and only after the last attempt's calls ended, so that none of them
-// records the intent again behind the withdrawal. Client.Close waits for it.
+// records the intent again behind the withdrawal. A call that ended
+// unanswered may still reach its node later, and a removal that failed may
+// not have: such a node is cleared once more after min(lateCallWait,
+// intentTTL/2), as the mutex sweeps a key (attempt.sweepLater). Client.Close
+// waits for both.
 func (r *rwCall) withdraw(c *Client) {
 	if r.intent == "" || r.attempts < 2 {
 		return
@@ -251,16 +255,33 @@ func (r *rwCall) withdraw(c *Client) {
 	last := r.last
 	intents := last.keys[0] + intentsSuffix
 	args := rwIntentClearScript.args([]string{intents}, r.intent, c.releaseChannel(last.name))
+	removeOn := func(n *node) bool {
+		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout())
+		defer cancel()
+		if _, err := n.run.run(ctx, rwIntentClearScript, args); err != nil {
+			c.failed(n, err, last.nodeTimeout)
+			return false
+		}
+		return true
+	}
 	c.bg.add()
 	go func() {
 		defer c.bg.done()
 		<-last.calls.ctx.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), c.releaseTimeout())
-		defer cancel()
 		c.each(func(_ int, n *node) {
-			if _, err := n.run.run(ctx, rwIntentClearScript, args); err != nil {
-				c.failed(n, err, last.nodeTimeout)
+			// Read before the removal: the calls' context ends at its
+			// timeout too, and a call still running then got no answer
+			// in time (it is about to leave as unsure).
+			s := last.state[n.index].Load()
+			unanswered := s&nodeUnsure != 0 || s >= nodeCall
+			if removeOn(n) && !unanswered {
+				return
 			}
+			c.bg.add()
+			time.AfterFunc(min(lateCallWait, r.intentTTL/2), func() {
+				defer c.bg.done()
+				removeOn(n)
+			})
 		})
 	}()
 }

@@ -26,6 +26,8 @@ type rwFake struct {
 	gate    chan struct{} // if set, acquires answer only once it is closed
 	arrived chan struct{} // if set, told when an acquire waits at the gate
 	ran     chan struct{} // if set, told when an acquire ran (after the gate)
+	late    chan struct{} // if set, an acquire that gave up at the gate still runs once it opens, as a request stuck in the network does, and tells here
+	cleared chan struct{} // if set, told when an intent removal ran
 	scripts map[*script]string
 }
 
@@ -39,18 +41,34 @@ func newRWFake() *rwFake {
 
 func (f *rwFake) run(ctx context.Context, s *script, args []any) ([]int64, error) {
 	f.mu.Lock()
-	gate, arrived, ran := f.gate, f.arrived, f.ran
+	gate, arrived, ran, late, cleared := f.gate, f.arrived, f.ran, f.late, f.cleared
 	f.mu.Unlock()
 	acquire := s == rwReadAcquireScript || s == rwWriteAcquireScript
 	if acquire && gate != nil {
 		if arrived != nil {
 			arrived <- struct{}{}
 		}
-		<-gate // deaf to ctx: the call is on its way, as a request in the network is
+		if late == nil {
+			<-gate // deaf to ctx: the call is on its way, as a request in the network is
+		} else {
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				go func() {
+					<-gate
+					_, _ = f.exec(s, args)
+					late <- struct{}{}
+				}()
+				return nil, ctx.Err()
+			}
+		}
 	}
 	vals, err := f.exec(s, args)
 	if acquire && ran != nil {
 		ran <- struct{}{}
+	}
+	if s == rwIntentClearScript && cleared != nil {
+		cleared <- struct{}{}
 	}
 	return vals, err
 }
@@ -347,6 +365,61 @@ func TestRWIntentIsWithdrawnAfterTheLastAttemptsCalls(t *testing.T) {
 	h := slow.history()
 	if last := h[len(h)-1]; !strings.HasPrefix(last, "clear:") {
 		t.Fatalf("the slow node's last call was %q, want the withdrawal after the held acquire: %v", last, h)
+	}
+}
+
+// A call of the last attempt that got no answer may still reach its node
+// after the withdrawal and record the intent again there; the node is
+// cleared once more, as the mutex sweeps a key after a late call.
+func TestRWIntentRecordedAgainByALateCallIsClearedOnceMore(t *testing.T) {
+	fs := rwFakes(3)
+	for _, f := range fs {
+		f.readers["reader"] = true
+	}
+	c := newRWFakeClient(t, fs, Options{TTL: time.Minute, NodeTimeout: 100 * time.Millisecond, RetryDelayMax: 5 * time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan struct{}, 100)
+	arrived := make(chan struct{}, 100)
+	late := make(chan struct{}, 1)
+	gate := make(chan struct{})
+	var open sync.Once
+	openGate := func() { open.Do(func() { close(gate) }) }
+	t.Cleanup(openGate)
+	slow := fs[2]
+	slow.mu.Lock()
+	slow.ran = ran
+	slow.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.RWLock("doc").Lock(ctx)
+		done <- err
+	}()
+	// The second attempt (the first carrying the intent) ran on the slow
+	// node; its next call there is held and times out on the client.
+	<-ran
+	<-ran
+	slow.mu.Lock()
+	cleared := make(chan struct{}, 10)
+	slow.gate, slow.arrived, slow.late, slow.ran, slow.cleared = gate, arrived, late, nil, cleared
+	slow.mu.Unlock()
+	<-arrived
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	// The withdrawal reaches the slow node once the held call timed out;
+	// only then does that call land, recording the intent behind it.
+	<-cleared
+	openGate()
+	<-late
+	if _, _, intents := slow.state(); intents == 0 {
+		t.Fatalf("the late call did not record the intent again: %v", slow.history())
+	}
+	_ = c.Close() // waits for the second clear
+	for i, f := range fs {
+		if _, _, intents := f.state(); intents != 0 {
+			t.Errorf("node %d kept the intent of a writer that gave up: %v", i, f.history())
+		}
 	}
 }
 
