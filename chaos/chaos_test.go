@@ -145,17 +145,26 @@ func keepReport(t *testing.T, run *Run) {
 	t.Logf("report: %s/report.html", out)
 }
 
-// excerpt prints the first violations with the events that show them.
+// excerpt prints the first violations of each check with the events that
+// show them: per check, so that an unexpected one is not hidden behind the
+// many a scenario unsafe by design expects of another check.
 func excerpt(r Result) string {
+	const perCheck = 3
 	var b strings.Builder
-	for i, v := range r.Violations {
-		if i == 5 {
-			fmt.Fprintf(&b, "... %d more\n", r.Total()-5)
-			break
+	shown := map[Check]int{}
+	for _, v := range r.Violations {
+		if shown[v.Check] == perCheck {
+			continue
 		}
+		shown[v.Check]++
 		fmt.Fprintf(&b, "%s at %.3fs: %s\n", v.Check, v.At.Seconds(), v.Detail)
 		for _, e := range v.Excerpt {
 			fmt.Fprintf(&b, "    %s\n", e)
+		}
+	}
+	for _, check := range AllChecks {
+		if more := r.Counts[check] - shown[check]; more > 0 {
+			fmt.Fprintf(&b, "... %d more %s\n", more, check)
 		}
 	}
 	return b.String()

@@ -268,3 +268,20 @@ func TestCheckFairOrder(t *testing.T) {
 		t.Fatalf("a fault before the grant weakens fairness only: %v", r.Violations)
 	}
 }
+
+// A failing run's excerpt shows a violation of every check, however many
+// of another check come before it (an unsafe-by-design scenario's expected
+// mutual-exclusion violations must not hide an unexpected leftover key).
+func TestExcerptShowsEveryCheck(t *testing.T) {
+	r := Result{Counts: map[Check]int{CheckMutualExclusion: 12, CheckLeftoverKey: 1}}
+	for i := range 12 {
+		r.Violations = append(r.Violations, Violation{Check: CheckMutualExclusion, At: time.Duration(i) * time.Second, Detail: "overlap"})
+	}
+	r.Violations = append(r.Violations, Violation{Check: CheckLeftoverKey, At: 20 * time.Second, Detail: "node n3: lock key left behind"})
+	got := excerpt(r)
+	for _, want := range []string{"node n3: lock key left behind", "... 9 more " + string(CheckMutualExclusion)} {
+		if !strings.Contains(got, want) {
+			t.Errorf("excerpt lacks %q:\n%s", want, got)
+		}
+	}
+}
