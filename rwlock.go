@@ -197,6 +197,12 @@ type rwCall struct {
 	intentTTL time.Duration
 	attempts  int      // made so far
 	last      *attempt // the latest, whose calls the withdrawal must follow
+	// earlier are the attempts before last that carried the intent and
+	// whose calls may still run; unanswered marks, per node, where one of
+	// those whose calls ended left a call without an answer in time (see
+	// noteUnanswered). The withdrawal follows them too.
+	earlier    []*attempt
+	unanswered []bool
 }
 
 func (r *rwCall) spec() *kindSpec {
@@ -235,19 +241,57 @@ func (r *rwCall) prepare(a *attempt) {
 		a.acquireArgs = readerSpec.acquire.args([]string{writer, fence, readers, intents}, a.value, ttl, a.proposal, a.c.fenceLifetimeArg)
 		a.releaseArgs = readerSpec.release.args([]string{readers}, a.value, channel)
 	}
+	if r.intent != "" && r.attempts >= 2 { // the attempt before a carried the intent
+		r.earlier = append(r.earlier, r.last)
+		r.settleEarlier(false)
+	}
 	r.attempts++
 	r.last = a
+}
+
+// settleEarlier moves the earlier attempts whose calls ended into
+// unanswered; with wait, it first waits for every one's calls to end.
+func (r *rwCall) settleEarlier(wait bool) {
+	kept := r.earlier[:0]
+	for _, e := range r.earlier {
+		if wait {
+			<-e.calls.ctx.Done()
+		}
+		select {
+		case <-e.calls.ctx.Done():
+			r.noteUnanswered(e)
+		default:
+			kept = append(kept, e)
+		}
+	}
+	clear(r.earlier[len(kept):])
+	r.earlier = kept
+}
+
+// noteUnanswered marks the nodes where a's calls, which ended (their
+// context is done), got no answer in time: a call still running when the
+// context ended at its timeout, or one that left as unsure. Such a call
+// may still reach its node and record the intent there.
+func (r *rwCall) noteUnanswered(a *attempt) {
+	if r.unanswered == nil {
+		r.unanswered = make([]bool, len(a.state))
+	}
+	for i := range a.state {
+		if s := a.state[i].Load(); s&nodeUnsure != 0 || s >= nodeCall {
+			r.unanswered[i] = true
+		}
+	}
 }
 
 // withdraw removes the writer's intent from every node once the call is
 // over, if an attempt recorded one: in the background, on a context of its
 // own (a cancelled caller must not leave its intent keeping readers out),
-// and only after the last attempt's calls ended, so that none of them
-// records the intent again behind the withdrawal. A call that ended
-// unanswered may still reach its node later, and a removal that failed may
-// not have: such a node is cleared once more after min(lateCallWait,
-// intentTTL/2), as the mutex sweeps a key (attempt.sweepLater). Client.Close
-// waits for both.
+// and only after the calls of every attempt that carried it ended, so that
+// none of them records the intent again behind the withdrawal. A call that
+// ended unanswered may still reach its node later, and a removal that
+// failed may not have: such a node is cleared once more after
+// min(lateCallWait, intentTTL/2), as the mutex sweeps a key
+// (attempt.sweepLater). Client.Close waits for both.
 func (r *rwCall) withdraw(c *Client) {
 	if r.intent == "" || r.attempts < 2 {
 		return
@@ -267,14 +311,14 @@ func (r *rwCall) withdraw(c *Client) {
 	c.bg.add()
 	go func() {
 		defer c.bg.done()
+		r.settleEarlier(true)
 		<-last.calls.ctx.Done()
+		// Read before the removals: a call still running then got no
+		// answer in time (the calls' context ends at its timeout too),
+		// and one that answered ran before them.
+		r.noteUnanswered(last)
 		c.each(func(_ int, n *node) {
-			// Read before the removal: the calls' context ends at its
-			// timeout too, and a call still running then got no answer
-			// in time (it is about to leave as unsure).
-			s := last.state[n.index].Load()
-			unanswered := s&nodeUnsure != 0 || s >= nodeCall
-			if removeOn(n) && !unanswered {
+			if removeOn(n) && !r.unanswered[n.index] {
 				return
 			}
 			c.bg.add()

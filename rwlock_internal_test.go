@@ -423,6 +423,68 @@ func TestRWIntentRecordedAgainByALateCallIsClearedOnceMore(t *testing.T) {
 	}
 }
 
+// heldFirstIntent holds the first writer acquire that carries an intent
+// until gate closes, deaf to its context: a call of an earlier attempt
+// still on its way while later attempts run.
+type heldFirstIntent struct {
+	*rwFake
+	once          sync.Once
+	gate, arrived chan struct{}
+}
+
+func (h *heldFirstIntent) run(ctx context.Context, s *script, args []any) ([]int64, error) {
+	if s == rwWriteAcquireScript {
+		nkeys := args[2].(int)
+		if intent := fmt.Sprint(args[3+nkeys+4]); intent != "" {
+			held := false
+			h.once.Do(func() { held = true })
+			if held {
+				h.arrived <- struct{}{}
+				<-h.gate
+			}
+		}
+	}
+	return h.rwFake.run(ctx, s, args)
+}
+
+// The withdrawal follows every attempt that carried the intent, not only
+// the last: an earlier one's call may land after the last one answered.
+func TestRWIntentRecordedByAnEarlierAttemptsLateCallIsCleared(t *testing.T) {
+	fs := rwFakes(3)
+	for _, f := range fs {
+		f.readers["reader"] = true
+	}
+	slow := &heldFirstIntent{rwFake: fs[2], gate: make(chan struct{}), arrived: make(chan struct{}, 1)}
+	var open sync.Once
+	openGate := func() { open.Do(func() { close(slow.gate) }) }
+	c := newClientOverRunners(t, []scriptRunner{fs[0], fs[1], slow},
+		Options{TTL: time.Minute, NodeTimeout: 100 * time.Millisecond, RetryDelayMax: 5 * time.Second})
+	t.Cleanup(openGate)
+	ran, cleared := make(chan struct{}, 100), make(chan struct{}, 10)
+	fs[2].mu.Lock()
+	fs[2].ran, fs[2].cleared = ran, cleared
+	fs[2].mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.RWLock("doc").Lock(ctx)
+		done <- err
+	}()
+	<-slow.arrived // the second attempt's call to the slow node is on its way
+	<-ran          // the first attempt ran there
+	<-ran          // and the third, answered
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("got %v, want context.Canceled", err)
+	}
+	<-cleared
+	openGate()
+	_ = c.Close()
+	if _, _, intents := fs[2].state(); intents != 0 {
+		t.Errorf("the slow node kept the intent of a writer that gave up: %v", fs[2].history())
+	}
+}
+
 func TestRWWriterExtendRepairsOnlyANodeWithoutReaders(t *testing.T) {
 	fs := rwFakes(3)
 	c := newRWFakeClient(t, fs, Options{TTL: time.Minute})
