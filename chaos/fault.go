@@ -38,6 +38,10 @@ type Env struct {
 	// workload clients (for Quiesce).
 	ScanKeys []string
 	Clients  int
+	// OrphanAfter is how long a lock key may stay on a node once every
+	// client is parked before Quiesce counts it as left behind (see
+	// orphanAfter).
+	OrphanAfter time.Duration
 
 	clients clientControl
 	// fresh gives client i a new locker, as a new process (StepFresh).

@@ -84,7 +84,8 @@ func RunMultiScenario(ctx context.Context, b Backend, sc Scenario, cfg RunConfig
 	for _, n := range MultiNames {
 		names[n] = &Recorder{start: main.start, changed: make(chan struct{})}
 	}
-	env := &Env{Cluster: cluster, Net: nw, Rec: main, Log: log, Clients: sc.clients()}
+	env := &Env{Cluster: cluster, Net: nw, Rec: main, Log: log, Clients: sc.clients(),
+		OrphanAfter: orphanAfter(nodeTimeout(sc.maxTTL(), sc.FsyncedVotes, cluster.TLS != nil))}
 
 	resource := directClient(cluster.Resource)
 	defer resource.Close()

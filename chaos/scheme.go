@@ -155,6 +155,24 @@ func (RedlockScheme) NewLocker(env SchemeEnv) (Locker, error) {
 	return &redlockLocker{c: c, clients: clients, ttl: env.TTL}, nil
 }
 
+// nodeTimeout is the node timeout the runs give the library's clients, 0
+// for the library's default (the smaller of 200ms and TTL/10).
+func nodeTimeout(ttl time.Duration, fsyncedVotes, tls bool) time.Duration {
+	switch {
+	case tls:
+		// A TLS handshake with client certificates, under the race
+		// detector on a loaded 2-core machine, outlasts the default node
+		// timeout of TTL/10 (100ms for 1s): every node timed out for the
+		// 6s of partition-minority-tls' warm-up once. A deployment over
+		// TLS gives its calls room for a handshake too.
+		return ttl / 4
+	case fsyncedVotes:
+		// A vote waits for the next everysec fsync, up to a second.
+		return 2 * time.Second
+	}
+	return 0
+}
+
 // newRedlockClient builds a client of the library over the node proxies,
 // reporting what it observes into the history.
 func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, error) {
@@ -172,20 +190,9 @@ func newRedlockClient(env SchemeEnv) (*redlock.Client, []redis.UniversalClient, 
 		FsyncedVotes:       env.FsyncedVotes,
 		AllowEvictingNodes: env.AllowEvictingNodes,
 	}
-	if env.FsyncedVotes {
-		// A vote waits for the next everysec fsync, up to a second.
-		opts.NodeTimeout = 2 * time.Second
-	}
+	opts.NodeTimeout = nodeTimeout(env.TTL, env.FsyncedVotes, env.TLSConfig != nil)
 	if !env.ClockGuard {
 		opts.ClockJumpThreshold = -1 // the clock-jump guard off
-	}
-	if env.TLSConfig != nil {
-		// A TLS handshake with client certificates, under the race
-		// detector on a loaded 2-core machine, outlasts the default node
-		// timeout of TTL/10 (100ms for 1s): every node timed out for the
-		// 6s of partition-minority-tls' warm-up once. A deployment over
-		// TLS gives its calls room for a handshake too.
-		opts.NodeTimeout = env.TTL / 4
 	}
 	if env.Note != nil {
 		// Attempts fail by the thousand under a fault: note the first of
