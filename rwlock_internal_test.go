@@ -318,19 +318,13 @@ func TestRWIntentIsWithdrawnAfterTheLastAttemptsCalls(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	arrived := make(chan struct{}, 100)
 	ran := make(chan struct{}, 100)
-	gate := make(chan struct{})
-	var open sync.Once
-	openGate := func() { open.Do(func() { close(gate) }) }
+	gate, openGate := newGate()
 	t.Cleanup(openGate) // before the client's Close, which waits for the held call
 	slow := fs[2]
 	slow.mu.Lock()
 	slow.ran = ran
 	slow.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.RWLock("doc").Lock(ctx)
-		done <- err
-	}()
+	done := lockInBackground(ctx, c)
 	// Wait for the second attempt (the first carrying the intent) to run
 	// on the slow node, then gate the node's next call.
 	<-ran
@@ -381,19 +375,13 @@ func TestRWIntentRecordedAgainByALateCallIsClearedOnceMore(t *testing.T) {
 	ran := make(chan struct{}, 100)
 	arrived := make(chan struct{}, 100)
 	late := make(chan struct{}, 1)
-	gate := make(chan struct{})
-	var open sync.Once
-	openGate := func() { open.Do(func() { close(gate) }) }
+	gate, openGate := newGate()
 	t.Cleanup(openGate)
 	slow := fs[2]
 	slow.mu.Lock()
 	slow.ran = ran
 	slow.mu.Unlock()
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.RWLock("doc").Lock(ctx)
-		done <- err
-	}()
+	done := lockInBackground(ctx, c)
 	// The second attempt (the first carrying the intent) ran on the slow
 	// node; its next call there is held and times out on the client.
 	<-ran
@@ -465,11 +453,7 @@ func TestRWIntentRecordedByAnEarlierAttemptsLateCallIsCleared(t *testing.T) {
 	fs[2].ran, fs[2].cleared = ran, cleared
 	fs[2].mu.Unlock()
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() {
-		_, err := c.RWLock("doc").Lock(ctx)
-		done <- err
-	}()
+	done := lockInBackground(ctx, c)
 	<-slow.arrived // the second attempt's call to the slow node is on its way
 	<-ran          // the first attempt ran there
 	<-ran          // and the third, answered
@@ -509,4 +493,23 @@ func TestRWWriterExtendRepairsOnlyANodeWithoutReaders(t *testing.T) {
 	if writer, _, _ := fs[1].state(); writer == "" {
 		t.Fatal("the node without readers was not repaired")
 	}
+}
+
+// newGate is a gate for a fake node's calls and the function that opens
+// it, safe to call more than once (a test's cleanup opens it too).
+func newGate() (chan struct{}, func()) {
+	gate := make(chan struct{})
+	var open sync.Once
+	return gate, func() { open.Do(func() { close(gate) }) }
+}
+
+// lockInBackground takes the read-write lock "doc" as a writer, and tells
+// how the call ended.
+func lockInBackground(ctx context.Context, c *Client) <-chan error {
+	done := make(chan error, 1)
+	go func() {
+		_, err := c.RWLock("doc").Lock(ctx)
+		done <- err
+	}()
+	return done
 }
